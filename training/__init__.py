@@ -1,0 +1,1 @@
+"""The `vit` application: data pipelines, recipes, distribution and the training loop."""

@@ -1,0 +1,17 @@
+"""vit_keras: the Vision Transformer (Dosovitskiy et al., 2021) for Keras 3, official-faithful."""
+
+from vit_keras.config import VARIANTS, ViTConfig, get_variant
+from vit_keras.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbedding,
+                              PositionEmbedding, TokenPooling)
+from vit_keras.attention import MultiHeadSelfAttention
+from vit_keras.model import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32, ViTS16, ViTS32,
+                             ViTTi16, VisionTransformer, config_from_model, preprocess_input)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "VARIANTS", "ViTConfig", "get_variant", "ClassToken", "EncoderBlock", "MLPBlock",
+    "MultiHeadSelfAttention", "PatchEmbedding", "PositionEmbedding", "TokenPooling",
+    "VisionTransformer", "config_from_model", "preprocess_input", "ViTTi16", "ViTS16", "ViTS32",
+    "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
+]

@@ -1,0 +1,81 @@
+"""Multi-head self-attention holding its weights in the official checkpoint layout."""
+
+import math
+
+import keras
+from keras import ops
+
+from vit_keras.initializers import PACKAGE, DenseGeneralGlorotUniform
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Self-attention as the official `MultiHeadDotProductAttention`.
+
+    Weights use the released checkpoint shapes so they copy without reshaping:
+    `{query,key,value}_kernel` (D, heads, head_dim), `{query,key,value}_bias` (heads, head_dim),
+    `out_kernel` (heads, head_dim, D), `out_bias` (D,). Queries are scaled by 1/sqrt(head_dim).
+    The softmax runs in float32 under mixed precision.
+
+    Args:
+        num_heads: number of attention heads; must divide the input width.
+        dropout_rate: dropout on the attention probabilities.
+    """
+
+    def __init__(self, num_heads, dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.dropout_rate = dropout_rate
+        self.attention_dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width % self.num_heads:
+            raise ValueError(
+                f"attention input width {width} is not divisible by num_heads {self.num_heads}"
+            )
+        head_dim = width // self.num_heads
+        in_kernel = DenseGeneralGlorotUniform(num_input_axes=1)
+        for name in ("query", "key", "value"):
+            setattr(self, f"{name}_kernel", self.add_weight(
+                name=f"{name}_kernel", shape=(width, self.num_heads, head_dim),
+                initializer=in_kernel))
+            setattr(self, f"{name}_bias", self.add_weight(
+                name=f"{name}_bias", shape=(self.num_heads, head_dim), initializer="zeros"))
+        self.out_kernel = self.add_weight(
+            name="out_kernel", shape=(self.num_heads, head_dim, width),
+            initializer=DenseGeneralGlorotUniform(num_input_axes=2))
+        self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer="zeros")
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        """Attends every token to every token.
+
+        Args:
+            inputs: [batch, tokens, width].
+            training: enables attention dropout.
+            return_attention_scores: also return the [batch, heads, tokens, tokens] probabilities.
+
+        Returns:
+            [batch, tokens, width], and the probabilities if asked for.
+        """
+        head_dim = self.query_kernel.shape[-1]
+        query = ops.einsum("btd,dnh->btnh", inputs, self.query_kernel) + self.query_bias
+        key = ops.einsum("btd,dnh->btnh", inputs, self.key_kernel) + self.key_bias
+        value = ops.einsum("btd,dnh->btnh", inputs, self.value_kernel) + self.value_bias
+        query = query * ops.cast(1.0 / math.sqrt(head_dim), query.dtype)
+        logits = ops.einsum("btnh,bsnh->bnts", query, key)
+        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
+        context = ops.einsum("bnts,bsnh->btnh", weights, value)
+        outputs = ops.einsum("btnh,nhd->btd", context, self.out_kernel) + self.out_bias
+        if return_attention_scores:
+            return outputs, probs
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_heads=self.num_heads, dropout_rate=self.dropout_rate)
+        return config

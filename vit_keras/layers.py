@@ -1,0 +1,251 @@
+"""The building blocks of the Vision Transformer, official-faithful.
+
+Sub-layer names follow the released checkpoints (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
+`LayerNorm_2`, `MlpBlock_3/Dense_0`, ...) so that a weight's Keras path reads like its `.npz` key.
+"""
+
+import keras
+from keras import ops
+
+from vit_keras.attention import MultiHeadSelfAttention
+from vit_keras.initializers import PACKAGE
+
+LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 changes the outputs
+
+
+def _layer_norm(name, dtype_policy):
+    return keras.layers.LayerNormalization(
+        epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype_policy)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class PatchEmbedding(keras.layers.Layer):
+    """Cuts the image into non-overlapping PxP patches and projects each linearly to D.
+
+    A convolution with kernel = stride = P and VALID padding, which equals flattening each patch
+    row-major and applying one Dense layer. The kernel is (P, P, C, D) as in the checkpoints.
+
+    Args:
+        hidden_size: output width D.
+        patch_size: patch side P.
+    """
+
+    def __init__(self, hidden_size, patch_size, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.patch_size = patch_size
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def build(self, input_shape):
+        _, height, width, channels = input_shape
+        for side, value in (("height", height), ("width", width)):
+            if value is not None and value % self.patch_size:
+                raise ValueError(
+                    f"image {side} {value} is not divisible by patch_size {self.patch_size}: "
+                    f"expected a multiple of {self.patch_size}, got input shape {input_shape}"
+                )
+        self.kernel = self.add_weight(
+            name="kernel", shape=(self.patch_size, self.patch_size, channels, self.hidden_size),
+            initializer="lecun_normal")
+        self.bias = self.add_weight(name="bias", shape=(self.hidden_size,), initializer="zeros")
+
+    def call(self, images):
+        patches = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
+        patches = patches + self.bias
+        rows, cols = patches.shape[1], patches.shape[2]
+        return ops.reshape(patches, (-1, rows * cols, self.hidden_size))
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, _ = input_shape
+        tokens = (height // self.patch_size) * (width // self.patch_size)
+        return (batch, tokens, self.hidden_size)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size, patch_size=self.patch_size)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ClassToken(keras.layers.Layer):
+    """Prepends a learned class token (initialised to zeros) to the token sequence."""
+
+    def build(self, input_shape):
+        self.cls = self.add_weight(name="cls", shape=(1, 1, input_shape[-1]), initializer="zeros")
+
+    def call(self, tokens):
+        batch = ops.shape(tokens)[0]
+        cls = ops.broadcast_to(ops.cast(self.cls, tokens.dtype), (batch, 1, tokens.shape[-1]))
+        return ops.concatenate([cls, tokens], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        batch, length, width = input_shape
+        return (batch, None if length is None else length + 1, width)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class PositionEmbedding(keras.layers.Layer):
+    """Adds a learned 1-D position embedding (initialised normal(0.02)) to every token.
+
+    Its weight `pos_embedding` is (1, tokens, D), the class token row first when there is one.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.input_spec = keras.layers.InputSpec(ndim=3)
+
+    def build(self, input_shape):
+        _, length, width = input_shape
+        if length is None:
+            raise ValueError(
+                "PositionEmbedding needs a static token count; got input shape "
+                f"{input_shape}. Build the model with a fixed image size."
+            )
+        self.pos_embedding = self.add_weight(
+            name="pos_embedding", shape=(1, length, width),
+            initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def call(self, tokens):
+        return tokens + ops.cast(self.pos_embedding, tokens.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MLPBlock(keras.layers.Layer):
+    """Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout, as the official `MlpBlock`.
+
+    Kernels are xavier-uniform and biases normal(1e-6), as in the official model.
+
+    Args:
+        mlp_dim: hidden width M.
+        dropout_rate: dropout after each Dense.
+        gelu_approximate: tanh approximation (official) or exact erf GELU.
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.gelu_approximate = gelu_approximate
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        dense = dict(kernel_initializer="glorot_uniform",
+                     bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+                     dtype=self.dtype_policy)
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
+        self.dense_1 = keras.layers.Dense(width, name="Dense_1", **dense)
+        self.dense_0.build(input_shape)
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+
+    def call(self, inputs, training=None):
+        hidden = ops.gelu(self.dense_0(inputs), approximate=self.gelu_approximate)
+        hidden = self.dropout(hidden, training=training)
+        return self.dropout(self.dense_1(hidden), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate,
+                      gelu_approximate=self.gelu_approximate)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class EncoderBlock(keras.layers.Layer):
+    """Pre-LN transformer block: x + MHA(LN(x)), then x + MLP(LN(x)).
+
+    Args:
+        num_heads: attention heads.
+        mlp_dim: MLP hidden width.
+        dropout_rate: dropout after attention and inside the MLP.
+        attention_dropout_rate: dropout on the attention probabilities.
+        gelu_approximate: tanh-approximated GELU in the MLP.
+    """
+
+    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
+                 gelu_approximate=True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.gelu_approximate = gelu_approximate
+        self.input_spec = keras.layers.InputSpec(ndim=3)
+        policy = self.dtype_policy
+        self.layer_norm_0 = _layer_norm("LayerNorm_0", policy)
+        self.attention = MultiHeadSelfAttention(
+            num_heads, attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy)
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
+        self.layer_norm_2 = _layer_norm("LayerNorm_2", policy)
+        self.mlp = MLPBlock(mlp_dim, dropout_rate, gelu_approximate, name="MlpBlock_3",
+                            dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (self.layer_norm_0, self.attention, self.layer_norm_2, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        """Applies the block.
+
+        Args:
+            inputs: [batch, tokens, width].
+            training: enables dropout.
+            return_attention_scores: also return the attention probabilities.
+
+        Returns:
+            [batch, tokens, width], plus [batch, heads, tokens, tokens] if asked for.
+        """
+        attended = self.attention(self.layer_norm_0(inputs), training=training,
+                                  return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            attended, scores = attended
+        hidden = inputs + self.dropout(attended, training=training)
+        outputs = hidden + self.mlp(self.layer_norm_2(hidden), training=training)
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
+                      dropout_rate=self.dropout_rate,
+                      attention_dropout_rate=self.attention_dropout_rate,
+                      gelu_approximate=self.gelu_approximate)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class TokenPooling(keras.layers.Layer):
+    """Reduces the token sequence to one vector: the class token ('token') or the mean ('gap').
+
+    Args:
+        mode: 'token' or 'gap'.
+    """
+
+    def __init__(self, mode="token", **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("token", "gap"):
+            raise ValueError(f"TokenPooling mode must be 'token' or 'gap', got {mode!r}")
+        self.mode = mode
+
+    def call(self, tokens):
+        if self.mode == "token":
+            return tokens[:, 0]
+        return ops.mean(tokens, axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mode=self.mode)
+        return config

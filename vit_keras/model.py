@@ -1,0 +1,181 @@
+"""The Vision Transformer as a functional Keras model, and keras.applications-style constructors."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from vit_keras import layers as vit_layers
+from vit_keras.config import ViTConfig, get_variant
+
+POOLING_MODES = (None, "token", "gap", "avg")
+
+
+def _encode(config: ViTConfig, images):
+    """Images -> final-normed token sequence (the shared trunk of every head)."""
+    tokens = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size,
+                                       name="embedding")(images)
+    if config.classifier == "token":
+        tokens = vit_layers.ClassToken(name="cls")(tokens)
+    tokens = vit_layers.PositionEmbedding(name="posembed_input")(tokens)
+    tokens = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(tokens)
+    for index in range(config.num_layers):
+        tokens = vit_layers.EncoderBlock(
+            num_heads=config.num_heads, mlp_dim=config.mlp_dim,
+            dropout_rate=config.dropout_rate,
+            attention_dropout_rate=config.attention_dropout_rate,
+            gelu_approximate=config.gelu_approximate,
+            name=f"encoderblock_{index}")(tokens)
+    return keras.layers.LayerNormalization(
+        epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm")(tokens)
+
+
+def _pool(config: ViTConfig, tokens, mode: str):
+    """Token sequence -> one vector per image, through pre_logits when configured."""
+    pooled = vit_layers.TokenPooling("gap" if mode == "avg" else mode, name="pool")(tokens)
+    if config.representation_size is not None:
+        pooled = keras.layers.Dense(config.representation_size, activation="tanh",
+                                    name="pre_logits")(pooled)
+    return pooled
+
+
+def VisionTransformer(config: ViTConfig, include_top: bool = True, pooling: str | None = None,
+                      classifier_activation=None, name: str | None = None) -> keras.Model:
+    """Builds the ViT of `config` as a functional `keras.Model`.
+
+    The model takes NHWC images in [-1, 1] (see `preprocess_input`) at `config.image_size`.
+
+    Args:
+        config: the hyper-parameters.
+        include_top: True: classification head with `config.num_classes` outputs (logits, or
+            `classifier_activation` applied to them). False: features, see `pooling`.
+        pooling: only with `include_top=False`. None returns the whole final-normed token
+            sequence [batch, tokens, D]; 'token' the class token, 'gap'/'avg' the token mean
+            ([batch, D], or [batch, representation_size] through pre_logits when configured).
+        classifier_activation: e.g. 'softmax'; None returns logits. Always float32.
+        name: model name; defaults to 'vit'.
+
+    Returns:
+        The uncompiled `keras.Model`.
+    """
+    if pooling not in POOLING_MODES:
+        raise ValueError(f"pooling must be one of {POOLING_MODES}, got {pooling!r}")
+    if pooling == "token" and config.classifier != "token":
+        raise ValueError("pooling='token' needs classifier='token' (a model with a class token), "
+                         f"got classifier={config.classifier!r}")
+    height, width = config.image_hw
+    images = keras.Input((height, width, config.channels), name="images")
+    tokens = _encode(config, images)
+    if include_top:
+        features = _pool(config, tokens, config.classifier)
+        # The head runs in float32 so mixed-precision models still return float32 logits.
+        outputs = keras.layers.Dense(
+            config.num_classes, kernel_initializer="zeros",
+            bias_initializer=keras.initializers.Constant(config.head_bias_init),
+            name="head", dtype="float32")(features)
+        if classifier_activation is not None:
+            outputs = keras.layers.Activation(classifier_activation, dtype="float32",
+                                              name="predictions")(outputs)
+    elif pooling is None:
+        outputs = tokens
+    else:
+        outputs = _pool(config, tokens, pooling)
+    return keras.Model(images, outputs, name=name or "vit")
+
+
+def preprocess_input(images):
+    """Maps RGB pixel values in 0..255 to [-1, 1], the range the official models were trained on.
+
+    Args:
+        images: array or tensor of any shape, values in [0, 255].
+
+    Returns:
+        float32 tensor, (images - 127.5) / 127.5.
+    """
+    images = ops.cast(images, "float32")
+    return (images - 127.5) / 127.5
+
+
+def _application(variant: str, default_name: str):
+    """Makes a keras.applications-style constructor for one official variant."""
+
+    def constructor(include_top=True, weights=None, input_shape=None, classes=1000,
+                    pooling=None, classifier_activation=None, **config_overrides):
+        overrides = dict(config_overrides, num_classes=classes)
+        if input_shape is not None:
+            if len(input_shape) != 3:
+                raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}")
+            overrides.update(image_size=(input_shape[0], input_shape[1]), channels=input_shape[2])
+        config = get_variant(variant, **overrides)
+        model = VisionTransformer(config, include_top=include_top, pooling=pooling,
+                                  classifier_activation=classifier_activation, name=default_name)
+        if weights is not None:
+            _load_pretrained(model, weights)
+        return model
+
+    constructor.__name__ = default_name
+    constructor.__doc__ = f"""Builds ViT-{variant} (official configuration).
+
+    Args:
+        include_top: whether to include the classification head.
+        weights: None (random init) or the path of a checkpoint file.
+        input_shape: (height, width, channels); defaults to (224, 224, 3).
+        classes: number of classes of the head.
+        pooling: with include_top=False: None (token sequence), 'token', 'gap' or 'avg'.
+        classifier_activation: activation of the head (None = logits).
+        **config_overrides: any other `ViTConfig` field (dropout_rate, representation_size...).
+
+    Returns:
+        A `keras.Model` taking images in [-1, 1].
+    """
+    return constructor
+
+
+def _load_pretrained(model, weights):
+    if not isinstance(weights, str):
+        raise ValueError(f"weights must be None or the path of a checkpoint file, got {weights!r}")
+    from vit_keras import checkpoints  # imported lazily: only needed with weights
+
+    checkpoints.load_weights(model, weights)
+
+
+ViTTi16 = _application("Ti/16", "vit_ti16")
+ViTS16 = _application("S/16", "vit_s16")
+ViTS32 = _application("S/32", "vit_s32")
+ViTB8 = _application("B/8", "vit_b8")
+ViTB16 = _application("B/16", "vit_b16")
+ViTB32 = _application("B/32", "vit_b32")
+ViTL16 = _application("L/16", "vit_l16")
+ViTL32 = _application("L/32", "vit_l32")
+ViTH14 = _application("H/14", "vit_h14")
+
+
+def config_from_model(model: keras.Model) -> ViTConfig:
+    """Recovers the `ViTConfig` of a model built by `VisionTransformer` (e.g. after loading).
+
+    Args:
+        model: a model made by `VisionTransformer` or a `ViT*` constructor.
+
+    Returns:
+        Its config; `num_classes` comes from the head (1 when the model has none) and
+        `head_bias_init` is left at its default.
+    """
+    try:
+        embedding = model.get_layer("embedding")
+        block = model.get_layer("encoderblock_0")
+    except ValueError as error:
+        raise ValueError(f"model {model.name!r} was not built by VisionTransformer: {error}")
+    layer_names = {layer.name for layer in model.layers}
+    num_layers = sum(name.startswith("encoderblock_") for name in layer_names)
+    _, height, width, channels = model.inputs[0].shape
+    head = model.get_layer("head") if "head" in layer_names else None
+    pre_logits = model.get_layer("pre_logits") if "pre_logits" in layer_names else None
+    return ViTConfig(
+        image_size=(height, width), patch_size=embedding.patch_size,
+        hidden_size=embedding.hidden_size, mlp_dim=block.mlp_dim, num_heads=block.num_heads,
+        num_layers=num_layers, num_classes=head.units if head is not None else 1,
+        classifier="token" if "cls" in layer_names else "gap",
+        representation_size=pre_logits.units if pre_logits is not None else None,
+        dropout_rate=block.dropout_rate, attention_dropout_rate=block.attention_dropout_rate,
+        channels=channels, gelu_approximate=block.gelu_approximate,
+    )
