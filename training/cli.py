@@ -1,16 +1,55 @@
-"""The `vit` command line."""
+"""The `vit` command line: one sub-command per module, registered in `COMMANDS`.
+
+Each command module defines `add_arguments(parser)` and `run(args) -> int`, and its docstring's
+first line is the command's help. Modules import TensorFlow inside `run`, so `vit --help` is fast.
+"""
+
+from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
+COMMANDS = {
+    "train": "training.train",
+    "evaluate": "training.evaluate",
+    "predict": "training.predict",
+    "export": "training.export",
+    "inspect": "training.inspect",
+    "bench": "training.bench",
+}
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="vit", description="Vision Transformer for Keras 3.")
-    parser.add_argument("command", choices=["train", "evaluate", "predict", "export", "inspect",
-                                            "bench"])
-    args, _ = parser.parse_known_args(argv)
-    print(f"vit {args.command}: not yet implemented", file=sys.stderr)
+
+def _not_implemented(args) -> int:
+    print(f"vit {args.command}: not implemented in this version", file=sys.stderr)
     return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `vit` parser with every sub-command's options."""
+    parser = argparse.ArgumentParser(prog="vit", description="Vision Transformer for Keras 3.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            sub = subparsers.add_parser(name, help="(not implemented in this version)")
+            sub.set_defaults(func=_not_implemented)
+            continue
+        summary = (module.__doc__ or name).strip().splitlines()[0]
+        sub = subparsers.add_parser(name, help=summary, description=module.__doc__,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        sub.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `vit` console script."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":
