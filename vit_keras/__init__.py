@@ -4,6 +4,7 @@ from vit_keras.config import VARIANTS, ViTConfig, get_variant
 from vit_keras.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbedding,
                               PositionEmbedding, TokenPooling)
 from vit_keras.attention import MultiHeadSelfAttention
+from vit_keras.checkpoints import load_weights
 from vit_keras.model import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32, ViTS16, ViTS32,
                              ViTTi16, VisionTransformer, config_from_model, preprocess_input)
 
@@ -14,4 +15,5 @@ __all__ = [
     "MultiHeadSelfAttention", "PatchEmbedding", "PositionEmbedding", "TokenPooling",
     "VisionTransformer", "config_from_model", "preprocess_input", "ViTTi16", "ViTS16", "ViTS32",
     "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
+    "load_weights",
 ]

@@ -1,0 +1,113 @@
+"""Safe reading and atomic writing of weight files (`.npz` and `.safetensors`, never pickle)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import uuid
+import zipfile
+
+import numpy as np
+
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive of .npy files
+
+
+def _gfile():
+    import tensorflow as tf  # lazily: only `tf.io.gfile` is needed, for gs:// paths
+
+    return tf.io.gfile
+
+
+def detect_format(data: bytes) -> str | None:
+    """Returns 'npz', 'safetensors' or None from the first bytes of a file."""
+    if data[:4] in ZIP_MAGIC:
+        return "npz"
+    if len(data) >= 9:
+        (header_size,) = struct.unpack("<Q", data[:8])
+        if 2 <= header_size <= len(data) - 8 and data[8:9] == b"{":
+            return "safetensors"
+    return None
+
+
+def read_tensors(path: str) -> tuple[str, dict[str, np.ndarray]]:
+    """Reads every tensor of an `.npz` or `.safetensors` file, without unpickling anything.
+
+    Args:
+        path: local or `gs://` path.
+
+    Returns:
+        (format, tensors): format is 'npz' or 'safetensors'; tensors maps names to numpy arrays.
+
+    Raises:
+        ValueError: the file is missing, truncated, corrupt, holds pickled objects or is of
+            another format.
+    """
+    gfile = _gfile()
+    if not gfile.exists(path):
+        raise ValueError(f"checkpoint file {path!r} does not exist")
+    with gfile.GFile(path, "rb") as file:
+        data = file.read()
+    file_format = detect_format(data)
+    if file_format is None:
+        raise ValueError(
+            f"{path!r} is not a weight file this library reads: expected an .npz archive "
+            f"(starts with 'PK') or a .safetensors file (8-byte header size, then JSON), "
+            f"got {len(data)} bytes starting with {data[:8]!r}")
+    try:
+        tensors = _read_npz(data) if file_format == "npz" else _read_safetensors(data)
+    except ValueError as error:
+        raise ValueError(f"cannot read {file_format} file {path!r}: {error}") from None
+    if not tensors:
+        raise ValueError(f"{file_format} file {path!r} holds no tensors")
+    return file_format, tensors
+
+
+def _read_npz(data: bytes) -> dict[str, np.ndarray]:
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            tensors = {name: archive[name] for name in archive.files}
+    except ValueError as error:  # numpy's message for object arrays mentions allow_pickle
+        raise ValueError(f"{error} (pickled objects are refused)") from None
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError, struct.error) as error:
+        raise ValueError(f"truncated or corrupt .npz archive ({type(error).__name__}: {error})"
+                         ) from None
+    for name, array in tensors.items():
+        if array.dtype.kind not in "fiu":
+            raise ValueError(f"tensor {name!r} has dtype {array.dtype}, expected a number type")
+    return tensors
+
+
+def _read_safetensors(data: bytes) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    try:
+        return load(data)
+    except (SafetensorError, json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"truncated or corrupt .safetensors file ({error})") from None
+
+
+def write_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
+    """Writes `tensors` as an uncompressed `.npz`, atomically: a temp file, then a rename.
+
+    Args:
+        path: destination (local or `gs://`); written exactly there, no suffix added.
+        tensors: name -> array.
+    """
+    buffer = io.BytesIO()
+    np.savez(buffer, **tensors)
+    gfile = _gfile()
+    directory = os.path.dirname(path)
+    if directory and not gfile.exists(directory):
+        gfile.makedirs(directory)
+    temp_path = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+    try:
+        with gfile.GFile(temp_path, "wb") as file:
+            file.write(buffer.getvalue())
+        gfile.rename(temp_path, path, overwrite=True)
+    except BaseException:
+        if gfile.exists(temp_path):
+            gfile.remove(temp_path)
+        raise

@@ -1,0 +1,110 @@
+"""The canonical weight names (the released official `.npz` layout) and a model's variables.
+
+Every reader converts its file to these names; `save_npz` writes them. The names are the
+pre-Linen ones of the original release (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
+`LayerNorm_2`, `MlpBlock_3`), and the position embedding includes the class-token row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+POSEMB = "Transformer/posembed_input/pos_embedding"
+CLS = "cls"
+ATTENTION = "MultiHeadDotProductAttention_1"
+MLP = "MlpBlock_3"
+HEAD_PREFIX = "head/"
+PRE_LOGITS_PREFIX = "pre_logits/"
+
+
+def block_prefix(index: int) -> str:
+    return f"Transformer/encoderblock_{index}/"
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A weight file converted to canonical names.
+
+    Attributes:
+        tensors: canonical name -> array. Names a reader could not map keep their original
+            spelling, so that errors list them.
+        layout: a human-readable name of the file layout, for messages.
+        posemb_has_cls_row: whether the position embedding holds a class-token row when the
+            file has a class token: True / False when the layout says so, None when only the
+            row count can tell (big_vision, timm).
+    """
+
+    tensors: dict[str, np.ndarray]
+    layout: str
+    posemb_has_cls_row: bool | None = True
+
+
+def _layer_norm(prefix, layer):
+    return {f"{prefix}scale": layer.gamma, f"{prefix}bias": layer.beta}
+
+
+def _dense(prefix, layer):
+    return {f"{prefix}kernel": layer.kernel, f"{prefix}bias": layer.bias}
+
+
+def _block(prefix, block):
+    attention = block.attention
+    names = {}
+    names.update(_layer_norm(f"{prefix}LayerNorm_0/", block.layer_norm_0))
+    for part in ("query", "key", "value", "out"):
+        names[f"{prefix}{ATTENTION}/{part}/kernel"] = getattr(attention, f"{part}_kernel")
+        names[f"{prefix}{ATTENTION}/{part}/bias"] = getattr(attention, f"{part}_bias")
+    names.update(_layer_norm(f"{prefix}LayerNorm_2/", block.layer_norm_2))
+    names.update(_dense(f"{prefix}{MLP}/Dense_0/", block.mlp.dense_0))
+    names.update(_dense(f"{prefix}{MLP}/Dense_1/", block.mlp.dense_1))
+    return names
+
+
+def model_variables(model) -> dict:
+    """Maps each canonical name to the Keras variable holding it in `model`.
+
+    Args:
+        model: a built model made by `VisionTransformer` or a `ViT*` constructor.
+
+    Returns:
+        canonical name -> `keras.Variable`.
+    """
+    layers = {layer.name: layer for layer in model.layers}
+    needed = ("embedding", "posembed_input", "encoder_norm", "encoderblock_0")
+    absent = [name for name in needed if name not in layers]
+    if absent:
+        raise ValueError(f"model {model.name!r} was not built by VisionTransformer: it has no "
+                         f"layer(s) {absent}")
+    names = {}
+    names.update(_dense("embedding/", layers["embedding"]))
+    if CLS in layers:
+        names[CLS] = layers[CLS].cls
+    names[POSEMB] = layers["posembed_input"].pos_embedding
+    index = 0
+    while f"encoderblock_{index}" in layers:
+        names.update(_block(block_prefix(index), layers[f"encoderblock_{index}"]))
+        index += 1
+    names.update(_layer_norm("Transformer/encoder_norm/", layers["encoder_norm"]))
+    for optional in ("pre_logits", "head"):
+        if optional in layers:
+            names.update(_dense(f"{optional}/", layers[optional]))
+    return names
+
+
+def num_heads(model) -> int:
+    """The attention head count of a model built by `VisionTransformer`."""
+    return model.get_layer("encoderblock_0").num_heads
+
+
+def split_heads(array: np.ndarray, heads: int, axis: int) -> np.ndarray:
+    """Splits `axis` of size heads * head_dim into (heads, head_dim), heads outermost.
+
+    Returns `array` unchanged when the axis does not divide, so the shape check reports it.
+    """
+    axis = axis % array.ndim
+    size = array.shape[axis]
+    if size % heads:
+        return array
+    return array.reshape(*array.shape[:axis], heads, size // heads, *array.shape[axis + 1:])

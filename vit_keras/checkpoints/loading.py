@@ -1,0 +1,187 @@
+"""`load_weights`: any supported checkpoint layout into a model built by `VisionTransformer`.
+
+Order of work: read the file safely, convert it to the canonical (released official) names,
+decide about the head, fix the position embedding (class-token row, resolution), check every
+tensor against the model, and only then assign. Nothing is assigned when anything is wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from vit_keras.checkpoints import huggingface, io, keys, official, resize, timm
+
+logger = logging.getLogger(__name__)
+
+MAX_LISTED = 25  # offending keys listed per kind in an error message
+
+
+def read_checkpoint(path: str, num_heads: int) -> keys.Checkpoint:
+    """Reads a weight file and converts it to canonical names, detecting its layout.
+
+    Args:
+        path: an `.npz` or `.safetensors` file (local or `gs://`).
+        num_heads: attention heads of the target model (needed to split fused torch weights).
+
+    Returns:
+        The `Checkpoint`.
+    """
+    file_format, tensors = io.read_tensors(path)
+    if official.looks_official(tensors):
+        return official.from_official(tensors)
+    if timm.looks_timm(tensors):
+        return timm.from_timm(tensors, num_heads)
+    if huggingface.looks_huggingface(tensors):
+        return huggingface.from_huggingface(tensors, num_heads)
+    sample = sorted(tensors)[:8]
+    raise ValueError(
+        f"{file_format} file {path!r} is not a ViT checkpoint of a known layout: expected "
+        "official/big_vision names ('embedding/kernel', optionally under 'params/' or "
+        "'opt/target/'), timm names ('patch_embed.proj.weight', 'blocks.0....') or Hugging Face "
+        f"names ('vit.embeddings.patch_embeddings.projection.weight'); found {sample}")
+
+
+def _is_head(name: str) -> bool:
+    return name.startswith(keys.HEAD_PREFIX)
+
+
+def _is_pre_logits(name: str) -> bool:
+    return name.startswith(keys.PRE_LOGITS_PREFIX)
+
+
+def _head_names_to_skip(tensors, targets, skip_head) -> tuple[set, str | None]:
+    """Which checkpoint/model head names to leave out, and why (None when nothing is left out).
+
+    skip_head=False skips nothing. True skips the head, and pre_logits when the model has none.
+    None skips the head when it cannot load (no head in the model, other shape, or a checkpoint
+    pre_logits the model lacks), and that pre_logits too.
+    """
+    if skip_head is False:
+        return set(), None
+    head_names = {name for name in (*tensors, *targets) if _is_head(name)}
+    dropped_pre_logits = ({name for name in tensors if _is_pre_logits(name)}
+                          if not any(_is_pre_logits(name) for name in targets) else set())
+    if skip_head is True:
+        return head_names | dropped_pre_logits, "skip_head=True"
+    model_head = {name: tuple(targets[name].shape) for name in targets if _is_head(name)}
+    file_head = {name: tuple(tensors[name].shape) for name in tensors if _is_head(name)}
+    if dropped_pre_logits:
+        reason = "the checkpoint has pre_logits, the model has none (drop-head variant)"
+    elif file_head and not model_head:
+        reason = "the model has no head"
+    elif file_head != model_head:
+        reason = f"head shapes differ: model {model_head}, checkpoint {file_head}"
+    else:
+        return set(), None
+    return head_names | dropped_pre_logits, reason
+
+
+def _model_grid(model) -> tuple[int, int]:
+    """The model's patch grid (rows, cols)."""
+    embedding = model.get_layer("embedding")
+    _, height, width, _ = model.inputs[0].shape
+    return height // embedding.patch_size, width // embedding.patch_size
+
+
+def _with_cls_row(posemb: np.ndarray, has_cls: bool, flag, num_patches: int) -> np.ndarray:
+    """Returns the posemb with a class-token row iff the model has a class token.
+
+    A layout that adds the position embedding before prepending the class token (big_vision,
+    timm `no_embed_class`) has no such row: a zero row is exactly equivalent.
+    """
+    if not has_cls or posemb.ndim != 3:
+        return posemb
+    rows = posemb.shape[1]
+    if flag is None:  # the row count tells: first at the model's grid, then by squareness
+        if rows in (num_patches + 1, num_patches):
+            flag = rows == num_patches + 1
+        else:
+            flag = resize.square_grid(rows) is None and resize.square_grid(rows - 1) is not None
+    if flag:
+        return posemb
+    return np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+
+
+def _fit_position_embedding(checkpoint, targets, model):
+    """Puts the checkpoint posemb into the model's form, resizing it to the model's grid."""
+    tensors = checkpoint.tensors
+    if keys.POSEMB not in tensors or keys.POSEMB not in targets:
+        return
+    has_cls = keys.CLS in targets and keys.CLS in tensors
+    grid = _model_grid(model)
+    posemb = _with_cls_row(tensors[keys.POSEMB], has_cls, checkpoint.posemb_has_cls_row,
+                           grid[0] * grid[1])
+    expected = tuple(targets[keys.POSEMB].shape)
+    if (posemb.shape != expected and posemb.ndim == 3 and posemb.shape[-1] == expected[-1]
+            and resize.square_grid(posemb.shape[1] - has_cls) is not None):
+        logger.info("Resizing the position embedding from %s to %s (grid %s)", posemb.shape,
+                    expected, grid)
+        posemb = resize.resize_position_embedding(posemb, grid, has_cls)
+    tensors[keys.POSEMB] = posemb
+
+
+def _listing(title: str, lines: list[str]) -> str:
+    shown = lines[:MAX_LISTED]
+    more = f"\n    ... and {len(lines) - MAX_LISTED} more" if len(lines) > MAX_LISTED else ""
+    return f"  {title} ({len(lines)}):\n" + "\n".join(f"    {line}" for line in shown) + more
+
+
+def _check(tensors, targets) -> str | None:
+    """All problems between checkpoint tensors and model variables, or None."""
+    missing = [f"{name}: expected {tuple(targets[name].shape)}"
+               for name in sorted(set(targets) - set(tensors))]
+    extra = [f"{name}: found {tuple(np.shape(tensors[name]))}"
+             for name in sorted(set(tensors) - set(targets))]
+    mis_shaped = [f"{name}: expected {tuple(targets[name].shape)}, found "
+                  f"{tuple(np.shape(tensors[name]))}"
+                  for name in sorted(set(tensors) & set(targets))
+                  if tuple(np.shape(tensors[name])) != tuple(targets[name].shape)]
+    parts = [_listing(title, lines) for title, lines in (
+        ("missing from the checkpoint", missing), ("unexpected in the checkpoint", extra),
+        ("shape mismatch", mis_shaped)) if lines]
+    return "\n".join(parts) if parts else None
+
+
+def load_weights(model, path: str, *, skip_head: bool | None = None) -> None:
+    """Loads a pretrained checkpoint into a model built by `VisionTransformer` / `ViT*`.
+
+    The layout is detected from the file: official `.npz` (released pre-Linen names,
+    Linen-numbered names, `opt/target/` prefix), big_vision `.npz` (`params/` prefix), timm ViT
+    `.safetensors` and Hugging Face `ViTModel` / `ViTForImageClassification` `.safetensors`.
+    A position embedding of another grid is resized to the model's as the official
+    `interpolate_posembed` does (see `resize_position_embedding`).
+
+    Args:
+        model: the target model; its architecture must match the checkpoint's.
+        path: the checkpoint file (local or `gs://`).
+        skip_head: None (default) loads the head when it fits and otherwise leaves the model's
+            head (and pre_logits the checkpoint has but the model lacks) at its initial
+            values, with a logged message; False requires the head to load; True never loads
+            the head.
+
+    Raises:
+        ValueError: unreadable or unknown file, or any missing, unexpected or mis-shaped
+            tensor (all listed with expected and found shapes). The model is then unchanged.
+    """
+    if skip_head not in (None, True, False):
+        raise ValueError(f"skip_head must be None, True or False, got {skip_head!r}")
+    targets = keys.model_variables(model)
+    checkpoint = read_checkpoint(path, keys.num_heads(model))
+    skipped, reason = _head_names_to_skip(checkpoint.tensors, targets, skip_head)
+    if reason:
+        logger.warning("load_weights(%s): not loading %s (%s); the model's head keeps its "
+                       "initial values", path, ", ".join(sorted(skipped)), reason)
+    tensors = {name: value for name, value in checkpoint.tensors.items() if name not in skipped}
+    targets = {name: value for name, value in targets.items() if name not in skipped}
+    checkpoint.tensors = tensors
+    _fit_position_embedding(checkpoint, targets, model)
+    problems = _check(tensors, targets)
+    if problems:
+        raise ValueError(f"checkpoint {path!r} ({checkpoint.layout}) does not fit model "
+                         f"{model.name!r}; nothing was loaded:\n{problems}")
+    for name, variable in targets.items():
+        variable.assign(np.asarray(tensors[name], dtype=variable.dtype))
+    logger.info("load_weights: loaded %d tensors from %s (%s)", len(targets), path,
+                checkpoint.layout)

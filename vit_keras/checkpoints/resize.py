@@ -1,0 +1,89 @@
+"""Position-embedding resize for a new resolution, exactly as the official `interpolate_posembed`.
+
+The official code resizes the (square) grid of patch embeddings with
+`scipy.ndimage.zoom(order=1)`: bilinear interpolation with ALIGNED CORNERS, i.e. output index i
+samples input position i * (old - 1) / (new - 1). The class-token row is kept as it is.
+A half-pixel resize (`tf.image.resize`, `jax.image.resize`) gives different values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _as_grid(grid, what: str) -> tuple[int, int]:
+    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
+        grid = (grid, grid)
+    try:
+        rows, cols = (int(side) for side in grid)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an int or (rows, cols), got {grid!r}") from None
+    if rows < 1 or cols < 1:
+        raise ValueError(f"{what} must be positive, got {grid!r}")
+    return rows, cols
+
+
+def square_grid(num_tokens: int) -> tuple[int, int] | None:
+    """(g, g) when `num_tokens` == g * g, else None."""
+    side = math.isqrt(num_tokens)
+    return (side, side) if side * side == num_tokens else None
+
+
+def _resize_axis(values: np.ndarray, new_length: int, axis: int) -> np.ndarray:
+    """Linear interpolation along one axis with aligned corners (the ends map onto the ends)."""
+    old_length = values.shape[axis]
+    if new_length == old_length:
+        return values
+    # A length-1 output samples position 0, as scipy.ndimage.zoom does.
+    scale = (old_length - 1) / (new_length - 1) if new_length > 1 else 0.0
+    positions = np.arange(new_length) * scale
+    lower = np.clip(np.floor(positions).astype(int), 0, old_length - 1)
+    upper = np.minimum(lower + 1, old_length - 1)
+    weight_shape = [1] * values.ndim
+    weight_shape[axis] = new_length
+    upper_weight = (positions - lower).reshape(weight_shape)
+    return (np.take(values, lower, axis=axis) * (1.0 - upper_weight)
+            + np.take(values, upper, axis=axis) * upper_weight)
+
+
+def resize_position_embedding(posemb, new_grid, has_class_token: bool, old_grid=None
+                              ) -> np.ndarray:
+    """Resizes a learned position embedding to a new patch grid (official rule).
+
+    Args:
+        posemb: array (1, tokens, D) or (tokens, D); the class-token row first if there is one.
+        new_grid: target grid, an int (square) or (rows, cols).
+        has_class_token: whether the first row belongs to the class token (kept unchanged).
+        old_grid: the grid of `posemb`, (rows, cols); None infers a square grid, as the
+            official code does.
+
+    Returns:
+        float array shaped like `posemb` with rows * cols (+1) tokens, in `posemb`'s dtype.
+
+    Raises:
+        ValueError: the token count does not match `old_grid` or is not a square.
+    """
+    posemb = np.asarray(posemb)
+    if posemb.ndim not in (2, 3) or (posemb.ndim == 3 and posemb.shape[0] != 1):
+        raise ValueError(f"posemb must be (1, tokens, D) or (tokens, D), got {posemb.shape}")
+    table = posemb.reshape(posemb.shape[-2:])
+    prefix, grid_rows = (table[:1], table[1:]) if has_class_token else (table[:0], table)
+    num_grid = grid_rows.shape[0]
+    if old_grid is None:
+        old_grid = square_grid(num_grid)
+        if old_grid is None:
+            raise ValueError(
+                f"cannot infer the grid of a position embedding with {num_grid} patch tokens: "
+                "expected a square number (pass old_grid=(rows, cols) for a non-square grid)")
+    old_rows, old_cols = _as_grid(old_grid, "old_grid")
+    if old_rows * old_cols != num_grid:
+        raise ValueError(f"old_grid {old_grid} has {old_rows * old_cols} tokens, but posemb has "
+                         f"{num_grid} patch tokens")
+    new_rows, new_cols = _as_grid(new_grid, "new_grid")
+    grid = grid_rows.reshape(old_rows, old_cols, -1).astype(np.float64)
+    grid = _resize_axis(_resize_axis(grid, new_rows, 0), new_cols, 1)
+    grid = grid.reshape(new_rows * new_cols, -1).astype(table.dtype)
+    resized = np.concatenate([prefix, grid], axis=0)
+    return resized[None] if posemb.ndim == 3 else resized

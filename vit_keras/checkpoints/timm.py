@@ -1,0 +1,86 @@
+"""timm `VisionTransformer` state dicts (`.safetensors`): `blocks.N.*` names, fused `qkv`.
+
+torch `Linear` weights are (out, in), so kernels are transposed; the fused `qkv` projection
+stacks query, key and value along its output axis, each ordered head by head.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from vit_keras.checkpoints import keys
+
+_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
+_TOP_LEVEL = {
+    "cls_token": keys.CLS,
+    "pos_embed": keys.POSEMB,
+    "patch_embed.proj.bias": "embedding/bias",
+    "norm.weight": "Transformer/encoder_norm/scale",
+    "norm.bias": "Transformer/encoder_norm/bias",
+    "head.bias": "head/bias",
+    "pre_logits.fc.bias": "pre_logits/bias",
+}
+_BLOCK_SIMPLE = {
+    "norm1.weight": "LayerNorm_0/scale", "norm1.bias": "LayerNorm_0/bias",
+    "norm2.weight": "LayerNorm_2/scale", "norm2.bias": "LayerNorm_2/bias",
+    "mlp.fc1.bias": f"{keys.MLP}/Dense_0/bias", "mlp.fc2.bias": f"{keys.MLP}/Dense_1/bias",
+    "attn.proj.bias": f"{keys.ATTENTION}/out/bias",
+}
+_BLOCK_LINEAR = {"mlp.fc1.weight": f"{keys.MLP}/Dense_0/kernel",
+                 "mlp.fc2.weight": f"{keys.MLP}/Dense_1/kernel"}
+
+
+def looks_timm(tensors) -> bool:
+    """True when the names are those of a timm ViT state dict."""
+    return "patch_embed.proj.weight" in tensors and any(_BLOCK.match(name) for name in tensors)
+
+
+def _block(part: str, value: np.ndarray, heads: int) -> dict:
+    if part in _BLOCK_SIMPLE:
+        return {_BLOCK_SIMPLE[part]: value}
+    if part in _BLOCK_LINEAR:
+        return {_BLOCK_LINEAR[part]: value.T}
+    if part in ("attn.qkv.weight", "attn.qkv.bias") and value.shape[0] % 3 == 0:
+        is_weight = part.endswith("weight")
+        result = {}
+        for name, chunk in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
+            if is_weight:  # (D_out, D_in) -> (D_in, heads, head_dim)
+                result[f"{keys.ATTENTION}/{name}/kernel"] = keys.split_heads(chunk.T, heads, -1)
+            else:
+                result[f"{keys.ATTENTION}/{name}/bias"] = keys.split_heads(chunk, heads, -1)
+        return result
+    if part == "attn.proj.weight":  # (D_out, D_in) -> (heads, head_dim, D_out)
+        return {f"{keys.ATTENTION}/out/kernel": keys.split_heads(value.T, heads, axis=0)}
+    return {}
+
+
+def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
+    """Converts a timm ViT state dict to canonical names.
+
+    Args:
+        tensors: name -> array as read from the file.
+        num_heads: attention heads of the target model (the fused weights do not say).
+
+    Returns:
+        The `Checkpoint`; names with no official counterpart (e.g. `fc_norm.*`, `reg_token`,
+        layer scales) are kept as they are, so they show up as unexpected keys.
+    """
+    result = {}
+    for name, value in tensors.items():
+        block = _BLOCK.match(name)
+        converted = {}
+        if block:
+            prefix = keys.block_prefix(int(block.group(1)))
+            converted = {prefix + key: array
+                         for key, array in _block(block.group(2), value, num_heads).items()}
+        elif name in _TOP_LEVEL:
+            converted = {_TOP_LEVEL[name]: value}
+        elif name == "patch_embed.proj.weight" and value.ndim == 4:
+            converted = {"embedding/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
+        elif name in ("head.weight", "pre_logits.fc.weight"):
+            converted = {name.split(".")[0] + "/kernel": value.T}
+        result.update(converted or {name: value})
+    # timm keeps the class-token row unless built with no_embed_class: the row count tells.
+    return keys.Checkpoint(result, "timm safetensors", posemb_has_cls_row=None)
