@@ -1,0 +1,260 @@
+"""Export a trained model: SavedModel, TFLite fp32/fp16/int8, with a parity and speed report.
+
+Writes into the output directory `saved_model/`, `model.tflite`, `model_fp16.tflite`,
+`model_dynamic_int8.tflite`, `model_int8.tflite` (the chosen formats) and `export.json`, which
+records per format: size in bytes, max |logit difference| against the Keras model, top-1
+agreement with Keras and accuracy on the evaluation images, and the median batch-1 latency
+through LiteRT. Full-integer int8 is calibrated on images of `--data`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_dynamic_int8", "tflite_int8")
+DEFAULT_FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_int8")
+FILENAMES = {
+    "saved_model": "saved_model",
+    "tflite": "model.tflite",
+    "tflite_fp16": "model_fp16.tflite",
+    "tflite_dynamic_int8": "model_dynamic_int8.tflite",
+    "tflite_int8": "model_int8.tflite",
+}
+QUANTIZATION = {"tflite": None, "tflite_fp16": "fp16", "tflite_dynamic_int8": "dynamic_int8",
+                "tflite_int8": "int8"}
+REPORT_NAME = "export.json"
+LATENCY_THREADS = 2
+
+
+def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representative_images=None,
+                 eval_images=None, eval_labels=None, num_calibration_images: int = 300,
+                 latency_runs: int = 50) -> dict:
+    """Exports `model` in every chosen format, checks each file against Keras, writes export.json.
+
+    Args:
+        model: the trained Keras classifier (input [batch, H, W, 3] in [-1, 1]).
+        output_dir: directory receiving the files (created if missing).
+        formats: names out of `FORMATS`.
+        representative_images: float32 [N, H, W, 3] in 0..255 from the training data; required
+            for 'tflite_int8' (the first `num_calibration_images` calibrate it).
+        eval_images: float32 [N, H, W, 3] in 0..255 to measure parity and accuracy on;
+            defaults to the representative images (or 8 random images).
+        eval_labels: int labels [N] of `eval_images`; without them accuracy is null.
+        num_calibration_images: calibration set size for int8.
+        latency_runs: timed batch-1 LiteRT calls per TFLite file (median reported).
+
+    Returns:
+        The export.json content: {'formats': {name: {file, size_bytes, max_abs_logit_diff,
+        top1_agreement, accuracy, latency_ms, ...}}, 'keras': {'accuracy': ...}, ...}.
+    """
+    import numpy as np
+
+    from vit_keras import export
+
+    formats = _check_formats(formats)
+    if "tflite_int8" in formats and representative_images is None:
+        raise ValueError("format 'tflite_int8' (full-integer) needs representative_images: a "
+                         "few hundred training images, float32 [N, H, W, 3] in 0..255, to "
+                         "calibrate; got None. Pass them (vit export --data ...) or drop "
+                         "tflite_int8 from the formats.")
+    eval_images, eval_labels = _evaluation_set(model, eval_images, eval_labels,
+                                               representative_images)
+    keras_logits = _keras_logits(model, eval_images)
+    report = {
+        "input": {"shape": list(eval_images.shape[1:]), "dtype": "float32",
+                  "range": [0, 255], "layout": "NHWC RGB"},
+        "eval_examples": int(len(eval_images)),
+        "latency": {"batch_size": 1, "threads": LATENCY_THREADS, "runs": latency_runs,
+                    "statistic": "median"},
+        "keras": {"accuracy": _accuracy(keras_logits, eval_labels)},
+        "formats": {},
+    }
+    os.makedirs(output_dir, exist_ok=True)
+    for name in formats:
+        path = os.path.join(output_dir, FILENAMES[name])
+        if name == "saved_model":
+            export.saved_model(model, path)
+            logits = _saved_model_logits(path, eval_images)
+            entry = {"latency_ms": None}
+        else:
+            lite_report = export.tflite(
+                model, path, quantization=QUANTIZATION[name],
+                representative_data=representative_images, verify_images=eval_images[:32],
+                num_calibration_images=num_calibration_images)
+            lite_model = export.TFLiteModel(path, num_threads=LATENCY_THREADS)
+            logits = lite_model(eval_images)
+            entry = {"quantization": QUANTIZATION[name] or "float32", "ops": lite_report["ops"],
+                     "latency_ms": round(lite_model.latency_ms(runs=latency_runs), 3)}
+        report["formats"][name] = {
+            "file": FILENAMES[name],
+            "size_bytes": _size(path),
+            "max_abs_logit_diff": float(np.max(np.abs(logits - keras_logits))),
+            "top1_agreement": float(np.mean(logits.argmax(-1) == keras_logits.argmax(-1))),
+            "accuracy": _accuracy(logits, eval_labels),
+            **entry,
+        }
+    from vit_keras.export import atomic
+
+    atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
+                       (json.dumps(report, indent=2) + "\n").encode())
+    return report
+
+
+def _check_formats(formats) -> tuple:
+    if isinstance(formats, str):
+        formats = [name.strip() for name in formats.split(",") if name.strip()]
+    formats = tuple(formats)
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {formats}")
+    return formats
+
+
+def _evaluation_set(model, images, labels, representative_images):
+    import numpy as np
+
+    from vit_keras.export import graph
+
+    height, width = graph.image_size(model)
+    if images is None:
+        images = representative_images
+        labels = None
+    if images is None:
+        images = np.random.default_rng(0).uniform(0, 255, (8, height, width, 3))
+    images = np.asarray(images, dtype=np.float32)
+    if images.ndim != 4 or images.shape[1:] != (height, width, 3):
+        raise ValueError(f"eval images must be [N, {height}, {width}, 3] float32 in 0..255, "
+                         f"got shape {images.shape}")
+    if labels is not None:
+        labels = np.asarray(labels).astype(np.int64).reshape(-1)
+        if len(labels) != len(images):
+            raise ValueError(f"got {len(labels)} eval labels for {len(images)} eval images")
+    return images, labels
+
+
+def _keras_logits(model, images):
+    import numpy as np
+
+    from vit_keras.export import graph
+
+    logits_model, _ = graph.split_activation(model)
+    logits = graph.logits_function(logits_model)
+    return np.concatenate([np.asarray(logits(images[i:i + 64]), dtype=np.float32)
+                           for i in range(0, len(images), 64)])
+
+
+def _saved_model_logits(path, images):
+    import numpy as np
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    return np.concatenate([serve(images=tf.constant(images[i:i + 64]))["logits"].numpy()
+                           for i in range(0, len(images), 64)])
+
+
+def _accuracy(logits, labels):
+    if labels is None:
+        return None
+    return float((logits.argmax(-1) == labels).mean())
+
+
+def _size(path: str) -> int:
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="trained .keras model file")
+    parser.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
+                        help=f"comma-separated, out of {','.join(FORMATS)} "
+                             "(default: %(default)s)")
+    parser.add_argument("--output", default=None,
+                        help="output directory (default: the model file's directory)")
+    parser.add_argument("--data", default=None,
+                        help="images for int8 calibration and evaluation: a data set spec of "
+                             "`vit train` (e.g. digits) or an .npz with 'images' (N,H,W,3, "
+                             "0..255) and optional 'labels'")
+    parser.add_argument("--calibration-images", type=int, default=300,
+                        help="images calibrating int8 (default: %(default)s)")
+    parser.add_argument("--eval-images", type=int, default=None,
+                        help="cap on evaluation images (default: all)")
+    parser.add_argument("--latency-runs", type=int, default=50,
+                        help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
+
+
+def run(args) -> int:
+    import keras
+
+    import vit_keras  # noqa: F401  (registers the layers for loading)
+    from vit_keras.export import graph
+
+    try:
+        formats = _check_formats(args.formats)
+    except ValueError as error:
+        print(f"vit export: {error}", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.model):
+        print(f"vit export: no model file at {args.model}", file=sys.stderr)
+        return 2
+    model = keras.saving.load_model(args.model, safe_mode=True)
+    image_hw = graph.image_size(model)
+    calibration = eval_images = eval_labels = None
+    if args.data:
+        calibration, eval_images, eval_labels = _load_data(args.data, image_hw)
+        if args.eval_images is not None:
+            eval_images, eval_labels = eval_images[:args.eval_images], (
+                None if eval_labels is None else eval_labels[:args.eval_images])
+    elif "tflite_int8" in formats:
+        print("vit export: tflite_int8 needs --data to calibrate on (a few hundred training "
+              "images); pass --data or choose --formats without tflite_int8", file=sys.stderr)
+        return 2
+    output = args.output or os.path.dirname(os.path.abspath(args.model))
+    report = export_model(model, output, formats=formats, representative_images=calibration,
+                          eval_images=eval_images, eval_labels=eval_labels,
+                          num_calibration_images=args.calibration_images,
+                          latency_runs=args.latency_runs)
+    print(format_report(report))
+    print(f"wrote {', '.join(FILENAMES[name] for name in formats)} and {REPORT_NAME} "
+          f"to {output}")
+    return 0
+
+
+def format_report(report: dict) -> str:
+    """export.json as a Markdown table: format, size, latency, accuracy, agreement, logit diff."""
+    lines = ["| format | size (MB) | latency (ms) | accuracy | top-1 agreement | max logit diff |",
+             "|---|---|---|---|---|---|"]
+    keras_accuracy = report["keras"]["accuracy"]
+    lines.append(f"| keras | | | {_percent(keras_accuracy)} | | |")
+    for name, entry in report["formats"].items():
+        latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
+        lines.append(f"| {name} | {entry['size_bytes'] / 1e6:.2f} | {latency} | "
+                     f"{_percent(entry['accuracy'])} | {_percent(entry['top1_agreement'])} | "
+                     f"{entry['max_abs_logit_diff']:.2e} |")
+    return "\n".join(lines)
+
+
+def _percent(value) -> str:
+    return "" if value is None else f"{100 * value:.2f}%"
+
+
+def _load_data(spec: str, image_hw):
+    """(calibration images, eval images, eval labels) as float32 0..255 at `image_hw`."""
+    import numpy as np
+
+    if spec.endswith(".npz"):
+        with np.load(spec, allow_pickle=False) as arrays:
+            if "images" not in arrays:
+                raise ValueError(f"{spec}: expected an array 'images' (N, H, W, 3), found "
+                                 f"{sorted(arrays.files)}")
+            images = arrays["images"].astype(np.float32)
+            labels = arrays["labels"] if "labels" in arrays else None
+        return images, images, labels
+    return _load_preset_data(spec, image_hw)
+
+
+def _load_preset_data(spec, image_hw):
+    raise ValueError(f"--data {spec!r}: expected an .npz file with 'images' and 'labels'")

@@ -1,0 +1,19 @@
+"""Export to SavedModel (TF Serving / Vertex AI) and TFLite (LiteRT), and a LiteRT runner.
+
+Every exported format takes the same input: float32 RGB pixels in 0..255, NHWC, at the model's
+resolution; the [-1, 1] preprocessing is inside the exported graph.
+
+    from vit_keras import export
+    export.saved_model(model, "out/saved_model")
+    export.tflite(model, "out/model_int8.tflite", quantization="int8",
+                  representative_data=train_images)
+    logits = export.TFLiteModel("out/model_int8.tflite")(images)
+"""
+
+from vit_keras.export.lite import (IO_TYPES, QUANTIZATIONS, NonBuiltinOpsError,
+                                   check_builtin_ops, compare_with_keras, tflite)
+from vit_keras.export.runtime import TFLiteModel
+from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT, saved_model
+
+__all__ = ["saved_model", "tflite", "TFLiteModel", "NonBuiltinOpsError", "check_builtin_ops",
+           "compare_with_keras", "QUANTIZATIONS", "IO_TYPES", "SERVING_DEFAULT", "SERVE_BYTES"]

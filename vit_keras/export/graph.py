@@ -1,0 +1,92 @@
+"""The inference graph every exported format shares: 0..255 pixels -> [-1, 1] -> model -> logits.
+
+Also prepares the Keras model for export: a float32 copy of a mixed-precision model (TFLite and
+most servers want float32 graphs), and the logits when the model ends in an activation.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from vit_keras.model import preprocess_input
+
+
+def float32_model(model: keras.Model) -> keras.Model:
+    """Returns `model` itself if it computes in float32, else a float32 copy with its weights.
+
+    Args:
+        model: a functional Keras model, possibly built under a mixed-precision policy.
+
+    Returns:
+        A model whose layers all compute in float32.
+    """
+    if all(layer.compute_dtype == "float32" for layer in model._flatten_layers()):
+        return model
+
+    def clone_layer(layer):
+        return layer.__class__.from_config(_float32_config(layer.get_config()))
+
+    clone = keras.models.clone_model(model, clone_function=clone_layer)
+    clone.set_weights(model.get_weights())
+    return clone
+
+
+def _float32_config(value):
+    """A layer config with every mixed-precision dtype policy replaced by float32."""
+    if isinstance(value, dict):
+        if value.get("class_name") in ("DTypePolicy", "FloatDTypePolicy"):
+            name = value.get("config", {}).get("name", "")
+            if name.startswith("mixed_") or name in ("float16", "bfloat16"):
+                return dict(value, config=dict(value["config"], name="float32"))
+        return {key: _float32_config(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_float32_config(item) for item in value]
+    if isinstance(value, str) and (value.startswith("mixed_") or value in ("float16", "bfloat16")):
+        return "float32"
+    return value
+
+
+def split_activation(model: keras.Model):
+    """Splits a classifier into its logits model and its output activation.
+
+    Args:
+        model: a Keras classifier; if its last layer is an `Activation` (e.g. the `predictions`
+            layer of `classifier_activation='softmax'`), its input are the logits.
+
+    Returns:
+        (logits_model, activation): `activation` maps logits to probabilities (softmax when the
+        model outputs logits).
+    """
+    last = model.layers[-1]
+    if isinstance(last, keras.layers.Activation) and len(model.outputs) == 1:
+        logits_model = keras.Model(model.inputs, last.input, name=f"{model.name}_logits")
+        return logits_model, last.activation
+    return model, keras.activations.softmax
+
+
+def image_size(model: keras.Model) -> tuple[int, int]:
+    """(height, width) of the model's NHWC RGB input; raises ValueError for anything else."""
+    if len(model.inputs) != 1:
+        raise ValueError(f"expected a model with one image input, got {len(model.inputs)} inputs")
+    shape = tuple(model.inputs[0].shape)
+    if len(shape) != 4 or shape[-1] != 3 or shape[1] is None or shape[2] is None:
+        raise ValueError("expected a model input of shape [batch, height, width, 3] with a fixed "
+                         f"height and width, got {shape}")
+    return int(shape[1]), int(shape[2])
+
+
+def logits_function(logits_model: keras.Model, include_preprocessing: bool = True):
+    """A Python function: float32 pixels in 0..255 (NHWC) -> float32 logits.
+
+    Args:
+        logits_model: the float32 model returning logits.
+        include_preprocessing: map 0..255 to [-1, 1] first (False: the model takes 0..255 itself).
+    """
+
+    def logits(images):
+        if include_preprocessing:
+            images = preprocess_input(images)
+        return tf.cast(logits_model(images, training=False), tf.float32)
+
+    return logits

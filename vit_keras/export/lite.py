@@ -1,0 +1,234 @@
+"""TFLite (LiteRT) export in float32, float16, dynamic-range int8 and full-integer int8.
+
+Every file uses TFLite builtin operators only (no Flex / SELECT_TF_OPS delegate), takes float32
+RGB pixels in 0..255 (NHWC, the model's resolution; preprocessing is inside the graph) and
+returns float32 logits, unless integer input/output is asked for. Each written file is loaded
+back into the LiteRT interpreter and compared with the Keras model before `tflite` returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from vit_keras.export import atomic, graph
+from vit_keras.export.runtime import TFLiteModel
+
+QUANTIZATIONS = (None, "fp16", "dynamic_int8", "int8")
+IO_TYPES = ("float32", "int8", "uint8")
+_UNFROZEN_OPS = {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"}
+
+
+class NonBuiltinOpsError(ValueError):
+    """The model needs operators outside the TFLite builtin set (Flex/custom ops)."""
+
+
+def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
+           representative_data=None, io_type: str = "float32", batch_size: int = 1,
+           num_calibration_images: int = 300, verify_images=None,
+           include_preprocessing: bool = True) -> dict:
+    """Converts `model` to a `.tflite` file that runs on LiteRT with builtin operators only.
+
+    Args:
+        model: a Keras image classifier taking [batch, H, W, 3]; mixed-precision models are
+            converted in float32; a final `Activation` layer (e.g. softmax) is dropped so the
+            file returns logits.
+        path: destination `.tflite` file, written atomically (temporary file + rename).
+        quantization: None (float32), 'fp16' (float16 weights), 'dynamic_int8' (int8 weights,
+            float activations) or 'int8' (full-integer weights and activations, calibrated on
+            `representative_data`).
+        representative_data: float32 images [N, H, W, 3] in 0..255 (an array, or an iterable of
+            such batches, e.g. a few hundred training images); required for 'int8'.
+        io_type: 'float32' (default, same contract as every other format), or 'int8'/'uint8'
+            input and output tensors; integer I/O needs quantization='int8'.
+        batch_size: the file's fixed batch size (1 is what devices run, and the fastest);
+            None makes it dynamic.
+        num_calibration_images: at most this many images of `representative_data` calibrate.
+        verify_images: float32 images [N, H, W, 3] in 0..255 to compare the file with Keras on;
+            defaults to up to 32 images of `representative_data`, else 8 random images.
+        include_preprocessing: map 0..255 to [-1, 1] inside the graph.
+
+    Returns:
+        A report: path, quantization, io_type, size_bytes, ops (operator names),
+        max_abs_logit_diff and top1_agreement against Keras on the verification images.
+
+    Raises:
+        ValueError: bad arguments, or 'int8' without representative data.
+        NonBuiltinOpsError: the graph needs operators outside the TFLite builtin set.
+    """
+    _check_arguments(quantization, representative_data, io_type, batch_size)
+    model = graph.float32_model(model)
+    logits_model, _ = graph.split_activation(model)
+    height, width = graph.image_size(model)
+    logits = graph.logits_function(logits_model, include_preprocessing)
+    function = tf.function(logits, input_signature=[
+        tf.TensorSpec([batch_size, height, width, 3], tf.float32, name="images")])
+    content = _convert(function.get_concrete_function(), quantization, representative_data,
+                       io_type, num_calibration_images, (height, width))
+    ops = check_builtin_ops(content)
+    atomic.write_bytes(path, content)
+    report = {"path": path, "quantization": quantization, "io_type": io_type,
+              "size_bytes": len(content), "ops": ops}
+    if verify_images is None:
+        verify_images = _verification_images(representative_data, (height, width))
+    report.update(compare_with_keras(logits_model, TFLiteModel(path), verify_images,
+                                     include_preprocessing))
+    return report
+
+
+def _check_arguments(quantization, representative_data, io_type, batch_size):
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    if io_type not in IO_TYPES:
+        raise ValueError(f"io_type must be one of {IO_TYPES}, got {io_type!r}")
+    if io_type != "float32" and quantization != "int8":
+        raise ValueError(f"io_type={io_type!r} needs quantization='int8', got {quantization!r}")
+    if quantization == "int8" and representative_data is None:
+        raise ValueError("quantization='int8' (full-integer) needs representative_data: a few "
+                         "hundred float32 images [N, H, W, 3] in 0..255 from the training data "
+                         "to calibrate activation ranges; got None. Use "
+                         "quantization='dynamic_int8' to quantize weights only.")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+
+
+def _convert(concrete_function, quantization, representative_data, io_type,
+             num_calibration_images, image_hw) -> bytes:
+    # Freezing the weights into constants first: converting Keras 3 variables directly leaves
+    # VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as uninitialised.
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+
+    frozen = convert_variables_to_constants_v2(concrete_function)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantization is not None:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "fp16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantization == "int8":
+        images = list(_calibration_images(representative_data, image_hw, num_calibration_images))
+        converter.representative_dataset = lambda: ([image] for image in images)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.as_dtype(io_type)
+        converter.inference_output_type = tf.as_dtype(io_type)
+    try:
+        return converter.convert()
+    except Exception as error:  # the converter raises ConverterError, not a public type
+        message = str(error)
+        if "Flex" in message or "TF op" in message or "not supported" in message:
+            raise NonBuiltinOpsError(
+                f"TFLite conversion ({quantization or 'float32'}) needs operators outside the "
+                f"TFLite builtin set, which most devices cannot run: {message}") from error
+        raise
+
+
+def _calibration_images(representative_data, image_hw, limit):
+    """Yields single images [1, H, W, 3] float32 from an array or an iterable of batches."""
+    if isinstance(representative_data, np.ndarray) or tf.is_tensor(representative_data):
+        batches = [representative_data]
+    else:
+        batches = representative_data
+    count = 0
+    for batch in batches:
+        batch = np.asarray(batch, dtype=np.float32)
+        if batch.ndim == 3:
+            batch = batch[None]
+        if batch.ndim != 4 or batch.shape[1:] != (*image_hw, 3):
+            raise ValueError(f"representative_data must hold images [N, {image_hw[0]}, "
+                             f"{image_hw[1]}, 3] in 0..255, got a batch of shape {batch.shape}")
+        for image in batch:
+            if count >= limit:
+                return
+            count += 1
+            yield image[None]
+    if count == 0:
+        raise ValueError("representative_data holds no images")
+
+
+def _verification_images(representative_data, image_hw):
+    if representative_data is not None:
+        images = list(itertools.islice(_calibration_images(representative_data, image_hw, 32),
+                                       32))
+        return np.concatenate(images, axis=0)
+    return np.random.default_rng(0).uniform(0, 255, (8, *image_hw, 3)).astype(np.float32)
+
+
+def compare_with_keras(logits_model: keras.Model, lite_model: TFLiteModel, images,
+                       include_preprocessing: bool = True) -> dict:
+    """Runs the same images through Keras and LiteRT.
+
+    Args:
+        logits_model: the Keras model returning logits.
+        lite_model: the converted file.
+        images: float32 [N, H, W, 3] in 0..255.
+        include_preprocessing: whether the Keras model needs [-1, 1] inputs.
+
+    Returns:
+        {'max_abs_logit_diff': float, 'top1_agreement': float in [0, 1], 'verified_images': N}.
+    """
+    images = np.asarray(images, dtype=np.float32)
+    logits_fn = graph.logits_function(logits_model, include_preprocessing)
+    expected = np.concatenate([np.asarray(logits_fn(images[i:i + 64]))
+                               for i in range(0, len(images), 64)])
+    actual = lite_model(images)
+    return {
+        "max_abs_logit_diff": float(np.max(np.abs(actual - expected))),
+        "top1_agreement": float(np.mean(actual.argmax(-1) == expected.argmax(-1))),
+        "verified_images": int(len(images)),
+    }
+
+
+def _builtin_names() -> dict:
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    return {code: name for name, code in vars(schema.BuiltinOperator).items()
+            if not name.startswith("_")}
+
+
+def check_builtin_ops(content: bytes) -> list[str]:
+    """Lists the operators of a `.tflite` flatbuffer and checks they are all TFLite builtins.
+
+    Args:
+        content: the file's bytes.
+
+    Returns:
+        Sorted operator names.
+
+    Raises:
+        NonBuiltinOpsError: a custom or Flex (SELECT_TF_OPS) operator is present, or weights
+            were left as variables.
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    flatbuffer = schema.Model.GetRootAs(content, 0)
+    names = _builtin_names()
+    ops, custom = set(), set()
+    for index in range(flatbuffer.OperatorCodesLength()):
+        code = flatbuffer.OperatorCodes(index)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == schema.BuiltinOperator.CUSTOM:
+            custom.add((code.CustomCode() or b"?").decode())
+        else:
+            ops.add(names.get(builtin, str(builtin)))
+    if custom:
+        raise NonBuiltinOpsError(
+            f"the TFLite model uses non-builtin operators {sorted(custom)} (Flex/custom ops need "
+            "the TensorFlow select-ops delegate, which most devices do not have)")
+    if ops & _UNFROZEN_OPS:
+        raise NonBuiltinOpsError(
+            f"the TFLite model keeps variables ({sorted(ops & _UNFROZEN_OPS)}); expected "
+            "constant weights")
+    return sorted(ops)
+
+
+def file_size(path: str) -> int:
+    """Size of a file in bytes, or the total of a directory tree (e.g. a SavedModel)."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names)

@@ -1,0 +1,117 @@
+"""Runs a `.tflite` file with the LiteRT interpreter, the way a phone or a board would."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+
+class TFLiteModel:
+    """A `.tflite` image classifier exported by `vit_keras.export.tflite`, run through LiteRT.
+
+    Call it on float32 NHWC RGB images in 0..255 at the model's resolution; it returns float32
+    logits. Files with integer input/output are quantized/dequantized here, so the contract is
+    the same for every precision. Files with a fixed batch of 1 are run image by image.
+
+    Args:
+        path: the `.tflite` file.
+        num_threads: interpreter threads.
+
+    Attributes:
+        input_shape: (height, width, channels) the model expects.
+        num_classes: width of the logits.
+        ops: sorted names of the operators in the file.
+    """
+
+    def __init__(self, path: str, num_threads: int = 2):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.path = path
+        self.num_threads = num_threads
+        self._interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        self._input = self._interpreter.get_input_details()[0]
+        self._output = self._interpreter.get_output_details()[0]
+        signature = self._input["shape_signature"]
+        if len(signature) != 4:
+            raise ValueError(f"{path}: expected one NHWC image input, got input shape {signature}")
+        self.input_shape = tuple(int(size) for size in signature[1:])
+        self.num_classes = int(self._output["shape_signature"][-1])
+        self._fixed_batch = int(signature[0]) if signature[0] > 0 else None
+        self._batch = None
+        if self._fixed_batch is not None:
+            self._interpreter.allocate_tensors()
+            self._batch = self._fixed_batch
+        self.ops = sorted({op["op_name"] for op in self._interpreter._get_ops_details()})
+
+    def __call__(self, images) -> np.ndarray:
+        """Classifies images.
+
+        Args:
+            images: float32 array [batch, height, width, 3] (or one image [height, width, 3])
+                with values in 0..255.
+
+        Returns:
+            float32 logits [batch, num_classes].
+        """
+        images = np.asarray(images, dtype=np.float32)
+        if images.ndim == 3:
+            images = images[None]
+        if images.ndim != 4 or images.shape[1:] != self.input_shape:
+            raise ValueError(f"expected images of shape [batch, {', '.join(map(str, self.input_shape))}]"
+                             f", got {images.shape}")
+        if self._fixed_batch is None:
+            return self._invoke(images)
+        step = self._fixed_batch
+        if len(images) % step:
+            raise ValueError(f"{self.path} has a fixed batch of {step}; got {len(images)} images")
+        return np.concatenate([self._invoke(images[i:i + step])
+                               for i in range(0, len(images), step)], axis=0)
+
+    def _invoke(self, images: np.ndarray) -> np.ndarray:
+        if self._batch != len(images):
+            self._interpreter.resize_tensor_input(self._input["index"], images.shape)
+            self._interpreter.allocate_tensors()
+            self._batch = len(images)
+        self._interpreter.set_tensor(self._input["index"], _quantize(images, self._input))
+        self._interpreter.invoke()
+        return _dequantize(self._interpreter.get_tensor(self._output["index"]), self._output)
+
+    def latency_ms(self, runs: int = 50, warmup: int = 5) -> float:
+        """Median wall time of one batch-1 call, in milliseconds.
+
+        Args:
+            runs: timed calls.
+            warmup: untimed calls first (XNNPACK packs weights on the first call).
+
+        Returns:
+            The median over `runs`.
+        """
+        image = np.random.default_rng(0).uniform(0, 255, (1, *self.input_shape))
+        image = image.astype(np.float32)
+        for _ in range(warmup):
+            self(image)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            self(image)
+            times.append(time.perf_counter() - start)
+        return 1000.0 * statistics.median(times)
+
+
+def _quantize(values: np.ndarray, details: dict) -> np.ndarray:
+    dtype = details["dtype"]
+    if dtype == np.float32:
+        return values
+    scale, zero_point = details["quantization"]
+    info = np.iinfo(dtype)
+    quantized = np.round(values / scale) + zero_point
+    return np.clip(quantized, info.min, info.max).astype(dtype)
+
+
+def _dequantize(values: np.ndarray, details: dict) -> np.ndarray:
+    if details["dtype"] == np.float32:
+        return values.copy()
+    scale, zero_point = details["quantization"]
+    return ((values.astype(np.float32) - zero_point) * scale).astype(np.float32)

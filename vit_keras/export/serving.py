@@ -1,0 +1,89 @@
+"""SavedModel export with TF Serving signatures for float pixels and for encoded image files."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from vit_keras.export import atomic, graph
+
+SERVING_DEFAULT = "serving_default"
+SERVE_BYTES = "serve_bytes"
+
+
+class _ServingModule(tf.Module):
+    """Holds the model and the two serving functions that `tf.saved_model.save` writes."""
+
+    def __init__(self, model: keras.Model, include_preprocessing: bool):
+        super().__init__()
+        self.model = graph.float32_model(model)
+        logits_model, self._activation = graph.split_activation(self.model)
+        self._logits = graph.logits_function(logits_model, include_preprocessing)
+        self.height, self.width = graph.image_size(self.model)
+        self.serve = tf.function(self._serve, input_signature=[
+            tf.TensorSpec([None, self.height, self.width, 3], tf.float32, name="images")])
+        self.serve_bytes = tf.function(self._serve_bytes, input_signature=[
+            tf.TensorSpec([None], tf.string, name="image_bytes")])
+
+    def _outputs(self, images):
+        logits = self._logits(images)
+        probabilities = tf.cast(self._activation(logits), tf.float32)
+        return {"probabilities": probabilities, "logits": logits}
+
+    def _serve(self, images):
+        return self._outputs(images)
+
+    def _serve_bytes(self, image_bytes):
+        images = tf.map_fn(self._decode, image_bytes,
+                           fn_output_signature=tf.TensorSpec([self.height, self.width, 3],
+                                                             tf.float32))
+        return self._outputs(images)
+
+    def _decode(self, encoded):
+        """One JPEG/PNG/BMP/GIF file -> float32 RGB 0..255 at the model's resolution.
+
+        A corrupt or unsupported file fails this request with an InvalidArgumentError naming the
+        problem; the server keeps running.
+        """
+        tf.debugging.assert_greater(
+            tf.strings.length(encoded), 0,
+            message="serve_bytes: got an empty string; expected an encoded JPEG, PNG, BMP or "
+                    "GIF image")
+        image = tf.io.decode_image(encoded, channels=3, expand_animations=False,
+                                   dtype=tf.uint8)
+        image = tf.image.resize(tf.cast(image, tf.float32), (self.height, self.width),
+                                method="bilinear", antialias=True)
+        return tf.clip_by_value(image, 0.0, 255.0)
+
+
+def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = True) -> str:
+    """Writes `model` as a TensorFlow SavedModel for TF Serving / Vertex AI.
+
+    Signatures (batch dimension dynamic in both):
+    - `serving_default`: `images` float32 [batch, H, W, 3], RGB 0..255 ->
+      `probabilities` and `logits` float32 [batch, classes].
+    - `serve_bytes`: `image_bytes` string [batch] of encoded JPEG, PNG, BMP or GIF files
+      (grayscale and RGBA become RGB; GIFs use their first frame), resized to H x W
+      (bilinear, antialiased) inside the graph -> the same outputs.
+
+    Args:
+        model: a Keras image classifier taking [batch, H, W, 3] (e.g. from `VisionTransformer`).
+            Mixed-precision models are exported as float32. A model ending in an `Activation`
+            layer (e.g. softmax) gives its input as `logits`; otherwise softmax of the output
+            gives `probabilities`.
+        path: destination directory (local or gs://). Written to a temporary sibling and renamed,
+            so a failed export leaves nothing under `path`.
+        include_preprocessing: map 0..255 to [-1, 1] inside the graph (the ViT input range).
+            False when the model already takes 0..255 pixels.
+
+    Returns:
+        `path`.
+    """
+    module = _ServingModule(model, include_preprocessing)
+    signatures = {
+        SERVING_DEFAULT: module.serve.get_concrete_function(),
+        SERVE_BYTES: module.serve_bytes.get_concrete_function(),
+    }
+    with atomic.staged_path(path) as temporary:
+        tf.saved_model.save(module, temporary, signatures=signatures)
+    return path
