@@ -3,6 +3,10 @@
 `ViTForImageClassification` stores the encoder under `vit.` and the head as `classifier`;
 a bare `ViTModel` has no prefix and, by default, a pooler (`pooler.dense`, a Dense + tanh on
 the class token), which is exactly this library's `pre_logits` layer and loads into it.
+
+Both generations of block names are read: transformers 4.x (the files on the Hub,
+`encoder.layer.N.attention.attention.query`, `intermediate.dense`, `output.dense`) and
+transformers 5.x (`layers.N.attention.q_proj`, `mlp.fc1`, `mlp.fc2`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import re
 
 from vit_keras.checkpoints import keys
 
-_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
+_LAYER = re.compile(r"^(?:encoder\.layer|layers)\.(\d+)\.(.+)\.(weight|bias)$")
 _LAYER_NORMS = {"layernorm_before": "LayerNorm_0", "layernorm_after": "LayerNorm_2"}
 _LAYER_DENSES = {
     "attention.attention.query": f"{keys.ATTENTION}/query",
@@ -20,6 +24,13 @@ _LAYER_DENSES = {
     "attention.output.dense": f"{keys.ATTENTION}/out",
     "intermediate.dense": f"{keys.MLP}/Dense_0",
     "output.dense": f"{keys.MLP}/Dense_1",
+    # transformers 5.x
+    "attention.q_proj": f"{keys.ATTENTION}/query",
+    "attention.k_proj": f"{keys.ATTENTION}/key",
+    "attention.v_proj": f"{keys.ATTENTION}/value",
+    "attention.o_proj": f"{keys.ATTENTION}/out",
+    "mlp.fc1": f"{keys.MLP}/Dense_0",
+    "mlp.fc2": f"{keys.MLP}/Dense_1",
 }
 _TOP_LEVEL_NORMS = {"layernorm": "Transformer/encoder_norm"}
 _TOP_LEVEL_DENSES = {"pooler.dense": "pre_logits", "classifier": "head"}
