@@ -46,7 +46,8 @@ def read_tensors(path: str) -> tuple[str, dict[str, np.ndarray]]:
     """
     gfile = _gfile()
     if not gfile.exists(path):
-        raise ValueError(f"checkpoint file {path!r} does not exist")
+        raise ValueError(f"checkpoint file {path!r} does not exist (nothing is downloaded: pass "
+                         "the path of a downloaded .npz or .safetensors file)")
     with gfile.GFile(path, "rb") as file:
         data = file.read()
     file_format = detect_format(data)
@@ -68,8 +69,10 @@ def _read_npz(data: bytes) -> dict[str, np.ndarray]:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             tensors = {name: archive[name] for name in archive.files}
-    except ValueError as error:  # numpy's message for object arrays mentions allow_pickle
-        raise ValueError(f"{error} (pickled objects are refused)") from None
+    except ValueError as error:
+        if "allow_pickle" in str(error):  # numpy's message for object arrays
+            raise ValueError(f"{error} (pickled objects are refused)") from None
+        raise ValueError(f"truncated or corrupt .npz archive ({error})") from None
     except (zipfile.BadZipFile, EOFError, OSError, KeyError, struct.error) as error:
         raise ValueError(f"truncated or corrupt .npz archive ({type(error).__name__}: {error})"
                          ) from None
