@@ -157,9 +157,10 @@ def load_weights(model, path: str, *, skip_head: bool | None = None) -> None:
         model: the target model; its architecture must match the checkpoint's.
         path: the checkpoint file (local or `gs://`).
         skip_head: None (default) loads the head when it fits and otherwise leaves the model's
-            head (and pre_logits the checkpoint has but the model lacks) at its initial
-            values, with a logged message; False requires the head to load; True never loads
-            the head.
+            head at its initial values, with a logged warning (a checkpoint's pre_logits
+            that the model lacks is then dropped too, with the head: the official
+            "drop-head" fine-tuning variant); False requires the head to load; True never
+            loads the head. A model's pre_logits that the checkpoint lacks is always an error.
 
     Raises:
         ValueError: unreadable or unknown file, or any missing, unexpected or mis-shaped
