@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 
 import keras
 import numpy as np
@@ -20,6 +21,7 @@ from vit_keras.export.runtime import TFLiteModel
 
 QUANTIZATIONS = (None, "fp16", "dynamic_int8", "int8")
 IO_TYPES = ("float32", "int8", "uint8")
+_NON_BUILTIN_HINTS = ("custom op", "flex", "select", "not supported", "tf op")
 _UNFROZEN_OPS = {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"}
 
 
@@ -120,10 +122,13 @@ def _convert(concrete_function, quantization, representative_data, io_type,
         return converter.convert()
     except Exception as error:  # the converter raises ConverterError, not a public type
         message = str(error)
-        if "Flex" in message or "TF op" in message or "not supported" in message:
+        if any(key in message.lower() for key in _NON_BUILTIN_HINTS):
+            ops = sorted(set(re.findall(r"(?:Custom ops|Flex ops|TF Select ops): ([^\n]+)",
+                                        message)))
             raise NonBuiltinOpsError(
                 f"TFLite conversion ({quantization or 'float32'}) needs operators outside the "
-                f"TFLite builtin set, which most devices cannot run: {message}") from error
+                f"TFLite builtin set {ops or ''}, which most devices cannot run (no Flex "
+                f"delegate). Converter message: {message[:2000]}") from error
         raise
 
 

@@ -11,29 +11,27 @@ SERVING_DEFAULT = "serving_default"
 SERVE_BYTES = "serve_bytes"
 
 
-class _ServingModule(tf.Module):
-    """Holds the model and the two serving functions that `tf.saved_model.save` writes."""
+class _ServingFunctions:
+    """The two serving functions over one float32 model, ready to register as endpoints."""
 
     def __init__(self, model: keras.Model, include_preprocessing: bool):
-        super().__init__()
         self.model = graph.float32_model(model)
         logits_model, self._activation = graph.split_activation(self.model)
         self._logits = graph.logits_function(logits_model, include_preprocessing)
         self.height, self.width = graph.image_size(self.model)
-        self.serve = tf.function(self._serve, input_signature=[
-            tf.TensorSpec([None, self.height, self.width, 3], tf.float32, name="images")])
-        self.serve_bytes = tf.function(self._serve_bytes, input_signature=[
-            tf.TensorSpec([None], tf.string, name="image_bytes")])
+        self.images_spec = tf.TensorSpec([None, self.height, self.width, 3], tf.float32,
+                                         name="images")
+        self.bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
 
     def _outputs(self, images):
         logits = self._logits(images)
         probabilities = tf.cast(self._activation(logits), tf.float32)
         return {"probabilities": probabilities, "logits": logits}
 
-    def _serve(self, images):
+    def serve(self, images):
         return self._outputs(images)
 
-    def _serve_bytes(self, image_bytes):
+    def serve_bytes(self, image_bytes):
         images = tf.map_fn(self._decode, image_bytes,
                            fn_output_signature=tf.TensorSpec([self.height, self.width, 3],
                                                              tf.float32))
@@ -79,11 +77,14 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
     Returns:
         `path`.
     """
-    module = _ServingModule(model, include_preprocessing)
-    signatures = {
-        SERVING_DEFAULT: module.serve.get_concrete_function(),
-        SERVE_BYTES: module.serve_bytes.get_concrete_function(),
-    }
+    functions = _ServingFunctions(model, include_preprocessing)
+    # keras.export.ExportArchive (rather than a bare tf.Module) registers the Keras variables
+    # so that TF1-style loaders (TF Serving, saved_model_cli) restore them too.
+    archive = keras.export.ExportArchive()
+    archive.track(functions.model)
+    archive.add_endpoint(SERVING_DEFAULT, functions.serve, input_signature=[functions.images_spec])
+    archive.add_endpoint(SERVE_BYTES, functions.serve_bytes,
+                         input_signature=[functions.bytes_spec])
     with atomic.staged_path(path) as temporary:
-        tf.saved_model.save(module, temporary, signatures=signatures)
+        archive.write_out(temporary, verbose=False)
     return path

@@ -1,0 +1,106 @@
+"""SavedModel export: both serving signatures reload, match Keras, and refuse corrupt images."""
+
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from vit_keras import VisionTransformer, export, preprocess_input
+
+
+@pytest.fixture
+def exported(tiny_config, tmp_path):
+    model = VisionTransformer(tiny_config, classifier_activation="softmax")
+    rng = np.random.default_rng(1)
+    for weight in model.get_layer("head").weights:
+        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
+    images = rng.integers(0, 256, (6, 32, 32, 3)).astype("float32")
+    path = str(tmp_path / "saved_model")
+    assert export.saved_model(model, path) == path
+    return model, images, path
+
+
+def _encode(image, fmt, mode="RGB"):
+    buffer = io.BytesIO()
+    Image.fromarray(image.astype("uint8")).convert(mode).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def test_signatures_reload_and_match_keras(exported):
+    model, images, path = exported
+    loaded = tf.saved_model.load(path)
+    assert set(loaded.signatures) == {"serving_default", "serve_bytes"}
+    outputs = loaded.signatures["serving_default"](images=tf.constant(images))
+    probabilities = model(preprocess_input(images)).numpy()
+    np.testing.assert_allclose(outputs["probabilities"].numpy(), probabilities, atol=1e-5)
+    np.testing.assert_allclose(tf.nn.softmax(outputs["logits"]).numpy(), probabilities,
+                               atol=1e-5)
+    # Lossless formats at the model's resolution decode to the same pixels: same answers.
+    for fmt in ("PNG", "BMP"):
+        encoded = tf.constant([_encode(image, fmt) for image in images])
+        from_bytes = loaded.signatures["serve_bytes"](image_bytes=encoded)
+        np.testing.assert_allclose(from_bytes["probabilities"].numpy(), probabilities, atol=1e-5)
+
+
+def test_serve_bytes_decodes_every_format_and_mode(exported):
+    _, images, path = exported
+    serve_bytes = tf.saved_model.load(path).signatures["serve_bytes"]
+    big = np.kron(images[0], np.ones((3, 2, 1)))  # 96 x 64: resized inside the graph
+    encoded = [_encode(images[0], "JPEG"), _encode(images[0], "GIF"),
+               _encode(images[0], "PNG", "L"), _encode(images[0], "PNG", "RGBA"),
+               _encode(big, "PNG")]
+    probabilities = serve_bytes(image_bytes=tf.constant(encoded))["probabilities"].numpy()
+    assert probabilities.shape == (5, 5)
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+
+
+def test_corrupt_image_is_a_clear_error_not_a_crash(exported):
+    _, images, path = exported
+    serve_bytes = tf.saved_model.load(path).signatures["serve_bytes"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Unknown image file format"):
+        serve_bytes(image_bytes=tf.constant([b"this is not an image"]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="got an empty string"):
+        serve_bytes(image_bytes=tf.constant([b""]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid PNG data"):
+        serve_bytes(image_bytes=tf.constant([_encode(images[0], "PNG")[:60]]))
+    # The same loaded model keeps serving after the failed requests.
+    good = serve_bytes(image_bytes=tf.constant([_encode(images[0], "PNG")]))
+    assert good["probabilities"].shape == (1, 5)
+
+
+def test_saved_model_cli_gives_keras_top1(exported, tmp_path):
+    model, images, path = exported
+    expected = model(preprocess_input(images)).numpy().argmax(-1)
+    np.save(tmp_path / "images.npy", images)
+    np.savez(tmp_path / "bytes.npz",
+             image_bytes=np.array([_encode(image, "PNG") for image in images]))
+    runs = {"serving_default": f"images={tmp_path / 'images.npy'}",
+            "serve_bytes": f"image_bytes={tmp_path / 'bytes.npz'}[image_bytes]"}
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    for signature, inputs in runs.items():
+        outdir = tmp_path / signature
+        subprocess.run([cli, "run", "--dir", path, "--tag_set", "serve", "--signature_def",
+                        signature, "--inputs", inputs, "--outdir", str(outdir)],
+                       check=True, capture_output=True, env=dict(os.environ,
+                                                                 TF_CPP_MIN_LOG_LEVEL="3"))
+        logits = np.load(outdir / "logits.npy", allow_pickle=False)
+        np.testing.assert_array_equal(logits.argmax(-1), expected)
+
+
+def test_failed_export_leaves_no_directory(tiny_config, tmp_path, monkeypatch):
+    model = VisionTransformer(tiny_config)
+    real_save = tf.saved_model.save
+
+    def save_then_fail(obj, directory, **kwargs):
+        real_save(obj, directory, **kwargs)
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(tf.saved_model, "save", save_then_fail)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        export.saved_model(model, str(tmp_path / "saved_model"))
+    assert list(tmp_path.iterdir()) == []

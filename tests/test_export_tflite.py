@@ -1,0 +1,150 @@
+"""TFLite export: every precision loads in LiteRT with builtin ops only and matches Keras."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from vit_keras import VisionTransformer, export, preprocess_input
+from vit_keras.export import atomic
+
+
+def _classifier(config, **kwargs):
+    """A tiny ViT whose head is not the zero init, so logits differ between images."""
+    model = VisionTransformer(config, **kwargs)
+    rng = np.random.default_rng(1)
+    for weight in model.get_layer("head").weights:
+        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
+    return model
+
+
+def _images(count, size=32, seed=0):
+    return np.random.default_rng(seed).uniform(0, 255, (count, size, size, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("quantization,bound", [(None, 1e-4), ("fp16", 1e-2),
+                                                ("dynamic_int8", None), ("int8", None)])
+def test_each_precision_loads_in_litert_with_builtin_ops(tiny_config, tmp_path, quantization,
+                                                         bound):
+    model = _classifier(tiny_config)
+    images = _images(48)
+    path = str(tmp_path / "model.tflite")
+    report = export.tflite(model, path, quantization=quantization, representative_data=images)
+    lite = export.TFLiteModel(path)
+    assert lite.input_shape == (32, 32, 3) and lite.num_classes == 5
+    assert not any(op.startswith("Flex") or op == "CUSTOM" for op in lite.ops)
+    assert report["ops"] == export.check_builtin_ops(open(path, "rb").read())
+    assert report["size_bytes"] == len(open(path, "rb").read())
+    logits = lite(images[:4])
+    assert logits.dtype == np.float32 and logits.shape == (4, 5)
+    if bound is not None:
+        assert report["max_abs_logit_diff"] <= bound
+        assert report["top1_agreement"] == 1.0
+    else:
+        assert report["top1_agreement"] >= 0.5  # random weights and inputs: a loose sanity bar
+
+
+def test_int8_file_is_full_integer_and_int8_io_option(tiny_config, tmp_path):
+    model = _classifier(tiny_config)
+    images = _images(32)
+    float_io = export.tflite(model, str(tmp_path / "a.tflite"), quantization="int8",
+                             representative_data=images)
+    assert {"QUANTIZE", "DEQUANTIZE"} <= set(float_io["ops"])
+    int_io = export.tflite(model, str(tmp_path / "b.tflite"), quantization="int8",
+                           representative_data=images, io_type="int8")
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(tmp_path / "b.tflite"))
+    assert interpreter.get_input_details()[0]["dtype"] == np.int8
+    assert interpreter.get_output_details()[0]["dtype"] == np.int8
+    # The runner quantizes/dequantizes, so both files answer alike on float pixels.
+    assert int_io["top1_agreement"] >= float_io["top1_agreement"] - 0.1
+
+
+def test_int8_without_representative_data_raises(tiny_config, tmp_path):
+    model = VisionTransformer(tiny_config)
+    path = tmp_path / "model.tflite"
+    with pytest.raises(ValueError, match="needs representative_data"):
+        export.tflite(model, str(path), quantization="int8")
+    with pytest.raises(ValueError, match="quantization must be one of"):
+        export.tflite(model, str(path), quantization="int4")
+    with pytest.raises(ValueError, match="needs quantization='int8'"):
+        export.tflite(model, str(path), io_type="int8")
+    assert not path.exists()
+
+
+def test_exact_erf_gelu_also_converts_to_builtins(tiny_config, tmp_path):
+    model = _classifier(tiny_config.replace(gelu_approximate=False, classifier="gap"))
+    report = export.tflite(model, str(tmp_path / "erf.tflite"))
+    assert "GELU" in report["ops"]
+    assert report["max_abs_logit_diff"] <= 1e-4
+
+
+def test_softmax_model_exports_logits(tiny_config, tmp_path):
+    model = _classifier(tiny_config, classifier_activation="softmax")
+    images = _images(4)
+    export.tflite(model, str(tmp_path / "m.tflite"))
+    logits = export.TFLiteModel(str(tmp_path / "m.tflite"))(images)
+    head = tf.keras.Model if False else None  # noqa: F841  (keep flake quiet)
+    probabilities = model(preprocess_input(images)).numpy()
+    np.testing.assert_allclose(tf.nn.softmax(logits).numpy(), probabilities, atol=1e-5)
+
+
+def test_mixed_precision_model_exports_as_float32(tiny_config, tmp_path):
+    import keras
+
+    float_model = _classifier(tiny_config)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    mixed = VisionTransformer(tiny_config)
+    mixed.set_weights(float_model.get_weights())
+    keras.mixed_precision.set_global_policy("float32")
+    images = _images(8)
+    report = export.tflite(mixed, str(tmp_path / "m.tflite"), verify_images=images)
+    assert report["max_abs_logit_diff"] <= 1e-4  # against the float32 copy it converts
+    float_logits = float_model(preprocess_input(images)).numpy()
+    lite_logits = export.TFLiteModel(str(tmp_path / "m.tflite"))(images)
+    np.testing.assert_allclose(lite_logits, float_logits, atol=1e-4)
+
+
+def test_non_builtin_operators_are_refused(tmp_path):
+    import keras
+
+    @keras.saving.register_keras_serializable(package="test_export")
+    class Erfc(keras.layers.Layer):
+        def call(self, inputs):
+            return tf.math.erfc(inputs)
+
+    inputs = keras.Input((8, 8, 3))
+    outputs = keras.layers.Dense(3)(keras.layers.Flatten()(Erfc()(inputs)))
+    model = keras.Model(inputs, outputs)
+    path = tmp_path / "m.tflite"
+    with pytest.raises(export.NonBuiltinOpsError, match="outside the TFLite builtin set"):
+        export.tflite(model, str(path))
+    assert not path.exists()
+
+
+def test_runner_checks_shapes_and_batches(tiny_config, tmp_path):
+    model = _classifier(tiny_config)
+    export.tflite(model, str(tmp_path / "fixed.tflite"))
+    export.tflite(model, str(tmp_path / "dynamic.tflite"), batch_size=None)
+    images = _images(3)
+    fixed = export.TFLiteModel(str(tmp_path / "fixed.tflite"))
+    dynamic = export.TFLiteModel(str(tmp_path / "dynamic.tflite"))
+    np.testing.assert_allclose(fixed(images), dynamic(images), atol=1e-5)
+    np.testing.assert_allclose(fixed(images[0]), fixed(images[:1]), atol=0)
+    with pytest.raises(ValueError, match=r"expected images of shape \[batch, 32, 32, 3\]"):
+        fixed(np.zeros((1, 16, 16, 3), np.float32))
+    assert fixed.latency_ms(runs=3, warmup=1) > 0
+
+
+def test_failed_write_leaves_nothing_under_the_final_name(tmp_path, monkeypatch):
+    target = tmp_path / "model.tflite"
+    target.write_bytes(b"previous")
+
+    def broken_rename(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.io.gfile, "rename", broken_rename)
+    with pytest.raises(OSError, match="disk full"):
+        atomic.write_bytes(str(target), b"new contents")
+    assert target.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.tflite"]
