@@ -1,0 +1,177 @@
+"""Callbacks of `vit train`: resumable atomic backups, best-model saving and a one-line log.
+
+A backup is the model AND optimizer state (moments, step counter, so the learning rate too) in
+`backup/ckpt-<step>.weights.h5` plus `backup/state.json` naming it with the epoch and the step
+inside that epoch. `state.json` is replaced atomically only after its weights file is complete,
+so a run killed at any instant leaves a usable backup; `--resume` continues from it at the same
+epoch and step (the input pipeline skips the batches already seen).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+STATE_FILE = "state.json"
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Writes `text` to `path` through a temporary file and a rename (works on gs:// too)."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as file:
+        file.write(text)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def save_weights_atomic(model: keras.Model, path: str) -> None:
+    """`model.save_weights(path)` through a temporary file in the same directory."""
+    directory = os.path.dirname(path)
+    temporary = os.path.join(directory, f"tmp-{os.getpid()}-{os.path.basename(path)}")
+    if "://" in path:  # h5py writes local files only: write locally, then copy
+        import tempfile
+
+        local = os.path.join(tempfile.mkdtemp(), os.path.basename(path))
+        model.save_weights(local)
+        tf.io.gfile.copy(local, temporary, overwrite=True)
+        os.remove(local)
+    else:
+        model.save_weights(temporary)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def read_backup(directory: str) -> dict | None:
+    """The backup state `{'epoch', 'step', 'global_step', 'weights'}` in `directory`, or None."""
+    path = os.path.join(directory, STATE_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as file:
+        state = json.loads(file.read())
+    if not tf.io.gfile.exists(os.path.join(directory, state["weights"])):
+        raise ValueError(f"backup {path} names {state['weights']}, which is missing")
+    return state
+
+
+def restore_backup(model: keras.Model, directory: str) -> dict | None:
+    """Loads the latest backup of `directory` into a compiled model (weights + optimizer).
+
+    Returns:
+        The backup state, or None when there is no backup.
+    """
+    state = read_backup(directory)
+    if state is None:
+        return None
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    path = os.path.join(directory, state["weights"])
+    if "://" in path:
+        import tempfile
+
+        local = os.path.join(tempfile.mkdtemp(), state["weights"])
+        tf.io.gfile.copy(path, local, overwrite=True)
+        path = local
+    model.load_weights(path)
+    return state
+
+
+class ResumableBackup(keras.callbacks.Callback):
+    """Backs up the training state every `every_steps` steps and at each epoch end.
+
+    Args:
+        directory: backup folder (local or gs://).
+        steps_per_epoch: steps of a full epoch.
+        every_steps: steps between mid-epoch backups (0 = epoch ends only).
+        write: False on processes that must not write (non-chief workers).
+        step_offset: steps of the current epoch already done before this `fit` (resume).
+    """
+
+    def __init__(self, directory: str, steps_per_epoch: int, every_steps: int = 0,
+                 write: bool = True, step_offset: int = 0):
+        super().__init__()
+        self.directory = directory
+        self.steps_per_epoch = steps_per_epoch
+        self.every_steps = every_steps
+        self.write = write
+        self.step_offset = step_offset
+        self._epoch = 0
+        self._last_saved = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save(epoch + 1, 0)
+        self.step_offset = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.every_steps:
+            return
+        step = self.step_offset + batch + 1
+        global_step = self._epoch * self.steps_per_epoch + step
+        previous = self._last_saved or 0
+        if step < self.steps_per_epoch and global_step // self.every_steps > previous // \
+                self.every_steps:
+            self.save(self._epoch, step)
+
+    def save(self, epoch: int, step: int) -> None:
+        """Writes a backup taken after `step` steps of epoch `epoch`."""
+        global_step = epoch * self.steps_per_epoch + step
+        self._last_saved = global_step
+        if not self.write:
+            return
+        tf.io.gfile.makedirs(self.directory)
+        name = f"ckpt-{global_step}.weights.h5"
+        save_weights_atomic(self.model, os.path.join(self.directory, name))
+        old = read_backup(self.directory) if tf.io.gfile.exists(
+            os.path.join(self.directory, STATE_FILE)) else None
+        state = {"epoch": epoch, "step": step, "global_step": global_step, "weights": name}
+        atomic_write_text(os.path.join(self.directory, STATE_FILE), json.dumps(state))
+        if old and old["weights"] != name:
+            tf.io.gfile.remove(os.path.join(self.directory, old["weights"]))
+
+
+class BestModel(keras.callbacks.Callback):
+    """Saves the weights with the best validation accuracy seen (atomically)."""
+
+    def __init__(self, path: str, monitor: str = "val_accuracy", write: bool = True):
+        super().__init__()
+        self.path = path
+        self.monitor = monitor
+        self.write = write
+        self.best = None
+        self.best_epoch = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or (self.best is not None and value <= self.best):
+            return
+        self.best, self.best_epoch = float(value), epoch + 1
+        if self.write:
+            save_weights_atomic(self.model, self.path)
+
+
+class EpochLog(keras.callbacks.Callback):
+    """Prints one line per epoch: losses, accuracies, learning rate and seconds."""
+
+    def __init__(self, epochs: int, print_fn=print):
+        super().__init__()
+        self.epochs = epochs
+        self.print_fn = print_fn
+        self._start = time.perf_counter()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        parts = [f"epoch {epoch + 1:>3}/{self.epochs}"]
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "val_top5"):
+            if key in logs:
+                parts.append(f"{key} {logs[key]:.4f}")
+        learning_rate = self.model.optimizer.learning_rate
+        parts.append(f"lr {float(keras.ops.convert_to_numpy(learning_rate)):.2e}")
+        parts.append(f"{time.perf_counter() - self._start:.1f}s")
+        self.print_fn("  ".join(parts), flush=True)

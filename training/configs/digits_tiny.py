@@ -1,0 +1,37 @@
+"""digits_tiny: the offline default. scikit-learn's 8x8 digits, a small ViT, a few minutes on CPU.
+
+The 1797 digits are split 80/20 (stratified, fixed seed); 'val' is the 20% test split. A plain
+ViT without augmentation reaches about 95% here; small geometric jitter (no flips: digits are
+not mirror-symmetric), label smoothing, AdamW with warmup + cosine and mean pooling close the
+gap to an RBF SVM (98.9%).
+"""
+
+from training.configs import Preset
+
+PRESET = Preset(
+    name="digits_tiny",
+    data="digits",
+    model="custom",
+    image_size=16,
+    patch_size=4,
+    hidden_size=64,
+    mlp_dim=128,
+    num_heads=4,
+    num_layers=4,
+    classifier="gap",
+    epochs=60,
+    batch_size=64,
+    optimizer="adamw",
+    lr=2e-3,
+    weight_decay=0.05,
+    schedule="cosine",
+    warmup_epochs=3,
+    clipnorm=1.0,
+    label_smoothing=0.1,
+    train_crop="resize",
+    translate=0.125,
+    rotate=0.05,
+    zoom=0.1,
+    eval_every=10,
+    seed=0,
+)

@@ -1,0 +1,487 @@
+"""tf.data sources (digits, image folder, tfds, TFRecord) and the one pipeline that feeds `fit`.
+
+Data specs:
+    `digits`             scikit-learn's bundled 8x8 digits (1797 images, offline); a stratified,
+                         seeded 80/20 split: split 'train' or 'test'.
+    `folder:PATH`        one sub-folder per class holding JPEG/PNG/BMP/GIF files; the classes are
+                         the sorted sub-folder names; `val_split` holds out a stratified fraction.
+    `tfds:NAME[:SPLIT]`  a TensorFlow Datasets builder with an `image` and a `label` feature
+                         (`--data-dir` is its data_dir, local or gs://).
+    `tfrecord:GLOB`      TFRecord files of tf.train.Examples with `image/encoded` (JPEG/PNG/BMP/GIF
+                         bytes) and `image/class/label` (int64, 0-based). Class names come from a
+                         `labels.txt` (one per line) next to the files, else `class_<i>`.
+
+Bad files: a `folder:` source checks every file up front (signature and a PIL verify) and
+refuses to start, naming the bad files, because a run that dies hours in is the worst outcome.
+Records of a `tfrecord:`/`tfds:` source cannot be checked without reading the whole data set:
+a record whose image does not decode is skipped (TensorFlow logs a warning for each one).
+
+The pipeline (`train_dataset`, `eval_dataset`): decode -> crop/resize to the model resolution
+-> batch -> augmentation (training) -> scale to [-1, 1] -> prefetch. Training batches are a pure
+function of (seed, epoch, step): each epoch is shuffled with its own seed and each batch is
+augmented with its own stateless seed, so a resumed run sees exactly the batches the
+uninterrupted run would have seen. Under a multi-worker strategy the dataset is sharded by data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# File signatures of the formats tf.io.decode_image reads.
+_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"GIF87a", b"GIF89a")
+DIGITS_TEST_FRACTION = 0.2
+DIGITS_SPLIT_SEED = 0
+
+
+@dataclasses.dataclass
+class Source:
+    """A labelled image collection, read lazily.
+
+    Attributes:
+        spec: the data spec it was made from.
+        class_names: label names, index = class id.
+        records: function returning a dataset of (record, label int32); a record is an encoded
+            image (bytes), a file path or already an uint8 image, as `decode` expects.
+        decode: function mapping one record to a uint8 [height, width, 3] image.
+        num_examples: number of examples, or None when unknown without a full read.
+        ignore_errors: skip records whose decoding fails (see the module docstring).
+        arrays: (records, labels) when the whole source is in memory (digits, folder paths):
+            then each epoch is a full random permutation; other sources are shuffled in
+            blocks of `shuffle_buffer` records.
+    """
+
+    spec: str
+    class_names: list[str]
+    records: Callable[[], tf.data.Dataset]
+    decode: Callable[[tf.Tensor], tf.Tensor]
+    num_examples: int | None = None
+    ignore_errors: bool = False
+    arrays: tuple | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Splits a data spec into (kind, argument); raises ValueError on an unknown kind."""
+    kind, _, argument = spec.partition(":")
+    if kind == "digits" and not argument:
+        return kind, ""
+    if kind in ("folder", "tfds", "tfrecord") and argument:
+        return kind, argument
+    raise ValueError(f"data spec {spec!r} not understood: expected 'digits', 'folder:PATH', "
+                     "'tfds:NAME[:SPLIT]' or 'tfrecord:GLOB'")
+
+
+def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
+                val_split: float = 0.1, seed: int = 0) -> Source:
+    """Opens the data behind `spec`.
+
+    Args:
+        spec: a data spec (see the module docstring).
+        subset: 'train' or 'val': which part of a source with a natural split to use (digits:
+            the 80% / 20% split; folder: the `val_split` hold-out; tfds: the default splits).
+        data_dir: tfds data_dir (local or gs://).
+        val_split: fraction of a folder held out as 'val' (0 = none).
+        seed: seed of the folder hold-out.
+
+    Returns:
+        A `Source`.
+    """
+    if subset not in ("train", "val"):
+        raise ValueError(f"subset must be 'train' or 'val', got {subset!r}")
+    kind, argument = parse_spec(spec)
+    if kind == "digits":
+        return digits_source("train" if subset == "train" else "test")
+    if kind == "folder":
+        return folder_source(argument, subset, val_split, seed)
+    if kind == "tfds":
+        return tfds_source(argument, subset, data_dir)
+    return tfrecord_source(argument)
+
+
+def has_natural_val(spec: str, val_split: float) -> bool:
+    """Whether `load_source(spec, 'val')` has something to give."""
+    kind, _ = parse_spec(spec)
+    if kind == "folder":
+        return val_split > 0
+    return kind in ("digits", "tfds")
+
+
+# --- digits -------------------------------------------------------------------------------------
+
+def digits_arrays(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as uint8 RGB [n, 8, 8, 3] images (0..16 scaled to 0..255) + labels.
+
+    The split is stratified 80/20 with a fixed seed, so every run sees the same test set.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    if split not in ("train", "test"):
+        raise ValueError(f"digits split must be 'train' or 'test', got {split!r}")
+    images, labels = load_digits(return_X_y=True)
+    images = np.round(images.reshape(-1, 8, 8, 1) * (255.0 / 16.0)).astype(np.uint8)
+    images = np.repeat(images, 3, axis=-1)
+    train_x, test_x, train_y, test_y = train_test_split(
+        images, labels, test_size=DIGITS_TEST_FRACTION, stratify=labels,
+        random_state=DIGITS_SPLIT_SEED)
+    if split == "train":
+        return train_x, train_y.astype(np.int32)
+    return test_x, test_y.astype(np.int32)
+
+
+def digits_source(split: str) -> Source:
+    """The digits split as a `Source` of in-memory uint8 images."""
+    images, labels = digits_arrays(split)
+    return Source(spec="digits", class_names=[str(i) for i in range(10)],
+                  records=lambda: tf.data.Dataset.from_tensor_slices((images, labels)),
+                  decode=lambda image: image, num_examples=len(labels),
+                  arrays=(images, labels))
+
+
+# --- folder -------------------------------------------------------------------------------------
+
+def check_image_file(path: str) -> str | None:
+    """Returns why `path` is not a readable JPEG/PNG/BMP/GIF image, or None if it is."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as file:
+            head = file.read(8)
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    if not any(head.startswith(signature) for signature in _SIGNATURES):
+        return "is not a JPEG, PNG, BMP or GIF file"
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except Exception as error:  # PIL raises many types for broken files
+        return f"is a corrupt image ({type(error).__name__}: {error})"
+    return None
+
+
+def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:
+    """Lists `path/<class>/<image>`; returns (class names, file paths, labels), all sorted."""
+    if not os.path.isdir(path):
+        raise ValueError(f"folder data {path!r} is not a directory: expected one sub-folder "
+                         "of images per class")
+    class_names = sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
+    if not class_names:
+        raise ValueError(f"folder data {path!r} has no class sub-folders: expected "
+                         f"{path}/<class name>/<image files>")
+    files, labels = [], []
+    for label, class_name in enumerate(class_names):
+        class_dir = os.path.join(path, class_name)
+        for name in sorted(os.listdir(class_dir)):
+            if name.lower().endswith(IMAGE_EXTENSIONS):
+                files.append(os.path.join(class_dir, name))
+                labels.append(label)
+    if not files:
+        raise ValueError(f"folder data {path!r} holds no {'/'.join(IMAGE_EXTENSIONS)} files")
+    return class_names, files, labels
+
+
+def check_files(files: list[str]) -> None:
+    """Raises ValueError naming every file that is not a readable image."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        problems = [(path, why) for path, why in zip(files, pool.map(check_image_file, files))
+                    if why]
+    if problems:
+        listing = "\n".join(f"  {path}: {why}" for path, why in problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise ValueError(f"{len(problems)} of {len(files)} image files cannot be used; fix or "
+                         f"remove them before training:\n{listing}{more}")
+
+
+def split_indices(labels: list[int], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified, seeded (train, held-out) index split; each class keeps >= 1 train example."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"val_split must be in [0, 1), got {fraction!r}")
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    train, held_out = [], []
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        count = min(int(round(fraction * len(members))), len(members) - 1)
+        held_out.extend(members[:count])
+        train.extend(members[count:])
+    return np.sort(np.asarray(train, int)), np.sort(np.asarray(held_out, int))
+
+
+def decode_image(encoded: tf.Tensor) -> tf.Tensor:
+    """Encoded JPEG/PNG/BMP/GIF bytes -> uint8 [height, width, 3] (first frame of a GIF)."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def folder_source(path: str, subset: str, val_split: float, seed: int) -> Source:
+    """One sub-folder per class; every file is checked before training starts."""
+    class_names, files, labels = list_folder(path)
+    check_files(files)
+    train_idx, val_idx = split_indices(labels, val_split, seed)
+    chosen = train_idx if subset == "train" else val_idx
+    if not len(chosen):
+        raise ValueError(f"folder {path!r} has no '{subset}' images with val_split={val_split}")
+    paths = np.asarray(files)[chosen]
+    chosen_labels = np.asarray(labels, np.int32)[chosen]
+    return Source(spec=f"folder:{path}", class_names=class_names,
+                  records=lambda: tf.data.Dataset.from_tensor_slices((paths, chosen_labels)),
+                  decode=lambda file: decode_image(tf.io.read_file(file)),
+                  num_examples=len(chosen), arrays=(paths, chosen_labels))
+
+
+# --- tfds ---------------------------------------------------------------------------------------
+
+def tfds_source(argument: str, subset: str, data_dir: str | None) -> Source:
+    """A tfds builder; SPLIT defaults to 'train' (train) or 'validation'/'test' (val)."""
+    import tensorflow_datasets as tfds
+
+    name, _, split = argument.partition(":")
+    builder = tfds.builder(name, data_dir=data_dir)
+    try:
+        splits = list(builder.info.splits.keys())
+    except Exception:  # an unprepared builder may not know its splits yet
+        splits = []
+    if not split:
+        split = "train" if subset == "train" else next(
+            (s for s in ("validation", "test") if s in splits), "test")
+    features = builder.info.features
+    if "image" not in features or "label" not in features:
+        raise ValueError(f"tfds data set {name!r} has features {list(features)}: expected "
+                         "'image' and 'label'")
+    class_names = list(features["label"].names)
+    try:
+        num_examples = int(builder.info.splits[split].num_examples)
+    except Exception:
+        num_examples = None
+
+    def records():
+        builder.download_and_prepare()
+        dataset = builder.as_dataset(split=split, shuffle_files=False,
+                                     decoders={"image": tfds.decode.SkipDecoding()})
+        return dataset.map(lambda example: (example["image"],
+                                            tf.cast(example["label"], tf.int32)))
+
+    return Source(spec=f"tfds:{argument}", class_names=class_names, records=records,
+                  decode=decode_image, num_examples=num_examples or None, ignore_errors=True)
+
+
+# --- TFRecord -----------------------------------------------------------------------------------
+
+TFRECORD_FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+def _read_label_file(files: list[str]) -> list[str] | None:
+    path = os.path.join(os.path.dirname(files[0]), "labels.txt")
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as file:
+        return [line.strip() for line in file if line.strip()]
+
+
+def tfrecord_source(pattern: str) -> Source:
+    """TFRecord files matching `pattern` (local or gs://); see TFRECORD_FEATURES."""
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise ValueError(f"tfrecord:{pattern} matches no files")
+    parse = lambda proto: tf.io.parse_single_example(proto, TFRECORD_FEATURES)  # noqa: E731
+    class_names = _read_label_file(files)
+    num_examples = None
+    if class_names is None:  # one pass over the labels only, to learn the number of classes
+        labels = tf.data.TFRecordDataset(files).map(lambda p: parse(p)["image/class/label"])
+        labels = np.fromiter(labels.as_numpy_iterator(), dtype=np.int64)
+        num_examples = len(labels)
+        class_names = [f"class_{i}" for i in range(int(labels.max()) + 1 if len(labels) else 0)]
+    if not class_names:
+        raise ValueError(f"tfrecord:{pattern} holds no examples")
+
+    def records():
+        dataset = tf.data.TFRecordDataset(files)
+        return dataset.map(lambda proto: (parse(proto)["image/encoded"],
+                                          tf.cast(parse(proto)["image/class/label"], tf.int32)))
+
+    return Source(spec=f"tfrecord:{pattern}", class_names=class_names, records=records,
+                  decode=decode_image, num_examples=num_examples, ignore_errors=True)
+
+
+# --- the pipeline -------------------------------------------------------------------------------
+
+def resize(image: tf.Tensor, size: int) -> tf.Tensor:
+    """Any uint8/float image -> float32 [size, size, 3] in 0..255 (bilinear, half-pixel)."""
+    image = tf.image.resize(tf.cast(image, tf.float32), (size, size), method="bilinear",
+                            antialias=True)
+    return tf.clip_by_value(image, 0.0, 255.0)
+
+
+def inception_crop(image: tf.Tensor, size: int, area_min: float, seed: tf.Tensor) -> tf.Tensor:
+    """Random crop of 5-100%-style area and 3/4..4/3 aspect, resized to size x size."""
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
+        area_range=(area_min, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
+        min_object_covered=0.0, use_image_if_no_bounding_boxes=True)
+    return resize(tf.slice(image, begin, crop_size), size)
+
+
+def pad_crop(image: tf.Tensor, pad: int, seed: tf.Tensor) -> tf.Tensor:
+    """Zero-pads by `pad` pixels and randomly crops back to the input size."""
+    height, width = image.shape[0], image.shape[1]
+    padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+    return tf.image.stateless_random_crop(padded, [height, width, 3], seed=seed)
+
+
+def scale(images: tf.Tensor) -> tf.Tensor:
+    """0..255 -> [-1, 1], the ViT input range."""
+    return images / 127.5 - 1.0
+
+
+def shuffled(source: Source, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
+    """The source's records in a random order that depends only on `seed` (stateless).
+
+    In-memory sources get a full permutation; streaming ones are shuffled within consecutive
+    blocks of `buffer` records (tfds and TFRecord shards are usually shuffled on disk already).
+    """
+    seed = tf.cast(seed, tf.int64)
+    if source.arrays is not None:
+        records, labels = source.arrays
+        order = tf.argsort(tf.random.stateless_uniform([len(labels)], seed))
+        return tf.data.Dataset.from_tensor_slices((tf.gather(records, order),
+                                                   tf.gather(labels, order)))
+
+    def permute(block, batch):
+        records, labels = batch
+        keys = tf.random.stateless_uniform(tf.shape(labels), tf.stack([seed[0] + 1,
+                                                                       seed[1] * 65_537 + block]))
+        order = tf.argsort(keys)
+        return tf.data.Dataset.from_tensor_slices((tf.gather(records, order),
+                                                   tf.gather(labels, order)))
+
+    return source.records().batch(max(1, buffer)).enumerate().flat_map(permute)
+
+
+def _with_options(dataset: tf.data.Dataset, seed: int | None) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
+
+
+def train_dataset(source: Source, image_size: int, batch_size: int, *, epochs: int,
+                  seed: int = 0, crop: str = "resize", crop_area_min: float = 0.05,
+                  pad: int = 0, augment: Callable | None = None, num_classes: int | None = None,
+                  start_epoch: int = 0, start_step: int = 0, steps_per_epoch: int | None = None,
+                  shuffle_buffer: int = 10_000, drop_remainder: bool = True) -> tf.data.Dataset:
+    """Training batches `(images in [-1, 1], one-hot labels)` for epochs start_epoch..epochs-1.
+
+    Args:
+        source: the training `Source`.
+        image_size: model resolution.
+        batch_size: global batch size.
+        epochs: last epoch (exclusive).
+        seed: makes the whole stream reproducible.
+        crop: 'resize', 'inception' or 'pad_crop' (see `Preset.train_crop`).
+        crop_area_min, pad: parameters of the crops.
+        augment: batch-level augmentation `(images 0..255, one-hot labels, seed) -> same`
+            (see `training.augment`); None = none.
+        num_classes: one-hot depth (default: the source's class count).
+        start_epoch, start_step: where a resumed run picks up; batches before are skipped.
+        steps_per_epoch: batches per epoch (default: all full batches of one pass).
+        shuffle_buffer: shuffle buffer size in elements.
+        drop_remainder: drop a last partial batch (static shapes; needed for TPUs).
+
+    Returns:
+        A `tf.data.Dataset` of exactly (epochs - start_epoch) * steps_per_epoch - start_step
+        batches when steps_per_epoch is given.
+    """
+    if crop not in ("resize", "inception", "pad_crop"):
+        raise ValueError(f"train_crop must be 'resize', 'inception' or 'pad_crop', got {crop!r}")
+    depth = num_classes or source.num_classes
+    if source.num_examples:
+        shuffle_buffer = min(shuffle_buffer, source.num_examples)
+
+    def prepare(index, record, label, epoch):
+        element_seed = tf.stack([seed * 1_000_003 + epoch, 2 * index])  # even: elements
+        image = source.decode(record)
+        if crop == "inception":
+            image = inception_crop(image, image_size, crop_area_min, element_seed)
+        else:
+            image = resize(image, image_size)
+            if crop == "pad_crop" and pad > 0:
+                image = pad_crop(image, pad, element_seed)
+        return image, tf.one_hot(label, depth)
+
+    def one_epoch(epoch):
+        dataset = shuffled(source, shuffle_buffer, tf.stack([seed * 1_000_003 + 999_983, epoch]))
+        dataset = dataset.enumerate().map(lambda i, element: prepare(i, *element, epoch),
+                                          num_parallel_calls=tf.data.AUTOTUNE)
+        if source.ignore_errors:
+            dataset = dataset.ignore_errors(log_warning=True)
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        if steps_per_epoch:
+            dataset = dataset.take(steps_per_epoch)
+        dataset = dataset.enumerate()
+        return dataset.map(lambda step, batch: (epoch, step, batch))
+
+    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(one_epoch)
+    dataset = dataset.skip(start_step)
+
+    def finish(epoch, step, batch):
+        images, labels = batch
+        if augment is not None:
+            batch_seed = tf.stack([seed * 1_000_003 + epoch, 2 * step + 1])  # odd: batches
+            images, labels = augment(images, labels, batch_seed)
+        return scale(images), labels
+
+    dataset = dataset.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
+    return _with_options(dataset.prefetch(tf.data.AUTOTUNE), seed)
+
+
+def eval_images(source: Source, image_size: int) -> tf.data.Dataset:
+    """Unbatched `(image float32 0..255 [size, size, 3], label)` plain-resized, in source order."""
+    dataset = source.records().map(lambda record, label: (resize(source.decode(record),
+                                                                 image_size), label),
+                                   num_parallel_calls=tf.data.AUTOTUNE)
+    if source.ignore_errors:
+        dataset = dataset.ignore_errors(log_warning=True)
+    return dataset
+
+
+def eval_dataset(source: Source, image_size: int, batch_size: int,
+                 num_classes: int | None = None, drop_remainder: bool = False) -> tf.data.Dataset:
+    """Evaluation batches `(images in [-1, 1], one-hot labels)`: plain resize, no shuffling."""
+    depth = num_classes or source.num_classes
+    dataset = eval_images(source, image_size).batch(batch_size, drop_remainder=drop_remainder)
+    dataset = dataset.map(lambda images, labels: (scale(images), tf.one_hot(labels, depth)),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+    return _with_options(dataset.prefetch(tf.data.AUTOTUNE), None)
+
+
+def take_raw_images(source: Source, image_size: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Up to `count` eval-resized images as float32 NHWC 0..255 numpy + int labels (for export)."""
+    images, labels = [], []
+    for image, label in eval_images(source, image_size).take(count).as_numpy_iterator():
+        images.append(image)
+        labels.append(label)
+    if not images:
+        return np.zeros((0, image_size, image_size, 3), np.float32), np.zeros((0,), np.int64)
+    return np.stack(images).astype(np.float32), np.asarray(labels, np.int64)
+
+
+def steps_per_epoch(num_examples: int, batch_size: int, drop_remainder: bool = True) -> int:
+    """Batches in one pass over `num_examples` examples (at least 1)."""
+    if drop_remainder:
+        return max(1, num_examples // batch_size)
+    return max(1, -(-num_examples // batch_size))

@@ -1,0 +1,95 @@
+"""Files a run leaves behind: labels.txt, metrics.json, history.csv, curves.png, the summary."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import tensorflow as tf
+
+from training.callbacks import atomic_write_text
+
+
+def write_labels(output_dir: str, class_names: list[str]) -> str:
+    """`labels.txt`: one class name per line, line i = class i."""
+    path = os.path.join(output_dir, "labels.txt")
+    atomic_write_text(path, "".join(f"{name}\n" for name in class_names))
+    return path
+
+
+def read_labels(path: str) -> list[str]:
+    """The class names of a `labels.txt`."""
+    with tf.io.gfile.GFile(path) as file:
+        return [line.rstrip("\n") for line in file if line.strip()]
+
+
+def write_json(path: str, data: dict) -> None:
+    """Indented JSON, written atomically."""
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def read_history(path: str) -> dict[str, list[float]]:
+    """`history.csv` as columns; a repeated epoch (after a resume) keeps its last row."""
+    if not tf.io.gfile.exists(path):
+        return {}
+    with tf.io.gfile.GFile(path) as file:
+        rows = list(csv.DictReader(io.StringIO(file.read())))
+    by_epoch = {}
+    for row in rows:
+        by_epoch[int(row["epoch"])] = row
+    columns: dict[str, list[float]] = {}
+    for epoch in sorted(by_epoch):
+        for key, value in by_epoch[epoch].items():
+            columns.setdefault(key, []).append(_number(value))
+    return columns
+
+
+def _number(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):  # CSVLogger writes 'NA' for epochs without validation
+        return float("nan")
+
+
+def plot_curves(history: dict[str, list[float]], path: str) -> str | None:
+    """Loss and accuracy per epoch (train and validation) as a PNG; None without history."""
+    if not history.get("epoch"):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [epoch + 1 for epoch in history["epoch"]]
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, metric in zip(axes, ("loss", "accuracy")):
+        for key, style in ((metric, "-"), (f"val_{metric}", "o-")):
+            values = history.get(key)
+            if values:
+                points = [(e, v) for e, v in zip(epochs, values) if v == v]  # drop NaN
+                axis.plot([p[0] for p in points], [p[1] for p in points], style, label=key,
+                          markersize=3)
+        axis.set_xlabel("epoch")
+        axis.set_title(metric)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "wb") as file:
+        file.write(buffer.getvalue())
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+    return path
+
+
+def summary_table(rows: list[tuple[str, str]]) -> str:
+    """A two-column text table."""
+    key_width = max(len(key) for key, _ in rows)
+    value_width = max(len(value) for _, value in rows)
+    rule = f"+{'-' * (key_width + 2)}+{'-' * (value_width + 2)}+"
+    body = [f"| {key:<{key_width}} | {value:<{value_width}} |" for key, value in rows]
+    return "\n".join([rule, *body, rule])

@@ -1,0 +1,107 @@
+"""Train a ViT: `vit train` with no arguments runs the offline `digits_tiny` preset.
+
+Examples:
+  vit train                                         # digits_tiny, offline, a few minutes on CPU
+  vit train --config cifar10_scratch --data-dir ~/tensorflow_datasets
+  vit train --data folder:~/flowers --model S/16 --image-size 224 --set val_split=0.1
+  vit train --config finetune_384 --data tfds:oxford_iiit_pet --weights ViT-B_16.npz
+  vit train --resume                                # continue a killed run where it stopped
+  vit train --set lr=3e-3 --set translate=0.1       # override any preset field
+
+Outputs go to saved_models/<preset>/ (or --output DIR, local or gs://): model.keras,
+labels.txt, metrics.json, history.csv, curves.png, config.json, best.weights.h5, logs/
+(TensorBoard) and backup/ (resumable state, removed when the run completes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from training import configs
+
+_FLAG_FIELDS = {  # command-line flag -> preset field
+    "data": "data", "val_data": "val_data", "model": "model", "image_size": "image_size",
+    "epochs": "epochs", "batch_size": "batch_size", "lr": "lr", "weights": "weights",
+    "seed": "seed",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Registers the `vit train` options."""
+    parser.add_argument("--config", default=configs.DEFAULT_PRESET, choices=configs.PRESET_NAMES,
+                        help="preset to start from (default: %(default)s)")
+    parser.add_argument("--data", help="training data: digits | folder:PATH | "
+                        "tfds:NAME[:SPLIT] | tfrecord:GLOB")
+    parser.add_argument("--val-data", help="validation data spec (default: the source's "
+                        "held-out split)")
+    parser.add_argument("--data-dir", help="tfds data_dir (local or gs://)")
+    parser.add_argument("--model", help="ViT variant (Ti/16, S/16, B/16, B/32, L/16, ...) or "
+                        "'custom' (shape from the preset / --set)")
+    parser.add_argument("--image-size", type=int, help="model resolution in pixels")
+    parser.add_argument("--epochs", type=int, help="number of epochs")
+    parser.add_argument("--batch-size", type=int, help="GLOBAL batch size (all replicas, all "
+                        "accumulation steps)")
+    parser.add_argument("--lr", type=float, help="peak learning rate")
+    parser.add_argument("--weights", help="pre-trained weights to start from (.npz, .keras, "
+                        "...); the head is re-initialised, posemb resized to --image-size")
+    parser.add_argument("--strategy", default="auto",
+                        choices=("auto", "default", "mirrored", "multi_worker", "tpu"),
+                        help="tf.distribute strategy (default: %(default)s)")
+    parser.add_argument("--tpu", help="TPU name or grpc:// address (Cloud TPU); not needed on "
+                        "Colab or a TPU VM")
+    parser.add_argument("--mixed-precision", nargs="?", const="auto",
+                        choices=("auto", "mixed_bfloat16", "mixed_float16", "float32"),
+                        help="mixed precision; alone: bfloat16 on TPU/CPU, float16 on GPU")
+    parser.add_argument("--output", help="output folder (default: saved_models/<preset>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the backup in the output folder")
+    parser.add_argument("--seed", type=int, help="random seed (split, init, shuffle, augment)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a preset field (repeatable), e.g. --set translate=0.1; "
+                        "fields: " + ", ".join(configs.field_names()))
+    parser.add_argument("--no-export", action="store_true",
+                        help="skip the SavedModel/TFLite export at the end")
+    parser.add_argument("--no-inspect", action="store_true",
+                        help="skip the attention/embedding analysis at the end")
+    parser.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2),
+                        help="Keras fit verbosity (0: one line per epoch from vit)")
+
+
+def resolve_preset(args: argparse.Namespace) -> configs.Preset:
+    """The preset of `--config` with `--set` and the explicit flags applied (flags win)."""
+    preset = configs.get_preset(args.config)
+    preset = configs.apply_overrides(preset, args.set)
+    changes = {field: getattr(args, flag) for flag, field in _FLAG_FIELDS.items()
+               if getattr(args, flag, None) is not None}
+    if args.mixed_precision:
+        changes["mixed_precision"] = "" if args.mixed_precision == "float32" else \
+            args.mixed_precision
+    return preset.replace(**changes)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `vit train`; returns the exit status."""
+    try:
+        preset = resolve_preset(args)
+    except ValueError as error:
+        print(f"vit train: {error}", file=sys.stderr)
+        return 2
+    from training import loop
+
+    try:
+        return loop.train(preset, output=args.output, resume=args.resume,
+                          strategy_name=args.strategy, tpu=args.tpu, data_dir=args.data_dir,
+                          export=not args.no_export, inspect=not args.no_inspect,
+                          verbose=args.verbose)
+    except (ValueError, RuntimeError) as error:
+        print(f"vit train: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    parser = argparse.ArgumentParser(prog="vit train")
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))
