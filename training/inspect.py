@@ -154,9 +154,13 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     filters, explained = analysis.principal_filters(kernel, k=min(28, limit))
     outputs = keras.ops.convert_to_numpy(model(inputs, training=False))
 
+    predicted = outputs.argmax(axis=-1).tolist() if outputs.ndim == 2 else None
+    titles = names if predicted is None else [
+        f"{name}: class {label}" for name, label in zip(names, predicted)]
+
     tf.io.gfile.makedirs(output_dir)
     figures = {name: os.path.join(output_dir, file) for name, file in FIGURES.items()}
-    plots.plot_rollout(pixels, rollout, figures["rollout"], titles=names)
+    plots.plot_rollout(pixels, rollout, figures["rollout"], titles=titles)
     plots.plot_attention_distance(distances, figures["attention_distance"],
                                   image_size=config.image_hw)
     plots.plot_position_similarity(similarity, figures["position_similarity"])
@@ -165,7 +169,7 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     summary = {
         "config": config.to_dict(),
         "images": names,
-        "predicted_class": outputs.argmax(axis=-1).tolist() if outputs.ndim == 2 else None,
+        "predicted_class": predicted,
         "rollout": {"discard_ratio": discard_ratio, "head_fusion": head_fusion,
                     "maps": rollout.round(5).tolist()},
         "mean_attention_distance_px": {
