@@ -23,10 +23,13 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         warmup_steps: steps of the linear warmup (the first step has lr peak / warmup_steps).
         decay: 'cosine', 'linear' or 'constant'.
         end: learning rate at `total_steps` (and after).
+        steps_per_update: gradient-accumulation steps per optimizer update. Keras calls the
+            schedule with the raw step counter, which counts accumulation steps; dividing it
+            gives every micro-step of one update the rate the large batch would use.
     """
 
     def __init__(self, peak: float, total_steps: int, warmup_steps: int = 0,
-                 decay: str = "cosine", end: float = 0.0):
+                 decay: str = "cosine", end: float = 0.0, steps_per_update: int = 1):
         if decay not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {decay!r}")
         if total_steps < 1 or warmup_steps < 0:
@@ -37,8 +40,10 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(min(warmup_steps, total_steps))
         self.decay = decay
         self.end = float(end)
+        self.steps_per_update = int(steps_per_update)
 
     def __call__(self, step):
+        step = ops.floor_divide(step, self.steps_per_update) if self.steps_per_update > 1 else step
         step = ops.cast(step, "float32")
         warmup = self.peak * (step + 1.0) / max(self.warmup_steps, 1)
         decay_steps = max(self.total_steps - self.warmup_steps, 1)
@@ -54,14 +59,16 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"peak": self.peak, "total_steps": self.total_steps,
-                "warmup_steps": self.warmup_steps, "decay": self.decay, "end": self.end}
+                "warmup_steps": self.warmup_steps, "decay": self.decay, "end": self.end,
+                "steps_per_update": self.steps_per_update}
 
 
 def make_schedule(preset, steps_per_epoch: int) -> WarmupDecay:
     """The preset's schedule, counted in optimizer steps (after gradient accumulation)."""
     total = max(1, preset.epochs * steps_per_epoch)
     warmup = preset.warmup_steps + int(round(preset.warmup_epochs * steps_per_epoch))
-    return WarmupDecay(preset.lr, total, warmup, preset.schedule, preset.min_lr)
+    return WarmupDecay(preset.lr, total, warmup, preset.schedule, preset.min_lr,
+                       steps_per_update=max(1, preset.grad_accum_steps))
 
 
 def make_optimizer(preset, steps_per_epoch: int) -> keras.optimizers.Optimizer:
@@ -81,6 +88,8 @@ def make_optimizer(preset, steps_per_epoch: int) -> keras.optimizers.Optimizer:
         global_clipnorm=preset.clipnorm or None,
         gradient_accumulation_steps=preset.grad_accum_steps if preset.grad_accum_steps > 1
         else None,
+        use_ema=preset.ema_momentum > 0,
+        ema_momentum=preset.ema_momentum or 0.99,
     )
     decay = preset.weight_decay or None
     if preset.optimizer == "adamw":

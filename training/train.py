@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"vit train: {error}", file=sys.stderr)
         return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's INFO lines out
     from training import loop
 
     try:

@@ -49,6 +49,8 @@ class Preset:
         warmup_steps: linear warmup steps (optimizer steps); warmup_epochs adds whole epochs.
         min_lr: learning rate at the end of the decay.
         clipnorm: global gradient-norm clipping (0 = off).
+        ema_momentum: keep an exponential moving average of the weights with this momentum
+            and use it as the final model (0 = off).
         label_smoothing: label smoothing of the cross-entropy.
         train_crop: 'inception' (random-area crop, resized), 'resize' (plain resize) or
             'pad_crop' (resize, zero-pad `pad` pixels, random crop back).
@@ -99,6 +101,7 @@ class Preset:
     warmup_epochs: float = 0.0
     min_lr: float = 0.0
     clipnorm: float = 1.0
+    ema_momentum: float = 0.0
     label_smoothing: float = 0.0
     train_crop: str = "resize"
     crop_area_min: float = 0.05
