@@ -1,0 +1,117 @@
+"""Evaluate a trained model: top-1, top-5 and per-class accuracy on a data spec.
+
+Examples:
+  vit evaluate --model saved_models/digits_tiny/model.keras --data digits
+  vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
+
+`digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
+test split; tfds: validation, else test); `folder:` and `tfrecord:` on every image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Registers the `vit evaluate` options."""
+    parser.add_argument("--model", required=True, help="a .keras model saved by `vit train`")
+    parser.add_argument("--data", required=True, help="digits | folder:PATH | "
+                        "tfds:NAME[:SPLIT] | tfrecord:GLOB")
+    parser.add_argument("--data-dir", help="tfds data_dir")
+    parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
+                        "data's class names)")
+    parser.add_argument("--output", help="also write the results as JSON here")
+
+
+def load_model(path: str):
+    """A `.keras` model written by `vit train` (safe_mode=True)."""
+    import keras
+
+    import vit_keras  # noqa: F401  registers the ViT layers
+
+    if not os.path.exists(path):
+        raise ValueError(f"model file {path!r} does not exist")
+    return keras.saving.load_model(path, compile=False, safe_mode=True)
+
+
+def class_names_for(model_path: str, labels_path: str | None, fallback: list[str]) -> list[str]:
+    """Class names from --labels, else labels.txt beside the model, else `fallback`."""
+    from training.outputs import read_labels
+
+    path = labels_path or os.path.join(os.path.dirname(os.path.abspath(model_path)),
+                                       "labels.txt")
+    return read_labels(path) if os.path.exists(path) else fallback
+
+
+def evaluate(model, source, batch_size: int = 256) -> dict:
+    """Runs `model` over `source`; returns top-1, top-5, loss and per-class accuracy.
+
+    Args:
+        model: a Keras classifier taking [-1, 1] images and returning logits.
+        source: a `training.data.Source`.
+        batch_size: batch size.
+
+    Returns:
+        {'examples', 'top1', 'top5', 'loss', 'per_class': [{'class', 'examples', 'top1'}]}.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from training import data
+
+    size = int(model.input_shape[1])
+    logits, labels = [], []
+    for images, batch_labels in data.eval_images(source, size).batch(batch_size):
+        logits.append(np.asarray(model(data.scale(images), training=False), np.float64))
+        labels.append(batch_labels.numpy())
+    if not logits:
+        raise ValueError(f"{source.spec} holds no images to evaluate")
+    logits, labels = np.concatenate(logits), np.concatenate(labels).astype(int)
+    if logits.shape[1] != source.num_classes:
+        raise ValueError(f"the model has {logits.shape[1]} outputs but {source.spec} has "
+                         f"{source.num_classes} classes")
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    ranked = np.argsort(-logits, axis=1)
+    correct1 = ranked[:, 0] == labels
+    correct5 = (ranked[:, :5] == labels[:, None]).any(axis=1)
+    per_class = []
+    for index in range(logits.shape[1]):
+        members = labels == index
+        per_class.append({"class": index, "examples": int(members.sum()),
+                          "top1": float(correct1[members].mean()) if members.any() else None})
+    return {"examples": int(len(labels)), "top1": float(correct1.mean()),
+            "top5": float(correct5.mean()),
+            "loss": float(-log_probs[np.arange(len(labels)), labels].mean()),
+            "per_class": per_class}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `vit evaluate`."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from training import data
+    from training.outputs import write_json
+
+    try:
+        kind, _ = data.parse_spec(args.data)
+        subset = "val" if kind in ("digits", "tfds") else "train"
+        source = data.load_source(args.data, subset, args.data_dir, val_split=0.0)
+        model = load_model(args.model)
+        results = evaluate(model, source, args.batch_size)
+    except ValueError as error:
+        print(f"vit evaluate: error: {error}", file=sys.stderr)
+        return 1
+    names = class_names_for(args.model, args.labels, source.class_names)
+    print(f"{args.data}: {results['examples']} images  top-1 {100 * results['top1']:.2f}%  "
+          f"top-5 {100 * results['top5']:.2f}%  loss {results['loss']:.4f}")
+    width = max(len(name) for name in names)
+    for row in results["per_class"]:
+        row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
+        accuracy = "n/a" if row["top1"] is None else f"{100 * row['top1']:.2f}%"
+        print(f"  {row['name']:<{width}}  {accuracy:>8}  ({row['examples']} images)")
+    if args.output:
+        write_json(args.output, {"model": args.model, "data": args.data, **results})
+    return 0
