@@ -175,13 +175,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output", default=None,
                         help="output directory (default: the model file's directory)")
     parser.add_argument("--data", default=None,
-                        help="images for int8 calibration and evaluation: a data set spec of "
-                             "`vit train` (e.g. digits) or an .npz with 'images' (N,H,W,3, "
-                             "0..255) and optional 'labels'")
+                        help="images for int8 calibration and evaluation: a data spec of "
+                             "`vit train` (digits | folder:PATH | tfds:NAME | tfrecord:GLOB) "
+                             "or an .npz with 'images' (N,H,W,3, 0..255) and optional "
+                             "'labels' (default: the data in the config.json next to --model)")
     parser.add_argument("--calibration-images", type=int, default=300,
                         help="images calibrating int8 (default: %(default)s)")
-    parser.add_argument("--eval-images", type=int, default=None,
-                        help="cap on evaluation images (default: all)")
+    parser.add_argument("--eval-images", type=int, default=2000,
+                        help="at most this many held-out images measure accuracy and parity "
+                             "(default: %(default)s)")
     parser.add_argument("--latency-runs", type=int, default=50,
                         help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
 
@@ -203,11 +205,13 @@ def run(args) -> int:
     model = keras.saving.load_model(args.model, safe_mode=True)
     image_hw = graph.image_size(model)
     calibration = eval_images = eval_labels = None
-    if args.data:
-        calibration, eval_images, eval_labels = _load_data(args.data, image_hw)
-        if args.eval_images is not None:
-            eval_images, eval_labels = eval_images[:args.eval_images], (
-                None if eval_labels is None else eval_labels[:args.eval_images])
+    data_spec = args.data or _training_data_spec(args.model)
+    if data_spec:
+        if not args.data:
+            print(f"vit export: calibrating and evaluating on {data_spec!r}, the data the model "
+                  "was trained on (from its config.json)")
+        calibration, eval_images, eval_labels = _load_data(
+            data_spec, image_hw, args.calibration_images, args.eval_images)
     elif "tflite_int8" in formats:
         print("vit export: tflite_int8 needs --data to calibrate on (a few hundred training "
               "images); pass --data or choose --formats without tflite_int8", file=sys.stderr)
@@ -241,7 +245,17 @@ def _percent(value) -> str:
     return "" if value is None else f"{100 * value:.2f}%"
 
 
-def _load_data(spec: str, image_hw):
+def _training_data_spec(model_path: str) -> str | None:
+    """The data spec in the config.json `vit train` wrote next to the model, if any."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        preset = json.load(handle).get("preset", {})
+    return preset.get("data") or None
+
+
+def _load_data(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000):
     """(calibration images, eval images, eval labels) as float32 0..255 at `image_hw`."""
     import numpy as np
 
@@ -252,9 +266,23 @@ def _load_data(spec: str, image_hw):
                                  f"{sorted(arrays.files)}")
             images = arrays["images"].astype(np.float32)
             labels = arrays["labels"] if "labels" in arrays else None
-        return images, images, labels
-    return _load_preset_data(spec, image_hw)
+        eval_labels = None if labels is None else labels[:eval_count]
+        return images[:calibration_count], images[:eval_count], eval_labels
+    return _load_preset_data(spec, image_hw, calibration_count, eval_count)
 
 
-def _load_preset_data(spec, image_hw):
-    raise ValueError(f"--data {spec!r}: expected an .npz file with 'images' and 'labels'")
+def _load_preset_data(spec, image_hw, calibration_count, eval_count):
+    """Calibration images from the spec's training split, evaluation images + labels from its
+    held-out split (or none when it has none), resized as `vit train` resizes for evaluation."""
+    from training import data
+
+    height, width = image_hw
+    if height != width:
+        raise ValueError(f"--data {spec!r} resizes to square images; the model takes "
+                         f"{height}x{width}: pass an .npz of images at that size instead")
+    calibration, _ = data.take_raw_images(data.load_source(spec, "train"), height,
+                                          calibration_count)
+    if not data.has_natural_val(spec, val_split=0.1):
+        return calibration, None, None
+    images, labels = data.take_raw_images(data.load_source(spec, "val"), height, eval_count)
+    return calibration, images, labels

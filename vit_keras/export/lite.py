@@ -32,7 +32,7 @@ class NonBuiltinOpsError(ValueError):
 def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
            representative_data=None, io_type: str = "float32", batch_size: int = 1,
            num_calibration_images: int = 300, verify_images=None,
-           include_preprocessing: bool = True) -> dict:
+           include_preprocessing: bool = True, float_ops=()) -> dict:
     """Converts `model` to a `.tflite` file that runs on LiteRT with builtin operators only.
 
     Args:
@@ -53,6 +53,10 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
         verify_images: float32 images [N, H, W, 3] in 0..255 to compare the file with Keras on;
             defaults to up to 32 images of `representative_data`, else 8 random images.
         include_preprocessing: map 0..255 to [-1, 1] inside the graph.
+        float_ops: with quantization='int8', TFLite operator names to keep in float32 (e.g.
+            `("BATCH_MATMUL", "SOFTMAX")`: LiteRT's int8 kernel for the attention's
+            activation-by-activation matmul is not accelerated by XNNPACK and is slower than
+            float on x86/ARM CPUs). Empty (default) = full-integer.
 
     Returns:
         A report: path, quantization, io_type, size_bytes, ops (operator names),
@@ -62,7 +66,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
         ValueError: bad arguments, or 'int8' without representative data.
         NonBuiltinOpsError: the graph needs operators outside the TFLite builtin set.
     """
-    _check_arguments(quantization, representative_data, io_type, batch_size)
+    _check_arguments(quantization, representative_data, io_type, batch_size, float_ops)
     model = graph.float32_model(model)
     logits_model, _ = graph.split_activation(model)
     height, width = graph.image_size(model)
@@ -70,11 +74,11 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     function = tf.function(logits, input_signature=[
         tf.TensorSpec([batch_size, height, width, 3], tf.float32, name="images")])
     content = _convert(function.get_concrete_function(), quantization, representative_data,
-                       io_type, num_calibration_images, (height, width))
+                       io_type, num_calibration_images, (height, width), tuple(float_ops))
     ops = check_builtin_ops(content)
     atomic.write_bytes(path, content)
     report = {"path": path, "quantization": quantization, "io_type": io_type,
-              "size_bytes": len(content), "ops": ops}
+              "float_ops": list(float_ops), "size_bytes": len(content), "ops": ops}
     if verify_images is None:
         verify_images = _verification_images(representative_data, (height, width))
     report.update(compare_with_keras(logits_model, TFLiteModel(path), verify_images,
@@ -82,7 +86,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     return report
 
 
-def _check_arguments(quantization, representative_data, io_type, batch_size):
+def _check_arguments(quantization, representative_data, io_type, batch_size, float_ops):
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     if io_type not in IO_TYPES:
@@ -94,12 +98,17 @@ def _check_arguments(quantization, representative_data, io_type, batch_size):
                          "hundred float32 images [N, H, W, 3] in 0..255 from the training data "
                          "to calibrate activation ranges; got None. Use "
                          "quantization='dynamic_int8' to quantize weights only.")
+    if float_ops and (quantization != "int8" or io_type != "float32"):
+        raise ValueError("float_ops needs quantization='int8' with io_type='float32', got "
+                         f"quantization={quantization!r}, io_type={io_type!r}")
+    if isinstance(float_ops, str):
+        raise ValueError(f"float_ops must be a sequence of operator names, got {float_ops!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
 
 
 def _convert(concrete_function, quantization, representative_data, io_type,
-             num_calibration_images, image_hw) -> bytes:
+             num_calibration_images, image_hw, float_ops=()) -> bytes:
     # Freezing the weights into constants first: converting Keras 3 variables directly leaves
     # VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as uninitialised.
     from tensorflow.python.framework.convert_to_constants import (
@@ -115,6 +124,8 @@ def _convert(concrete_function, quantization, representative_data, io_type,
     elif quantization == "int8":
         images = list(_calibration_images(representative_data, image_hw, num_calibration_images))
         converter.representative_dataset = lambda: ([image] for image in images)
+        if float_ops:
+            return _convert_selectively(converter, float_ops)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = tf.as_dtype(io_type)
         converter.inference_output_type = tf.as_dtype(io_type)
@@ -130,6 +141,16 @@ def _convert(concrete_function, quantization, representative_data, io_type,
                 f"TFLite builtin set {ops or ''}, which most devices cannot run (no Flex "
                 f"delegate). Converter message: {message[:2000]}") from error
         raise
+
+
+def _convert_selectively(converter, float_ops) -> bytes:
+    """int8 everywhere except the operators named in `float_ops`, through TF's public
+    selective-quantization tool (the quantization debugger's deny list)."""
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(float_ops))
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter, debug_dataset=converter.representative_dataset,
+        debug_options=options)
+    return debugger.get_nondebug_quantized_model()
 
 
 def _calibration_images(representative_data, image_hw, limit):

@@ -1,0 +1,75 @@
+"""`export_model` (called by `vit train`) and the `vit export` command."""
+
+import json
+
+import numpy as np
+import pytest
+
+from training import cli
+from training import export as export_command
+from vit_keras import VisionTransformer
+
+
+def _model(config):
+    model = VisionTransformer(config)
+    rng = np.random.default_rng(1)
+    for weight in model.get_layer("head").weights:
+        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
+    return model
+
+
+def _images(count, seed=0):
+    return np.random.default_rng(seed).uniform(0, 255, (count, 32, 32, 3)).astype("float32")
+
+
+def test_export_model_writes_every_format_and_a_report(tiny_config, tmp_path):
+    model = _model(tiny_config)
+    images, labels = _images(16, seed=1), np.arange(16) % 5
+    report = export_command.export_model(
+        model, str(tmp_path), formats=export_command.FORMATS, representative_images=_images(32),
+        eval_images=images, eval_labels=labels, latency_runs=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        list(export_command.FILENAMES.values()) + ["export.json"])
+    assert json.loads((tmp_path / "export.json").read_text()) == report
+    assert report["eval_examples"] == 16 and report["latency"]["threads"] == 2
+    formats = report["formats"]
+    assert set(formats) == set(export_command.FORMATS)
+    assert formats["saved_model"]["max_abs_logit_diff"] <= 1e-5
+    assert formats["saved_model"]["latency_ms"] is None
+    assert formats["tflite"]["max_abs_logit_diff"] <= 1e-4
+    assert formats["tflite_fp16"]["max_abs_logit_diff"] <= 1e-2
+    keras_accuracy = report["keras"]["accuracy"]
+    for name in ("saved_model", "tflite", "tflite_fp16"):
+        assert formats[name]["top1_agreement"] == 1.0
+        assert formats[name]["accuracy"] == keras_accuracy
+    for name, entry in formats.items():
+        assert entry["size_bytes"] > 0
+        if name != "saved_model":
+            assert entry["latency_ms"] > 0
+    assert formats["tflite_int8"]["size_bytes"] < formats["tflite"]["size_bytes"]
+
+
+def test_export_model_refuses_int8_without_images_before_writing(tiny_config, tmp_path):
+    with pytest.raises(ValueError, match="tflite_int8.*needs representative_images"):
+        export_command.export_model(_model(tiny_config), str(tmp_path / "out"))
+    with pytest.raises(ValueError, match="formats must be a non-empty subset"):
+        export_command.export_model(_model(tiny_config), str(tmp_path / "out"), formats="onnx")
+    assert not (tmp_path / "out").exists()
+
+
+def test_vit_export_command(tiny_config, tmp_path, capsys):
+    model_path = tmp_path / "run" / "model.keras"
+    model_path.parent.mkdir()
+    _model(tiny_config).save(model_path)
+    data = tmp_path / "data.npz"
+    np.savez(data, images=_images(24).astype("uint8"), labels=np.arange(24) % 5)
+    argv = ["export", "--model", str(model_path), "--formats", "tflite,tflite_int8",
+            "--latency-runs", "2"]
+    assert cli.main(argv) == 2  # int8 needs calibration data
+    assert "needs --data" in capsys.readouterr().err
+    assert cli.main(argv + ["--data", str(data)]) == 0
+    assert "| tflite_int8 |" in capsys.readouterr().out
+    report = json.loads((model_path.parent / "export.json").read_text())
+    assert set(report["formats"]) == {"tflite", "tflite_int8"}
+    assert report["eval_examples"] == 24 and report["keras"]["accuracy"] is not None
+    assert (model_path.parent / "model_int8.tflite").exists()
