@@ -1,0 +1,139 @@
+"""Data sources (digits, folder, tfds mock, TFRecord), corrupt files, seeded pipeline, augment."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from training import augment, data
+from training.configs import Preset
+
+
+def _write_folder(root, per_class=3, classes=("cat", "dog"), size=(12, 10)):
+    rng = np.random.default_rng(0)
+    for index, name in enumerate(classes):
+        os.makedirs(root / name, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+            ext = ("png", "jpg", "bmp")[i % 3]
+            Image.fromarray(pixels).save(root / name / f"{index}_{i}.{ext}")
+    return root
+
+
+def test_digits_split_is_stratified_and_fixed():
+    train_x, train_y = data.digits_arrays("train")
+    test_x, test_y = data.digits_arrays("test")
+    assert train_x.shape == (1437, 8, 8, 3) and test_x.shape == (360, 8, 8, 3)
+    assert train_x.dtype == np.uint8 and train_x.max() == 255
+    assert np.bincount(test_y).min() >= 35            # every class held out ~20%
+    np.testing.assert_array_equal(data.digits_arrays("test")[1], test_y)
+
+
+def test_folder_source_lists_classes_and_holds_out_a_stratified_split(tmp_path):
+    root = _write_folder(tmp_path / "images", per_class=5)
+    train = data.load_source(f"folder:{root}", "train", val_split=0.2)
+    val = data.load_source(f"folder:{root}", "val", val_split=0.2)
+    assert train.class_names == ["cat", "dog"]
+    assert (train.num_examples, val.num_examples) == (8, 2)
+    batches = list(data.eval_dataset(val, 16, batch_size=4))
+    images, labels = batches[0]
+    assert images.shape == (2, 16, 16, 3)
+    assert float(tf.reduce_min(images)) >= -1.0 and float(tf.reduce_max(images)) <= 1.0
+    assert sorted(np.argmax(labels, axis=1).tolist()) == [0, 1]
+
+
+def test_folder_source_rejects_corrupt_files_up_front_naming_them(tmp_path):
+    root = _write_folder(tmp_path / "images")
+    (root / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (root / "dog" / "notes.png").write_text("hello")
+    with pytest.raises(ValueError) as error:
+        data.load_source(f"folder:{root}")
+    message = str(error.value)
+    assert "2 of 8 image files" in message
+    assert "broken.jpg" in message and "notes.png" in message
+
+
+def _write_tfrecord(path, count=6, classes=3, corrupt=()):
+    rng = np.random.default_rng(1)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(count):
+            pixels = rng.integers(0, 256, (9, 9, 3), dtype=np.uint8)
+            encoded = b"garbage" if i in corrupt else tf.io.encode_png(pixels).numpy()
+            feature = {
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[encoded])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[i % classes])),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(
+                feature=feature)).SerializeToString())
+
+
+def test_tfrecord_source_reads_features_and_skips_undecodable_records(tmp_path):
+    _write_tfrecord(tmp_path / "train-0.tfrecord", count=6, corrupt=(2,))
+    source = data.load_source(f"tfrecord:{tmp_path}/train-*.tfrecord")
+    assert source.num_classes == 3 and source.num_examples == 6
+    labels = [int(label) for _, label in data.eval_images(source, 8)]
+    assert labels == [0, 1, 0, 1, 2]                   # record 2 skipped, the run goes on
+    (tmp_path / "labels.txt").write_text("a\nb\nc\nd\n")
+    assert data.load_source(f"tfrecord:{tmp_path}/*.tfrecord").class_names == list("abcd")
+    with pytest.raises(ValueError, match="matches no files"):
+        data.load_source(f"tfrecord:{tmp_path}/none-*")
+
+
+def test_tfds_source_with_mock_data():
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=12):
+        train = data.load_source("tfds:mnist", "train")
+        val = data.load_source("tfds:mnist", "val")
+        assert train.num_classes == 10
+        images, labels = next(iter(data.eval_dataset(val, 16, batch_size=5)))
+        assert images.shape == (5, 16, 16, 3) and labels.shape == (5, 10)
+        batches = list(data.train_dataset(train, 16, 4, epochs=1, steps_per_epoch=3))
+        assert len(batches) == 3
+
+
+def test_train_stream_is_seeded_and_resumable():
+    source = data.digits_source("train")
+    preset = Preset(translate=0.1, rotate=0.05, mixup_alpha=0.2)
+    kwargs = dict(epochs=2, seed=3, augment=augment.build_augment(preset), steps_per_epoch=4,
+                  crop="pad_crop", pad=2)
+    full = [b for b in data.train_dataset(source, 16, 8, **kwargs)]
+    again = [b for b in data.train_dataset(source, 16, 8, **kwargs)]
+    resumed = [b for b in data.train_dataset(source, 16, 8, start_epoch=1, start_step=1,
+                                             **kwargs)]
+    other_seed = next(iter(data.train_dataset(source, 16, 8, **{**kwargs, "seed": 4})))
+    assert len(full) == 8 and len(resumed) == 3
+    for (x1, y1), (x2, y2) in zip(full, again):
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(y1, y2)
+    for (x1, y1), (x2, y2) in zip(full[5:], resumed):
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(y1, y2)
+    assert not np.array_equal(full[0][0], full[4][0])      # epochs differ
+    assert not np.array_equal(full[0][0], other_seed[0])
+    assert full[0][0].shape == (8, 16, 16, 3)
+
+
+def test_augment_layers_run_in_tf_data_with_per_batch_seeds():
+    preset = Preset(flip=True, randaugment_ops=2, randaugment_magnitude=9, mixup_alpha=0.8,
+                    cutmix_alpha=1.0, erasing_prob=0.5)
+    fn = augment.build_augment(preset)
+    images = tf.random.stateless_uniform((4, 16, 16, 3), (0, 1), 0, 255)
+    labels = tf.one_hot([0, 1, 2, 3], 4)
+    outputs = list(tf.data.Dataset.range(2).map(
+        lambda step: fn(images, labels, tf.stack([tf.constant(7, tf.int64), step]))))
+    (x0, y0), (x1, _) = outputs
+    assert x0.shape == images.shape and not np.array_equal(x0, x1)
+    np.testing.assert_allclose(tf.reduce_sum(y0, axis=1), 1.0, atol=1e-5)   # mixed labels
+    assert augment.build_augment(Preset()) is None
+
+
+def test_bad_specs_are_rejected():
+    with pytest.raises(ValueError, match="data spec"):
+        data.parse_spec("imagenet")
+    with pytest.raises(ValueError, match="not a directory"):
+        data.load_source("folder:/does/not/exist")
