@@ -67,9 +67,10 @@ def test_vit_export_command(tiny_config, tmp_path, capsys):
             "--latency-runs", "2"]
     assert cli.main(argv) == 2  # int8 needs calibration data
     assert "needs --data" in capsys.readouterr().err
-    assert cli.main(argv + ["--data", str(data)]) == 0
+    assert cli.main(argv + ["--data", str(data), "--int8-float-ops", "batch_matmul,softmax"]) == 0
     assert "| tflite_int8 |" in capsys.readouterr().out
     report = json.loads((model_path.parent / "export.json").read_text())
     assert set(report["formats"]) == {"tflite", "tflite_int8"}
+    assert report["formats"]["tflite_int8"]["float_ops"] == ["BATCH_MATMUL", "SOFTMAX"]
     assert report["eval_examples"] == 24 and report["keras"]["accuracy"] is not None
     assert (model_path.parent / "model_int8.tflite").exists()

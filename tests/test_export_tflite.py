@@ -148,3 +148,26 @@ def test_failed_write_leaves_nothing_under_the_final_name(tmp_path, monkeypatch)
         atomic.write_bytes(str(target), b"new contents")
     assert target.read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.tflite"]
+
+
+def _op_input_dtypes(path, op_name):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    return {interpreter._get_tensor_details(op["inputs"][0], 0)["dtype"]
+            for op in interpreter._get_ops_details() if op["op_name"] == op_name}
+
+
+def test_int8_float_ops_keep_the_named_operators_in_float(tiny_config, tmp_path):
+    model = _classifier(tiny_config)
+    images = _images(32)
+    full, mixed = str(tmp_path / "full.tflite"), str(tmp_path / "mixed.tflite")
+    export.tflite(model, full, quantization="int8", representative_data=images)
+    report = export.tflite(model, mixed, quantization="int8", representative_data=images,
+                           float_ops=("BATCH_MATMUL", "SOFTMAX"))
+    assert report["float_ops"] == ["BATCH_MATMUL", "SOFTMAX"]
+    assert _op_input_dtypes(full, "BATCH_MATMUL") == {np.int8}
+    assert _op_input_dtypes(mixed, "BATCH_MATMUL") == {np.float32}
+    assert _op_input_dtypes(mixed, "FULLY_CONNECTED") == {np.int8}
+    with pytest.raises(ValueError, match="float_ops needs quantization='int8'"):
+        export.tflite(model, mixed, quantization="fp16", float_ops=("SOFTMAX",))
