@@ -26,14 +26,14 @@ def test_export_model_writes_every_format_and_a_report(tiny_config, tmp_path):
     model = _model(tiny_config)
     images, labels = _images(16, seed=1), np.arange(16) % 5
     report = export_command.export_model(
-        model, str(tmp_path), formats=export_command.FORMATS, representative_images=_images(32),
+        model, str(tmp_path), representative_images=_images(32),
         eval_images=images, eval_labels=labels, latency_runs=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        list(export_command.FILENAMES.values()) + ["export.json"])
+        ["saved_model", "model.tflite", "model_fp16.tflite", "model_int8.tflite", "export.json"])
     assert json.loads((tmp_path / "export.json").read_text()) == report
     assert report["eval_examples"] == 16 and report["latency"]["threads"] == 2
     formats = report["formats"]
-    assert set(formats) == set(export_command.FORMATS)
+    assert tuple(formats) == export_command.DEFAULT_FORMATS
     assert formats["saved_model"]["max_abs_logit_diff"] <= 1e-5
     assert formats["saved_model"]["latency_ms"] is None
     assert formats["tflite"]["max_abs_logit_diff"] <= 1e-4

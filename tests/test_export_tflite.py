@@ -43,23 +43,6 @@ def test_each_precision_loads_in_litert_with_builtin_ops(tiny_config, tmp_path, 
         assert report["top1_agreement"] >= 0.5  # random weights and inputs: a loose sanity bar
 
 
-def test_int8_file_is_full_integer_and_int8_io_option(tiny_config, tmp_path):
-    model = _classifier(tiny_config)
-    images = _images(32)
-    float_io = export.tflite(model, str(tmp_path / "a.tflite"), quantization="int8",
-                             representative_data=images)
-    assert {"QUANTIZE", "DEQUANTIZE"} <= set(float_io["ops"])
-    int_io = export.tflite(model, str(tmp_path / "b.tflite"), quantization="int8",
-                           representative_data=images, io_type="int8")
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_path=str(tmp_path / "b.tflite"))
-    assert interpreter.get_input_details()[0]["dtype"] == np.int8
-    assert interpreter.get_output_details()[0]["dtype"] == np.int8
-    # The runner quantizes/dequantizes, so both files answer alike on float pixels.
-    assert int_io["top1_agreement"] >= float_io["top1_agreement"] - 0.1
-
-
 def test_int8_without_representative_data_raises(tiny_config, tmp_path):
     model = VisionTransformer(tiny_config)
     path = tmp_path / "model.tflite"
@@ -84,7 +67,6 @@ def test_softmax_model_exports_logits(tiny_config, tmp_path):
     images = _images(4)
     export.tflite(model, str(tmp_path / "m.tflite"))
     logits = export.TFLiteModel(str(tmp_path / "m.tflite"))(images)
-    head = tf.keras.Model if False else None  # noqa: F841  (keep flake quiet)
     probabilities = model(preprocess_input(images)).numpy()
     np.testing.assert_allclose(tf.nn.softmax(logits).numpy(), probabilities, atol=1e-5)
 
@@ -124,9 +106,9 @@ def test_non_builtin_operators_are_refused(tmp_path):
 
 def test_runner_checks_shapes_and_batches(tiny_config, tmp_path):
     model = _classifier(tiny_config)
-    export.tflite(model, str(tmp_path / "fixed.tflite"))
-    export.tflite(model, str(tmp_path / "dynamic.tflite"), batch_size=None)
     images = _images(3)
+    export.tflite(model, str(tmp_path / "fixed.tflite"), verify_images=images)
+    export.tflite(model, str(tmp_path / "dynamic.tflite"), batch_size=None, verify_images=images)
     fixed = export.TFLiteModel(str(tmp_path / "fixed.tflite"))
     dynamic = export.TFLiteModel(str(tmp_path / "dynamic.tflite"))
     np.testing.assert_allclose(fixed(images), dynamic(images), atol=1e-5)
@@ -158,16 +140,27 @@ def _op_input_dtypes(path, op_name):
             for op in interpreter._get_ops_details() if op["op_name"] == op_name}
 
 
-def test_int8_float_ops_keep_the_named_operators_in_float(tiny_config, tmp_path):
+def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tmp_path):
     model = _classifier(tiny_config)
     images = _images(32)
-    full, mixed = str(tmp_path / "full.tflite"), str(tmp_path / "mixed.tflite")
-    export.tflite(model, full, quantization="int8", representative_data=images)
-    report = export.tflite(model, mixed, quantization="int8", representative_data=images,
-                           float_ops=("BATCH_MATMUL", "SOFTMAX"))
-    assert report["float_ops"] == ["BATCH_MATMUL", "SOFTMAX"]
-    assert _op_input_dtypes(full, "BATCH_MATMUL") == {np.int8}
-    assert _op_input_dtypes(mixed, "BATCH_MATMUL") == {np.float32}
-    assert _op_input_dtypes(mixed, "FULLY_CONNECTED") == {np.int8}
+    paths = {name: str(tmp_path / f"{name}.tflite") for name in ("full", "mixed", "int_io")}
+    full = export.tflite(model, paths["full"], quantization="int8", representative_data=images)
+    assert {"QUANTIZE", "DEQUANTIZE"} <= set(full["ops"])  # float32 I/O around an int8 graph
+    assert _op_input_dtypes(paths["full"], "BATCH_MATMUL") == {np.int8}
+    assert _op_input_dtypes(paths["full"], "FULLY_CONNECTED") == {np.int8}
+    mixed = export.tflite(model, paths["mixed"], quantization="int8", representative_data=images,
+                          float_ops=("BATCH_MATMUL", "SOFTMAX"))
+    assert mixed["float_ops"] == ["BATCH_MATMUL", "SOFTMAX"]
+    assert _op_input_dtypes(paths["mixed"], "BATCH_MATMUL") == {np.float32}
+    assert _op_input_dtypes(paths["mixed"], "FULLY_CONNECTED") == {np.int8}
+    int_io = export.tflite(model, paths["int_io"], quantization="int8",
+                           representative_data=images, io_type="int8")
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=paths["int_io"])
+    assert interpreter.get_input_details()[0]["dtype"] == np.int8
+    assert interpreter.get_output_details()[0]["dtype"] == np.int8
+    # The runner quantizes/dequantizes, so both files answer alike on float pixels.
+    assert int_io["top1_agreement"] >= full["top1_agreement"] - 0.1
     with pytest.raises(ValueError, match="float_ops needs quantization='int8'"):
-        export.tflite(model, mixed, quantization="fp16", float_ops=("SOFTMAX",))
+        export.tflite(model, paths["mixed"], quantization="fp16", float_ops=("SOFTMAX",))
