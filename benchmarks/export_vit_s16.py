@@ -2,10 +2,12 @@
 
 Random weights (latency and size do not depend on them). Compares with the reference measured
 on this machine with keras-hub's ViT-S/16 through the same converter and LiteRT (2 threads,
-batch 1). All our files are measured side by side in one run, interleaved, so load from other
-processes hits them alike.
+batch 1), and, side by side in the same run, with a stand-in for keras-hub's structure built
+from core Keras layers (`keras.layers.MultiHeadAttention`, `Dense(activation="gelu")`, exact
+GELU) so that machine load does not decide the comparison. All files are timed in interleaved
+rounds, so load from other processes hits them alike.
 
-    python benchmarks/export_vit_s16.py [--runs 50] [--output /tmp/vit_s16_export]
+    python benchmarks/export_vit_s16.py [--runs 50] [--rounds 5] [--output /tmp/vit_s16_export]
 """
 
 import argparse
@@ -15,6 +17,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402
@@ -37,12 +40,33 @@ VARIANTS = {  # name -> tflite() keyword arguments
 }
 
 
+BASELINE_VARIANTS = ("fp32", "fp16", "dynamic_int8")
+
+
+def core_keras_vit_s16():
+    """ViT-S/16 from core Keras layers, the way keras-hub assembles its ViT (MHA, exact GELU)."""
+    layers = keras.layers
+    images = keras.Input((224, 224, 3))
+    tokens = layers.Reshape((196, 384))(layers.Conv2D(384, 16, strides=16)(images))
+    tokens = vit_keras.PositionEmbedding()(vit_keras.ClassToken()(tokens))
+    for _ in range(12):
+        normed = layers.LayerNormalization(epsilon=1e-6)(tokens)
+        tokens = tokens + layers.MultiHeadAttention(6, 64)(normed, normed)
+        normed = layers.LayerNormalization(epsilon=1e-6)(tokens)
+        hidden = layers.Dense(1536, activation="gelu")(normed)
+        tokens = tokens + layers.Dense(384)(hidden)
+    pooled = vit_keras.TokenPooling()(layers.LayerNormalization(epsilon=1e-6)(tokens))
+    return keras.Model(images, layers.Dense(1000)(pooled))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of --runs")
     parser.add_argument("--output", default="/tmp/vit_s16_export")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the core-Keras stand-in for keras-hub's ViT")
     args = parser.parse_args()
     model = vit_keras.ViTS16()
     rng = np.random.default_rng(0)
@@ -59,6 +83,16 @@ def main():
               f"{report['size_bytes'] / 1e6:.1f} MB, max |logit diff| "
               f"{report['max_abs_logit_diff']:.2e}, ops {report['ops']}", flush=True)
         files[name] = (export.TFLiteModel(path, num_threads=2), report["size_bytes"])
+    if not args.no_baseline:
+        baseline = core_keras_vit_s16()
+        for name in BASELINE_VARIANTS:
+            path = os.path.join(args.output, f"core_keras_s16_{name}.tflite")
+            report = export.tflite(baseline, path, representative_data=calibration,
+                                   verify_images=calibration[:4], **VARIANTS[name])
+            print(f"core-Keras baseline {name}: {report['size_bytes'] / 1e6:.1f} MB, ops "
+                  f"{report['ops']}", flush=True)
+            files[f"core-Keras {name}"] = (export.TFLiteModel(path, num_threads=2),
+                                           report["size_bytes"])
     times = {name: [] for name in files}
     cpu = {name: [] for name in files}
     for _ in range(args.rounds):  # interleave so background load affects every file alike

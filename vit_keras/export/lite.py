@@ -9,7 +9,6 @@ back into the LiteRT interpreter and compared with the Keras model before `tflit
 from __future__ import annotations
 
 import itertools
-import os
 import re
 
 import keras
@@ -59,8 +58,8 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
             float on x86/ARM CPUs). Empty (default) = full-integer.
 
     Returns:
-        A report: path, quantization, io_type, size_bytes, ops (operator names),
-        max_abs_logit_diff and top1_agreement against Keras on the verification images.
+        A report: path, quantization, io_type, float_ops, size_bytes, ops (operator names),
+        and max_abs_logit_diff, top1_agreement and verified_images against Keras.
 
     Raises:
         ValueError: bad arguments, or 'int8' without representative data.
@@ -98,11 +97,11 @@ def _check_arguments(quantization, representative_data, io_type, batch_size, flo
                          "hundred float32 images [N, H, W, 3] in 0..255 from the training data "
                          "to calibrate activation ranges; got None. Use "
                          "quantization='dynamic_int8' to quantize weights only.")
+    if isinstance(float_ops, str):
+        raise ValueError(f"float_ops must be a sequence of operator names, got {float_ops!r}")
     if float_ops and (quantization != "int8" or io_type != "float32"):
         raise ValueError("float_ops needs quantization='int8' with io_type='float32', got "
                          f"quantization={quantization!r}, io_type={io_type!r}")
-    if isinstance(float_ops, str):
-        raise ValueError(f"float_ops must be a sequence of operator names, got {float_ops!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
 
@@ -124,12 +123,13 @@ def _convert(concrete_function, quantization, representative_data, io_type,
     elif quantization == "int8":
         images = list(_calibration_images(representative_data, image_hw, num_calibration_images))
         converter.representative_dataset = lambda: ([image] for image in images)
+        if not float_ops:
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            converter.inference_input_type = tf.as_dtype(io_type)
+            converter.inference_output_type = tf.as_dtype(io_type)
+    try:
         if float_ops:
             return _convert_selectively(converter, float_ops)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = tf.as_dtype(io_type)
-        converter.inference_output_type = tf.as_dtype(io_type)
-    try:
         return converter.convert()
     except Exception as error:  # the converter raises ConverterError, not a public type
         message = str(error)
@@ -251,10 +251,3 @@ def check_builtin_ops(content: bytes) -> list[str]:
             "constant weights")
     return sorted(ops)
 
-
-def file_size(path: str) -> int:
-    """Size of a file in bytes, or the total of a directory tree (e.g. a SavedModel)."""
-    if not os.path.isdir(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(root, name))
-               for root, _, names in os.walk(path) for name in names)
