@@ -21,7 +21,7 @@ def float32_model(model: keras.Model) -> keras.Model:
     Returns:
         A model whose layers all compute in float32.
     """
-    if all(layer.compute_dtype == "float32" for layer in model._flatten_layers()):
+    if all(layer.compute_dtype == "float32" for layer in model.layers):
         return model
 
     def clone_layer(layer):
