@@ -67,6 +67,8 @@ def test_vit_export_command(tiny_config, tmp_path, capsys):
             "--latency-runs", "2"]
     assert cli.main(argv) == 2  # int8 needs calibration data
     assert "needs --data" in capsys.readouterr().err
+    assert cli.main(argv + ["--data", "nonsense:x"]) == 2
+    assert "data spec 'nonsense:x' not understood" in capsys.readouterr().err
     assert cli.main(argv + ["--data", str(data), "--int8-float-ops", "batch_matmul,softmax"]) == 0
     assert "| tflite_int8 |" in capsys.readouterr().out
     report = json.loads((model_path.parent / "export.json").read_text())

@@ -236,19 +236,27 @@ def run(args) -> int:
         if not args.data:
             print(f"vit export: calibrating and evaluating on {data_spec!r}, the data the model "
                   "was trained on (from its config.json)")
-        calibration, eval_images, eval_labels = _load_data(
-            data_spec, image_hw, args.calibration_images, args.eval_images)
+        try:
+            calibration, eval_images, eval_labels = _load_data(
+                data_spec, image_hw, args.calibration_images, args.eval_images)
+        except ValueError as error:
+            print(f"vit export: {error}", file=sys.stderr)
+            return 2
     elif "tflite_int8" in formats:
         print("vit export: tflite_int8 needs --data to calibrate on (a few hundred training "
               "images); pass --data or choose --formats without tflite_int8", file=sys.stderr)
         return 2
     output = args.output or os.path.dirname(os.path.abspath(args.model))
-    report = export_model(model, output, formats=formats, representative_images=calibration,
-                          eval_images=eval_images, eval_labels=eval_labels,
-                          num_calibration_images=args.calibration_images,
-                          latency_runs=args.latency_runs,
-                          int8_float_ops=[op.strip().upper()
-                                          for op in args.int8_float_ops.split(",") if op.strip()])
+    try:
+        report = export_model(
+            model, output, formats=formats, representative_images=calibration,
+            eval_images=eval_images, eval_labels=eval_labels,
+            num_calibration_images=args.calibration_images, latency_runs=args.latency_runs,
+            int8_float_ops=[op.strip().upper() for op in args.int8_float_ops.split(",")
+                            if op.strip()])
+    except ValueError as error:  # bad data or a graph LiteRT cannot run with builtin ops
+        print(f"vit export: {error}", file=sys.stderr)
+        return 2
     print(format_report(report))
     print(f"wrote {', '.join(FILENAMES[name] for name in formats)} and {REPORT_NAME} "
           f"to {output}")
