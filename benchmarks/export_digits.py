@@ -29,6 +29,8 @@ VARIANTS = {  # name -> tflite() keyword arguments
     "dynamic_int8": {"quantization": "dynamic_int8"},
     "int8": {"quantization": "int8"},
     "int8_float_attention": {"quantization": "int8", "float_ops": ("BATCH_MATMUL", "SOFTMAX")},
+    "int8_float_attention_ln": {"quantization": "int8", "float_ops": (
+        "BATCH_MATMUL", "SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "NEG")},
 }
 
 
@@ -82,7 +84,7 @@ def main():
               f"{100 * result['agreement']:.2f}% | {result['diff']:.2e} |")
     print("\nbars: fp32 diff <= 1e-4: {}; fp16 diff <= 1e-2: {}".format(
         fp32["diff"] <= 1e-4, results["fp16"]["diff"] <= 1e-2))
-    for name in ("int8", "int8_float_attention"):
+    for name in ("int8", "int8_float_attention", "int8_float_attention_ln"):
         result = results[name]
         latency = statistics.median(result["times"]) / fp32_latency
         print(f"{name}: drop <= 1.0 point: {keras_accuracy - result['accuracy'] <= 0.01}; "

@@ -85,7 +85,7 @@ def main():
         files[name] = (export.TFLiteModel(path, num_threads=2), report["size_bytes"])
     if not args.no_baseline:
         baseline = core_keras_vit_s16()
-        for name in BASELINE_VARIANTS:
+        for name in (name for name in BASELINE_VARIANTS if name in args.variants.split(",")):
             path = os.path.join(args.output, f"core_keras_s16_{name}.tflite")
             report = export.tflite(baseline, path, representative_data=calibration,
                                    verify_images=calibration[:4], **VARIANTS[name])
