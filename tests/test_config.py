@@ -36,7 +36,7 @@ def test_dict_round_trip():
     (dict(image_size=225), "not divisible by patch_size 16"),
     (dict(image_size=(224, 100)), "224x100 is not divisible"),
     (dict(hidden_size=100, num_heads=12), "not divisible by num_heads 12"),
-    (dict(classifier="cls"), "classifier must be one of ('token', 'gap'), got 'cls'"),
+    (dict(classifier="cls"), "classifier must be one of ('token', 'gap', 'map'), got 'cls'"),
     (dict(patch_size=0), "patch_size must be a positive int, got 0"),
     (dict(num_layers=-1), "num_layers must be a positive int"),
     (dict(dropout_rate=1.5), "dropout_rate must be in [0, 1)"),

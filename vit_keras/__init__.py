@@ -1,11 +1,12 @@
 """vit_keras: the Vision Transformer (Dosovitskiy et al., 2021) for Keras 3, official-faithful."""
 
-from vit_keras.config import VARIANTS, ViTConfig, get_variant
+from vit_keras.config import HYBRID_VARIANTS, VARIANTS, ViTConfig, get_variant
 from vit_keras.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbedding,
                               PositionEmbedding, TokenPooling)
 from vit_keras.attention import MultiHeadSelfAttention
 from vit_keras.checkpoints import load_weights
-from vit_keras.model import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32, ViTS16, ViTS32,
+from vit_keras.model import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32, ViTR26B32,
+                             ViTR26S32, ViTR50B16, ViTR50L32, ViTRTi16, ViTS16, ViTS32,
                              ViTTi16, VisionTransformer, config_from_model, preprocess_input)
 
 __version__ = "0.1.0"
@@ -15,5 +16,6 @@ __all__ = [
     "MultiHeadSelfAttention", "PatchEmbedding", "PositionEmbedding", "TokenPooling",
     "VisionTransformer", "config_from_model", "preprocess_input", "ViTTi16", "ViTS16", "ViTS32",
     "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
+    "ViTRTi16", "ViTR26S32", "ViTR26B32", "ViTR50B16", "ViTR50L32", "HYBRID_VARIANTS",
     "load_weights",
 ]

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-CLASSIFIERS = ("token", "gap")
+CLASSIFIERS = ("token", "gap", "map")
+POSEMB_KINDS = ("learn", "sincos2d", "learn2d")
+RESNET_STEM_STRIDE = 4  # the hybrid's root: a stride-2 conv, then a stride-2 max pool
 
 
 def _as_hw(image_size: Any) -> tuple[int, int]:
@@ -48,6 +50,22 @@ class ViTConfig:
         channels: image channels C.
         gelu_approximate: tanh-approximated GELU, as the official Flax model; False = exact erf.
         head_bias_init: constant initial value of the head bias (-10 was used for pre-training).
+        resnet_layers: hybrid models only: bottleneck units per stage of the BiT-style ResNet
+            whose feature map replaces the image as the patch source ((3, 4, 9) for R50+ViT-B/16,
+            () for the stem alone); None (default) = a plain ViT. `patch_size` then counts
+            feature-map pixels, as in the official configs.
+        resnet_width: width factor of that ResNet (64 * width channels in the root).
+        drop_path_rate: stochastic depth: block i drops its residual branches with probability
+            rate * i / (num_layers - 1) during training (identity at inference); 0 = off.
+        posemb: 'learn' (official 1-D learned), 'sincos2d' (fixed 2-D sine-cosine, big_vision)
+            or 'learn2d' (learned row and column embeddings of D/2 each, concatenated: the
+            paper's 2-D ablation). The 2-D kinds are added to the patch tokens only.
+        layer_scale_init: initial value of a learned per-channel scale on each residual branch
+            (CaiT "LayerScale"); None = off.
+        num_register_tokens: extra learned tokens appended to the sequence and discarded at
+            the output ("Vision Transformers Need Registers"); 0 = off.
+        distilled: DeiT: a distillation token after the class token with its own head
+            `head_dist`; the model returns the average of both heads. Needs classifier='token'.
     """
 
     image_size: int | tuple[int, int] = 224
@@ -64,24 +82,55 @@ class ViTConfig:
     channels: int = 3
     gelu_approximate: bool = True
     head_bias_init: float = 0.0
+    resnet_layers: tuple[int, ...] | None = None
+    resnet_width: int = 1
+    drop_path_rate: float = 0.0
+    posemb: str = "learn"
+    layer_scale_init: float | None = None
+    num_register_tokens: int = 0
+    distilled: bool = False
 
     def __post_init__(self):
         hw = _as_hw(self.image_size)
         object.__setattr__(self, "image_size", hw[0] if hw[0] == hw[1] else hw)
+        if self.resnet_layers is not None:
+            object.__setattr__(self, "resnet_layers", _as_block_counts(self.resnet_layers))
         self._check_positive_ints()
         self._check_divisibility(hw)
         if self.classifier not in CLASSIFIERS:
             raise ValueError(
                 f"classifier must be one of {CLASSIFIERS}, got {self.classifier!r}"
             )
-        for name in ("dropout_rate", "attention_dropout_rate"):
+        for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
             rate = getattr(self, name)
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
+        self._check_options()
+
+    def _check_options(self):
+        if self.posemb not in POSEMB_KINDS:
+            raise ValueError(f"posemb must be one of {POSEMB_KINDS}, got {self.posemb!r}")
+        if self.posemb == "sincos2d" and self.hidden_size % 4:
+            raise ValueError(f"posemb='sincos2d' needs hidden_size divisible by 4, got "
+                             f"{self.hidden_size}")
+        if self.posemb == "learn2d" and self.hidden_size % 2:
+            raise ValueError(f"posemb='learn2d' needs an even hidden_size, got {self.hidden_size}")
+        if isinstance(self.num_register_tokens, bool) or not isinstance(
+                self.num_register_tokens, int) or self.num_register_tokens < 0:
+            raise ValueError(f"num_register_tokens must be an int >= 0, got "
+                             f"{self.num_register_tokens!r}")
+        if self.layer_scale_init is not None and not isinstance(self.layer_scale_init,
+                                                                (int, float)):
+            raise ValueError(f"layer_scale_init must be None or a number, got "
+                             f"{self.layer_scale_init!r}")
+        if self.distilled and (self.classifier != "token" or self.representation_size):
+            raise ValueError("distilled=True needs classifier='token' and no representation_size, "
+                             f"got classifier={self.classifier!r}, representation_size="
+                             f"{self.representation_size!r}")
 
     def _check_positive_ints(self):
         names = ["patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
-                 "num_classes", "channels"]
+                 "num_classes", "channels", "resnet_width"]
         if self.representation_size is not None:
             names.append("representation_size")
         for name in names:
@@ -93,10 +142,13 @@ class ViTConfig:
                 raise ValueError(f"image_size must be positive, got {self.image_size!r}")
 
     def _check_divisibility(self, hw):
-        if hw[0] % self.patch_size or hw[1] % self.patch_size:
+        step = self.patch_size * self.resnet_stride
+        if hw[0] % step or hw[1] % step:
+            what = (f"patch_size {self.patch_size}" if self.resnet_stride == 1 else
+                    f"patch_size {self.patch_size} x ResNet stride {self.resnet_stride}")
             raise ValueError(
-                f"image_size {hw[0]}x{hw[1]} is not divisible by patch_size {self.patch_size}: "
-                f"expected both sides to be multiples of {self.patch_size}"
+                f"image_size {hw[0]}x{hw[1]} is not divisible by {what}: "
+                f"expected both sides to be multiples of {step}"
             )
         if self.hidden_size % self.num_heads:
             raise ValueError(
@@ -110,10 +162,23 @@ class ViTConfig:
         return _as_hw(self.image_size)
 
     @property
+    def resnet_stride(self) -> int:
+        """Down-scaling of the hybrid's ResNet (1 for a plain ViT)."""
+        if self.resnet_layers is None:
+            return 1
+        return RESNET_STEM_STRIDE * 2 ** max(len(self.resnet_layers) - 1, 0)
+
+    @property
     def grid_size(self) -> tuple[int, int]:
         """Patch grid (rows, columns)."""
         height, width = self.image_hw
-        return (height // self.patch_size, width // self.patch_size)
+        step = self.patch_size * self.resnet_stride
+        return (height // step, width // step)
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: the class token and the distillation token."""
+        return (1 if self.classifier == "token" else 0) + (1 if self.distilled else 0)
 
     @property
     def num_patches(self) -> int:
@@ -123,8 +188,8 @@ class ViTConfig:
 
     @property
     def seq_len(self) -> int:
-        """Tokens seen by the encoder: patches plus the class token when present."""
-        return self.num_patches + (1 if self.classifier == "token" else 0)
+        """Tokens seen by the encoder: patches, class/distillation tokens and registers."""
+        return self.num_patches + self.num_prefix_tokens + self.num_register_tokens
 
     @property
     def head_dim(self) -> int:
@@ -144,8 +209,9 @@ class ViTConfig:
     def to_dict(self) -> dict:
         """A JSON-friendly dict; `ViTConfig.from_dict` inverts it."""
         data = dataclasses.asdict(self)
-        if isinstance(data["image_size"], tuple):
-            data["image_size"] = list(data["image_size"])
+        for name in ("image_size", "resnet_layers"):
+            if isinstance(data[name], tuple):
+                data[name] = list(data[name])
         return data
 
     @classmethod
@@ -156,6 +222,19 @@ class ViTConfig:
         if unknown:
             raise ValueError(f"unknown ViTConfig field(s) {unknown}; expected some of {sorted(fields)}")
         return cls(**data)
+
+
+def _as_block_counts(layers: Any) -> tuple[int, ...]:
+    """Normalises the hybrid's ResNet stage sizes to a tuple of positive ints."""
+    try:
+        counts = tuple(layers)
+    except TypeError:
+        counts = None
+    if counts is None or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                             for n in counts):
+        raise ValueError(f"resnet_layers must be None or a sequence of positive ints "
+                         f"(units per stage), got {layers!r}")
+    return counts
 
 
 def _variant(hidden, mlp, heads, layers, patch, **extra) -> ViTConfig:
@@ -182,15 +261,27 @@ VARIANTS: dict[str, ViTConfig] = {
     "testing": _variant(10, 10, 2, 1, 16, dropout_rate=0.1),
 }
 
+# The official hybrids (vit_jax/configs/models.py): a BiT-style ResNet's feature map is the
+# token source. Kept apart from VARIANTS, whose entries are all plain ViTs.
+HYBRID_VARIANTS: dict[str, ViTConfig] = {
+    "R+Ti/16": _variant(192, 768, 3, 12, 8, resnet_layers=()),
+    "R26+S/32": _variant(384, 1536, 6, 12, 1, resnet_layers=(2, 2, 2, 2)),
+    "R26+B/32": _variant(768, 3072, 12, 12, 1, resnet_layers=(2, 2, 2, 2)),
+    "R50+B/16": _variant(768, 3072, 12, 12, 1, resnet_layers=(3, 4, 9), dropout_rate=0.1),
+    "R50+L/32": _variant(1024, 4096, 16, 24, 1, resnet_layers=(3, 4, 6, 3), dropout_rate=0.1),
+}
+
 
 def _canonical_name(name: str) -> str:
-    """Maps 'ViT-B_16', 'B_16', 'vit-b/16', 'B16' to the VARIANTS key 'B/16'."""
+    """Maps 'ViT-B_16', 'B_16', 'vit-b/16', 'B16' to the VARIANTS key 'B/16' (and
+    'R50+ViT-B_16' to 'R50+B/16')."""
     key = name.strip()
     for prefix in ("ViT-", "vit-", "VIT-", "vit_", "ViT_"):
+        key = key.replace("+" + prefix, "+")
         if key.startswith(prefix):
             key = key[len(prefix):]
     key = key.replace("_", "/")
-    for candidate in VARIANTS:
+    for candidate in (*VARIANTS, *HYBRID_VARIANTS):
         if key.lower() == candidate.lower() or key.lower() == candidate.replace("/", "").lower():
             return candidate
     return name
@@ -200,13 +291,15 @@ def get_variant(name: str, **overrides) -> ViTConfig:
     """Returns the config of a named variant, with optional field overrides.
 
     Args:
-        name: a `VARIANTS` key ('B/16'); official spellings ('ViT-B_16', 'B_16') also work.
+        name: a `VARIANTS` or `HYBRID_VARIANTS` key ('B/16', 'R50+B/16'); official spellings
+            ('ViT-B_16', 'B_16', 'R50+ViT-B_16') also work.
         **overrides: `ViTConfig` fields to change (e.g. image_size=384, num_classes=10).
 
     Returns:
         The validated `ViTConfig`.
     """
     key = _canonical_name(name)
-    if key not in VARIANTS:
-        raise ValueError(f"unknown ViT variant {name!r}; expected one of {sorted(VARIANTS)}")
-    return VARIANTS[key].replace(**overrides) if overrides else VARIANTS[key]
+    table = {**VARIANTS, **HYBRID_VARIANTS}
+    if key not in table:
+        raise ValueError(f"unknown ViT variant {name!r}; expected one of {sorted(table)}")
+    return table[key].replace(**overrides) if overrides else table[key]

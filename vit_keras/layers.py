@@ -166,16 +166,22 @@ class EncoderBlock(keras.layers.Layer):
         dropout_rate: dropout after attention and inside the MLP.
         attention_dropout_rate: dropout on the attention probabilities.
         gelu_approximate: tanh-approximated GELU in the MLP.
+        drop_path_rate: stochastic depth: probability of dropping each residual branch per
+            example during training (0 = off, no extra layer).
+        layer_scale_init: initial value of a learned per-channel scale on each residual
+            branch (None = off, no extra weights).
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 gelu_approximate=True, **kwargs):
+                 gelu_approximate=True, drop_path_rate=0.0, layer_scale_init=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
         self.attention_dropout_rate = attention_dropout_rate
         self.gelu_approximate = gelu_approximate
+        self.drop_path_rate = drop_path_rate
+        self.layer_scale_init = layer_scale_init
         self.input_spec = keras.layers.InputSpec(ndim=3)
         policy = self.dtype_policy
         self.layer_norm_0 = _layer_norm("LayerNorm_0", policy)
@@ -185,10 +191,25 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_2 = _layer_norm("LayerNorm_2", policy)
         self.mlp = MLPBlock(mlp_dim, dropout_rate, gelu_approximate, name="MlpBlock_3",
                             dtype=policy)
+        # Optional extras exist only when enabled, so the default block is the official one.
+        self.drop_path = DropPath(drop_path_rate, dtype=policy) if drop_path_rate else None
+        self.layer_scales = None
+        if layer_scale_init is not None:
+            self.layer_scales = [LayerScale(layer_scale_init, name=f"LayerScale_{i}",
+                                            dtype=policy) for i in range(2)]
 
     def build(self, input_shape):
-        for layer in (self.layer_norm_0, self.attention, self.layer_norm_2, self.mlp):
+        extras = self.layer_scales or []
+        for layer in (self.layer_norm_0, self.attention, self.layer_norm_2, self.mlp, *extras):
             layer.build(input_shape)
+
+    def _branch(self, index, values, training):
+        """Layer scale and stochastic depth of residual branch `index`, when enabled."""
+        if self.layer_scales is not None:
+            values = self.layer_scales[index](values)
+        if self.drop_path is not None:
+            values = self.drop_path(values, training=training)
+        return values
 
     def call(self, inputs, training=None, return_attention_scores=False):
         """Applies the block.
@@ -205,8 +226,9 @@ class EncoderBlock(keras.layers.Layer):
                                   return_attention_scores=return_attention_scores)
         if return_attention_scores:
             attended, scores = attended
-        hidden = inputs + self.dropout(attended, training=training)
-        outputs = hidden + self.mlp(self.layer_norm_2(hidden), training=training)
+        hidden = inputs + self._branch(0, self.dropout(attended, training=training), training)
+        outputs = hidden + self._branch(
+            1, self.mlp(self.layer_norm_2(hidden), training=training), training)
         if return_attention_scores:
             return outputs, scores
         return outputs
@@ -220,6 +242,75 @@ class EncoderBlock(keras.layers.Layer):
                       dropout_rate=self.dropout_rate,
                       attention_dropout_rate=self.attention_dropout_rate,
                       gelu_approximate=self.gelu_approximate)
+        if self.drop_path_rate:
+            config.update(drop_path_rate=self.drop_path_rate)
+        if self.layer_scale_init is not None:
+            config.update(layer_scale_init=self.layer_scale_init)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class DropPath(keras.layers.Layer):
+    """Stochastic depth: zeroes a residual branch for a random subset of the examples.
+
+    During training each example's branch is kept with probability 1 - rate and scaled by
+    1 / (1 - rate); at inference the layer is the identity.
+
+    Args:
+        rate: drop probability in [0, 1).
+        seed: optional int seed.
+    """
+
+    def __init__(self, rate, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"DropPath rate must be in [0, 1), got {rate!r}")
+        self.rate = rate
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def call(self, inputs, training=None):
+        if not training or not self.rate:
+            return inputs
+        keep = 1.0 - self.rate
+        shape = (ops.shape(inputs)[0],) + (1,) * (len(inputs.shape) - 1)
+        mask = keras.random.uniform(shape, seed=self.seed_generator) < keep
+        return inputs * ops.cast(mask, inputs.dtype) / ops.cast(keep, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(rate=self.rate, seed=self.seed)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class LayerScale(keras.layers.Layer):
+    """Multiplies the last axis by a learned per-channel vector `scale` (CaiT's LayerScale).
+
+    Args:
+        init_value: the initial value of every entry of `scale`.
+    """
+
+    def __init__(self, init_value, **kwargs):
+        super().__init__(**kwargs)
+        self.init_value = float(init_value)
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(name="scale", shape=(input_shape[-1],),
+                                     initializer=keras.initializers.Constant(self.init_value))
+
+    def call(self, inputs):
+        return inputs * ops.cast(self.scale, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(init_value=self.init_value)
         return config
 
 
@@ -229,17 +320,24 @@ class TokenPooling(keras.layers.Layer):
 
     Args:
         mode: 'token' or 'gap'.
+        start: 'token': the index of the token taken; 'gap': the first token averaged.
+        stop: 'gap' only: one past the last token averaged (None = to the end). Registers
+            and other extra tokens are left out this way.
     """
 
-    def __init__(self, mode="token", **kwargs):
+    def __init__(self, mode="token", start=0, stop=None, **kwargs):
         super().__init__(**kwargs)
         if mode not in ("token", "gap"):
             raise ValueError(f"TokenPooling mode must be 'token' or 'gap', got {mode!r}")
         self.mode = mode
+        self.start = start
+        self.stop = stop
 
     def call(self, tokens):
         if self.mode == "token":
-            return tokens[:, 0]
+            return tokens[:, self.start]
+        if self.start or self.stop is not None:
+            tokens = tokens[:, self.start:self.stop]
         return ops.mean(tokens, axis=1)
 
     def compute_output_shape(self, input_shape):
@@ -248,4 +346,43 @@ class TokenPooling(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(mode=self.mode)
+        if self.start or self.stop is not None:
+            config.update(start=self.start, stop=self.stop)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class RegisterTokens(keras.layers.Layer):
+    """Appends `num_tokens` learned register tokens (no position embedding) to the sequence.
+
+    Registers give attention a scratch space ("Vision Transformers Need Registers", Darcet et
+    al. 2024); they are dropped again at the output. Weight `registers` (1, num_tokens, D),
+    initialised normal(0.02).
+
+    Args:
+        num_tokens: how many registers.
+    """
+
+    def __init__(self, num_tokens, **kwargs):
+        super().__init__(**kwargs)
+        self.num_tokens = num_tokens
+
+    def build(self, input_shape):
+        self.registers = self.add_weight(
+            name="registers", shape=(1, self.num_tokens, input_shape[-1]),
+            initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def call(self, tokens):
+        batch = ops.shape(tokens)[0]
+        registers = ops.broadcast_to(ops.cast(self.registers, tokens.dtype),
+                                     (batch, self.num_tokens, tokens.shape[-1]))
+        return ops.concatenate([tokens, registers], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        batch, length, width = input_shape
+        return (batch, None if length is None else length + self.num_tokens, width)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_tokens=self.num_tokens)
         return config

@@ -8,31 +8,83 @@ from keras import ops
 from vit_keras import layers as vit_layers
 from vit_keras.config import ViTConfig, get_variant
 
-POOLING_MODES = (None, "token", "gap", "avg")
+POOLING_MODES = (None, "token", "gap", "avg", "map")
 
 
-def _encode(config: ViTConfig, images):
-    """Images -> final-normed token sequence (the shared trunk of every head)."""
-    tokens = vit_layers.PatchEmbedding(config.hidden_size, config.patch_size,
-                                       name="embedding")(images)
+def patch_tokens(config: ViTConfig, images):
+    """Images -> [batch, patches, D] patch embeddings (through the ResNet for hybrids)."""
+    features = images
+    if config.resnet_layers is not None:
+        from vit_keras.resnet import ResNetStem
+
+        features = ResNetStem(config.resnet_layers, config.resnet_width, name="resnet")(images)
+    return vit_layers.PatchEmbedding(config.hidden_size, config.patch_size,
+                                     name="embedding")(features)
+
+
+def _add_positions(config: ViTConfig, tokens):
+    """Class/distillation tokens and the position embedding of `config.posemb`.
+
+    The official 1-D embedding covers the class (and distillation) token rows; the 2-D kinds
+    are added to the patches before those tokens are prepended (as big_vision does).
+    """
+    if config.posemb != "learn":
+        from vit_keras import posemb
+
+        kind = (posemb.SinCosPositionEmbedding if config.posemb == "sincos2d"
+                else posemb.Learned2DPositionEmbedding)
+        tokens = kind(config.grid_size, name="posembed_input")(tokens)
     if config.classifier == "token":
         tokens = vit_layers.ClassToken(name="cls")(tokens)
-    tokens = vit_layers.PositionEmbedding(name="posembed_input")(tokens)
+    if config.distilled:
+        from vit_keras.deit import DistillationToken
+
+        tokens = DistillationToken(name="dist")(tokens)
+    if config.posemb == "learn":
+        tokens = vit_layers.PositionEmbedding(name="posembed_input")(tokens)
+    return tokens
+
+
+def encode_tokens(config: ViTConfig, tokens):
+    """Patch embeddings -> final-normed token sequence: positions, registers, the blocks."""
+    tokens = _add_positions(config, tokens)
     tokens = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(tokens)
+    if config.num_register_tokens:
+        tokens = vit_layers.RegisterTokens(config.num_register_tokens, name="registers")(tokens)
     for index in range(config.num_layers):
+        # Stochastic depth grows linearly from 0 (first block) to drop_path_rate (last).
+        drop_path = config.drop_path_rate * index / max(config.num_layers - 1, 1)
         tokens = vit_layers.EncoderBlock(
             num_heads=config.num_heads, mlp_dim=config.mlp_dim,
             dropout_rate=config.dropout_rate,
             attention_dropout_rate=config.attention_dropout_rate,
-            gelu_approximate=config.gelu_approximate,
+            gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
+            layer_scale_init=config.layer_scale_init,
             name=f"encoderblock_{index}")(tokens)
     return keras.layers.LayerNormalization(
         epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm")(tokens)
 
 
+def _encode(config: ViTConfig, images):
+    """Images -> final-normed token sequence (the shared trunk of every head)."""
+    return encode_tokens(config, patch_tokens(config, images))
+
+
+def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0):
+    if mode == "map":
+        from vit_keras.heads import MAPHead
+
+        return MAPHead(config.num_heads, config.mlp_dim, config.gelu_approximate, name=name)
+    if mode == "token":
+        return vit_layers.TokenPooling("token", start=index, name=name)
+    # Registers (appended last) are left out of the mean; the rest is averaged as officially.
+    stop = config.num_prefix_tokens + config.num_patches if config.num_register_tokens else None
+    return vit_layers.TokenPooling("gap", stop=stop, name=name)
+
+
 def _pool(config: ViTConfig, tokens, mode: str):
     """Token sequence -> one vector per image, through pre_logits when configured."""
-    pooled = vit_layers.TokenPooling("gap" if mode == "avg" else mode, name="pool")(tokens)
+    pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, "pool")(tokens)
     if config.representation_size is not None:
         pooled = keras.layers.Dense(config.representation_size, activation="tanh",
                                     name="pre_logits")(pooled)
@@ -69,10 +121,12 @@ def VisionTransformer(config: ViTConfig, include_top: bool = True, pooling: str 
     if include_top:
         features = _pool(config, tokens, config.classifier)
         # The head runs in float32 so mixed-precision models still return float32 logits.
-        outputs = keras.layers.Dense(
-            config.num_classes, kernel_initializer="zeros",
-            bias_initializer=keras.initializers.Constant(config.head_bias_init),
-            name="head", dtype="float32")(features)
+        outputs = _head(config, "head")(features)
+        if config.distilled:
+            # DeiT: the distillation token has its own head; inference averages the two.
+            distilled = _pooling_layer(config, "token", "pool_dist", index=1)(tokens)
+            outputs = keras.layers.Average(name="head_average", dtype="float32")(
+                [outputs, _head(config, "head_dist")(distilled)])
         if classifier_activation is not None:
             outputs = keras.layers.Activation(classifier_activation, dtype="float32",
                                               name="predictions")(outputs)
@@ -81,6 +135,13 @@ def VisionTransformer(config: ViTConfig, include_top: bool = True, pooling: str 
     else:
         outputs = _pool(config, tokens, pooling)
     return keras.Model(images, outputs, name=name or "vit")
+
+
+def _head(config: ViTConfig, name: str):
+    return keras.layers.Dense(
+        config.num_classes, kernel_initializer="zeros",
+        bias_initializer=keras.initializers.Constant(config.head_bias_init),
+        name=name, dtype="float32")
 
 
 def preprocess_input(images):
@@ -148,6 +209,11 @@ ViTB32 = _application("B/32", "vit_b32")
 ViTL16 = _application("L/16", "vit_l16")
 ViTL32 = _application("L/32", "vit_l32")
 ViTH14 = _application("H/14", "vit_h14")
+ViTRTi16 = _application("R+Ti/16", "vit_r_ti16")
+ViTR26S32 = _application("R26+S/32", "vit_r26_s32")
+ViTR26B32 = _application("R26+B/32", "vit_r26_b32")
+ViTR50B16 = _application("R50+B/16", "vit_r50_b16")
+ViTR50L32 = _application("R50+L/32", "vit_r50_l32")
 
 
 def config_from_model(model: keras.Model) -> ViTConfig:
@@ -170,7 +236,7 @@ def config_from_model(model: keras.Model) -> ViTConfig:
     _, height, width, channels = model.inputs[0].shape
     head = model.get_layer("head") if "head" in layer_names else None
     pre_logits = model.get_layer("pre_logits") if "pre_logits" in layer_names else None
-    return ViTConfig(
+    values = dict(
         image_size=(height, width), patch_size=embedding.patch_size,
         hidden_size=embedding.hidden_size, mlp_dim=block.mlp_dim, num_heads=block.num_heads,
         num_layers=num_layers, num_classes=head.units if head is not None else 1,
@@ -179,3 +245,25 @@ def config_from_model(model: keras.Model) -> ViTConfig:
         dropout_rate=block.dropout_rate, attention_dropout_rate=block.attention_dropout_rate,
         channels=channels, gelu_approximate=block.gelu_approximate,
     )
+    values.update(_option_fields(model, layer_names, num_layers))
+    return ViTConfig(**values)
+
+
+def _option_fields(model, layer_names, num_layers) -> dict:
+    """The optional `ViTConfig` fields (hybrid, posemb, registers, ...) read off the layers."""
+    fields = {}
+    if "resnet" in layer_names:
+        resnet = model.get_layer("resnet")
+        fields.update(resnet_layers=resnet.block_counts, resnet_width=resnet.width_factor)
+    last_block = model.get_layer(f"encoderblock_{num_layers - 1}")
+    fields.update(drop_path_rate=last_block.drop_path_rate if num_layers > 1 else 0.0,
+                  layer_scale_init=last_block.layer_scale_init,
+                  distilled="dist" in layer_names)
+    posemb = model.get_layer("posembed_input").__class__.__name__
+    fields["posemb"] = {"SinCosPositionEmbedding": "sincos2d",
+                        "Learned2DPositionEmbedding": "learn2d"}.get(posemb, "learn")
+    if "registers" in layer_names:
+        fields["num_register_tokens"] = model.get_layer("registers").num_tokens
+    if "pool" in layer_names and model.get_layer("pool").__class__.__name__ == "MAPHead":
+        fields["classifier"] = "map"
+    return fields

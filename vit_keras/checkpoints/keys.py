@@ -16,6 +16,11 @@ CLS = "cls"
 ATTENTION = "MultiHeadDotProductAttention_1"
 MLP = "MlpBlock_3"
 HEAD_PREFIX = "head/"
+HEAD_DIST_PREFIX = "head_dist/"
+DIST = "dist"                   # DeiT distillation token
+REGISTERS = "registers"
+POSEMB_ROW = "Transformer/posembed_input/row_embedding"
+POSEMB_COL = "Transformer/posembed_input/col_embedding"
 PRE_LOGITS_PREFIX = "pre_logits/"
 
 
@@ -59,6 +64,53 @@ def _block(prefix, block):
     names.update(_layer_norm(f"{prefix}LayerNorm_2/", block.layer_norm_2))
     names.update(_dense(f"{prefix}{MLP}/Dense_0/", block.mlp.dense_0))
     names.update(_dense(f"{prefix}{MLP}/Dense_1/", block.mlp.dense_1))
+    for index, scale in enumerate(block.layer_scales or []):
+        names[f"{prefix}LayerScale_{index}/scale"] = scale.scale
+    return names
+
+
+def _conv_norm(prefix, conv, norm):
+    return {f"{prefix}{conv.name}/kernel": conv.kernel, f"{prefix}{norm.name}/scale": norm.gamma,
+            f"{prefix}{norm.name}/bias": norm.beta}
+
+
+def _resnet(resnet):
+    """The hybrid's ResNet under the official keys (`conv_root`, `block1/unit1/conv1`, ...)."""
+    names = _conv_norm("", resnet.conv_root, resnet.gn_root)
+    for stage_index, stage in enumerate(resnet.stages):
+        for unit_index, unit in enumerate(stage):
+            prefix = f"block{stage_index + 1}/unit{unit_index + 1}/"
+            pairs = [(unit.conv1, unit.gn1), (unit.conv2, unit.gn2), (unit.conv3, unit.gn3)]
+            if unit.conv_proj is not None:
+                pairs.append((unit.conv_proj, unit.gn_proj))
+            for conv, norm in pairs:
+                names.update(_conv_norm(prefix, conv, norm))
+    return names
+
+
+def _options(layers) -> dict:
+    """Weights of the optional features (DeiT, registers, 2-D posemb, MAP head)."""
+    names = {}
+    if "dist" in layers:
+        names[DIST] = layers["dist"].dist
+    if "registers" in layers:
+        names[REGISTERS] = layers["registers"].registers
+    posemb = layers["posembed_input"]
+    if hasattr(posemb, "row_embedding"):
+        names[POSEMB_ROW] = posemb.row_embedding
+        names[POSEMB_COL] = posemb.col_embedding
+    pool = layers.get("pool")
+    if pool is not None and hasattr(pool, "probe"):
+        prefix = "MAPHead_0/"
+        names[prefix + "probe"] = pool.probe
+        for part in ("query", "key", "value", "out"):
+            names[f"{prefix}MultiHeadDotProductAttention_0/{part}/kernel"] = getattr(
+                pool, f"{part}_kernel")
+            names[f"{prefix}MultiHeadDotProductAttention_0/{part}/bias"] = getattr(
+                pool, f"{part}_bias")
+        names.update(_layer_norm(f"{prefix}LayerNorm_0/", pool.layer_norm))
+        names.update(_dense(f"{prefix}MlpBlock_0/Dense_0/", pool.mlp.dense_0))
+        names.update(_dense(f"{prefix}MlpBlock_0/Dense_1/", pool.mlp.dense_1))
     return names
 
 
@@ -78,16 +130,20 @@ def model_variables(model) -> dict:
         raise ValueError(f"model {model.name!r} was not built by VisionTransformer: it has no "
                          f"layer(s) {absent}")
     names = {}
+    if "resnet" in layers:
+        names.update(_resnet(layers["resnet"]))
     names.update(_dense("embedding/", layers["embedding"]))
     if CLS in layers:
         names[CLS] = layers[CLS].cls
-    names[POSEMB] = layers["posembed_input"].pos_embedding
+    if hasattr(layers["posembed_input"], "pos_embedding"):  # sincos2d has no weights
+        names[POSEMB] = layers["posembed_input"].pos_embedding
+    names.update(_options(layers))
     index = 0
     while f"encoderblock_{index}" in layers:
         names.update(_block(block_prefix(index), layers[f"encoderblock_{index}"]))
         index += 1
     names.update(_layer_norm("Transformer/encoder_norm/", layers["encoder_norm"]))
-    for optional in ("pre_logits", "head"):
+    for optional in ("pre_logits", "head", "head_dist"):
         if optional in layers:
             names.update(_dense(f"{optional}/", layers[optional]))
     return names

@@ -44,7 +44,7 @@ def read_checkpoint(path: str, num_heads: int) -> keys.Checkpoint:
 
 
 def _is_head(name: str) -> bool:
-    return name.startswith(keys.HEAD_PREFIX)
+    return name.startswith(keys.HEAD_PREFIX) or name.startswith(keys.HEAD_DIST_PREFIX)
 
 
 def _is_pre_logits(name: str) -> bool:

@@ -13,6 +13,12 @@ import numpy as np
 from vit_keras.checkpoints import keys
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
+# Hybrid models (`vision_transformer_hybrid`): a ResNetV2 backbone inside the patch embedding.
+_BACKBONE = "patch_embed.backbone."
+_BACKBONE_UNIT = re.compile(r"^stages\.(\d+)\.blocks\.(\d+)\.(.+)$")  # a module path
+_UNIT_PARTS = {"downsample.conv": "conv_proj", "downsample.norm": "gn_proj",
+               "conv1": "conv1", "conv2": "conv2", "conv3": "conv3",
+               "norm1": "gn1", "norm2": "gn2", "norm3": "gn3"}
 _TOP_LEVEL = {
     "cls_token": keys.CLS,
     "pos_embed": keys.POSEMB,
@@ -20,6 +26,9 @@ _TOP_LEVEL = {
     "norm.weight": "Transformer/encoder_norm/scale",
     "norm.bias": "Transformer/encoder_norm/bias",
     "head.bias": "head/bias",
+    "head_dist.bias": "head_dist/bias",
+    "dist_token": keys.DIST,
+    "reg_token": keys.REGISTERS,
     "pre_logits.fc.bias": "pre_logits/bias",
 }
 _BLOCK_SIMPLE = {
@@ -35,6 +44,24 @@ _BLOCK_LINEAR = {"mlp.fc1.weight": f"{keys.MLP}/Dense_0/kernel",
 def looks_timm(tensors) -> bool:
     """True when the names are those of a timm ViT state dict."""
     return "patch_embed.proj.weight" in tensors and any(_BLOCK.match(name) for name in tensors)
+
+
+def _backbone(name: str, value: np.ndarray) -> dict:
+    """A hybrid backbone tensor under the official ResNet keys (empty when unknown)."""
+    module_path, _, kind = name[len(_BACKBONE):].rpartition(".")
+    if module_path in ("stem.conv", "stem.norm"):
+        prefix, module = "", "conv_root" if module_path == "stem.conv" else "gn_root"
+    else:
+        unit = _BACKBONE_UNIT.match(module_path)
+        if not unit or unit.group(3) not in _UNIT_PARTS:
+            return {}
+        prefix = f"block{int(unit.group(1)) + 1}/unit{int(unit.group(2)) + 1}/"
+        module = _UNIT_PARTS[unit.group(3)]
+    if module.startswith("conv") and kind == "weight" and value.ndim == 4:
+        return {f"{prefix}{module}/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
+    if module.startswith("gn") and kind in ("weight", "bias"):
+        return {f"{prefix}{module}/{'scale' if kind == 'weight' else 'bias'}": value}
+    return {}
 
 
 def _block(part: str, value: np.ndarray, heads: int) -> dict:
@@ -79,8 +106,16 @@ def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
             converted = {_TOP_LEVEL[name]: value}
         elif name == "patch_embed.proj.weight" and value.ndim == 4:
             converted = {"embedding/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
-        elif name in ("head.weight", "pre_logits.fc.weight"):
+        elif name in ("head.weight", "head_dist.weight", "pre_logits.fc.weight"):
             converted = {name.split(".")[0] + "/kernel": value.T}
+        elif name.startswith(_BACKBONE):
+            converted = _backbone(name, value)
         result.update(converted or {name: value})
+    layout = "timm safetensors"
+    if "dist_token" in tensors:
+        # DeiT: the posemb has class- and distillation-token rows (original timm layout).
+        return keys.Checkpoint(result, layout + " (DeiT distilled)", posemb_has_cls_row=True)
+    if any(name.startswith(_BACKBONE) for name in tensors):
+        layout += " (hybrid)"
     # timm keeps the class-token row unless built with no_embed_class: the row count tells.
-    return keys.Checkpoint(result, "timm safetensors", posemb_has_cls_row=None)
+    return keys.Checkpoint(result, layout, posemb_has_cls_row=None)

@@ -1,0 +1,127 @@
+"""DeiT (Touvron et al., 2021): a distillation token trained against a teacher's hard labels.
+
+`ViTConfig(distilled=True)` makes `VisionTransformer` insert a `DistillationToken` after the
+class token and read it with a second head `head_dist`; the model returns the average of both
+heads (inference as in DeiT). `DistillationTrainer` trains such a model with the hard-label
+distillation loss against any Keras teacher:
+
+    loss = 1/2 CE(head(cls), labels) + 1/2 CE(head_dist(dist), argmax teacher(images))
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from vit_keras.initializers import PACKAGE
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class DistillationToken(keras.layers.Layer):
+    """Inserts a learned distillation token (weight `dist` (1, 1, D), normal(0.02)) after the
+    class token: [cls, patches...] -> [cls, dist, patches...]."""
+
+    def build(self, input_shape):
+        self.dist = self.add_weight(name="dist", shape=(1, 1, input_shape[-1]),
+                                    initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def call(self, tokens):
+        batch = ops.shape(tokens)[0]
+        dist = ops.broadcast_to(ops.cast(self.dist, tokens.dtype), (batch, 1, tokens.shape[-1]))
+        return ops.concatenate([tokens[:, :1], dist, tokens[:, 1:]], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        batch, length, width = input_shape
+        return (batch, None if length is None else length + 1, width)
+
+
+def two_head_model(model: keras.Model) -> keras.Model:
+    """The (class-head logits, distillation-head logits) model sharing `model`'s layers.
+
+    Args:
+        model: a `VisionTransformer` built with `distilled=True` (with its head).
+    """
+    names = {layer.name for layer in model.layers}
+    if not {"head", "head_dist"} <= names:
+        raise ValueError(f"model {model.name!r} has no 'head' and 'head_dist' layers: build it "
+                         "with ViTConfig(distilled=True) and include_top=True")
+    return keras.Model(model.inputs, [model.get_layer("head").output,
+                                      model.get_layer("head_dist").output],
+                       name=f"{model.name}_two_heads")
+
+
+def hard_distillation_loss(labels, teacher_logits, class_logits, distill_logits,
+                           label_smoothing: float = 0.0):
+    """DeiT's hard-label distillation objective (mean over the batch).
+
+    Args:
+        labels: one-hot (or soft) targets [batch, classes].
+        teacher_logits: the teacher's outputs [batch, classes] (logits or probabilities).
+        class_logits, distill_logits: the student's two heads.
+        label_smoothing: applied to the true labels only (the teacher's labels stay hard).
+
+    Returns:
+        scalar loss.
+    """
+    classes = class_logits.shape[-1]
+    teacher_labels = ops.one_hot(ops.argmax(teacher_logits, axis=-1), classes)
+    true_loss = keras.losses.categorical_crossentropy(
+        labels, class_logits, from_logits=True, label_smoothing=label_smoothing)
+    teacher_loss = keras.losses.categorical_crossentropy(teacher_labels, distill_logits,
+                                                         from_logits=True)
+    return 0.5 * ops.mean(true_loss) + 0.5 * ops.mean(teacher_loss)
+
+
+class DistillationTrainer(keras.Model):
+    """Trains a distilled ViT against a frozen teacher with `fit` (TensorFlow backend).
+
+    Compile it with an optimizer and metrics; the loss is `hard_distillation_loss`. Metrics
+    and `evaluate`/`predict` use the student's averaged heads. Save `trainer.student`, not the
+    trainer.
+
+    Args:
+        student: a `VisionTransformer` with `distilled=True`.
+        teacher: any Keras model mapping the same images to class scores.
+        label_smoothing: label smoothing of the true-label term.
+    """
+
+    def __init__(self, student: keras.Model, teacher: keras.Model, label_smoothing: float = 0.0,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.student = student
+        self.two_heads = two_head_model(student)
+        self.teacher = teacher
+        self.teacher.trainable = False
+        self.label_smoothing = label_smoothing
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+
+    def call(self, images, training=False):
+        return self.student(images, training=training)
+
+    def train_step(self, data):
+        import tensorflow as tf
+
+        images, labels = data[0], data[1]
+        teacher_logits = self.teacher(images, training=False)
+        with tf.GradientTape() as tape:
+            class_logits, distill_logits = self.two_heads(images, training=True)
+            loss = hard_distillation_loss(labels, teacher_logits, class_logits, distill_logits,
+                                          self.label_smoothing)
+            scaled = self.optimizer.scale_loss(loss)
+        variables = self.student.trainable_variables
+        self.optimizer.apply(tape.gradient(scaled, variables), variables)
+        self.loss_tracker.update_state(loss)
+        return self._update_metrics(labels, (class_logits + distill_logits) / 2)
+
+    def test_step(self, data):
+        images, labels = data[0], data[1]
+        logits = self.student(images, training=False)
+        loss = keras.losses.categorical_crossentropy(labels, logits, from_logits=True)
+        self.loss_tracker.update_state(ops.mean(loss))
+        return self._update_metrics(labels, logits)
+
+    def _update_metrics(self, labels, logits):
+        for metric in self.metrics:
+            if metric is not self.loss_tracker:
+                metric.update_state(labels, logits)
+        return self.get_metrics_result()
