@@ -93,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
     from training import loop
 
     try:
+        if preset.objective != "classify":  # mpp pre-training / DeiT distillation
+            from training import objectives
+
+            return objectives.run(preset, output=args.output, data_dir=args.data_dir,
+                                  verbose=args.verbose)
         return loop.train(preset, output=args.output, resume=args.resume,
                           strategy_name=args.strategy, tpu=args.tpu, data_dir=args.data_dir,
                           export=not args.no_export, inspect=not args.no_inspect,

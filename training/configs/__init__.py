@@ -13,7 +13,8 @@ import importlib
 import json
 from typing import Any
 
-PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16")
+PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
+                "mpp_digits", "mpp_digits_finetune", "deit_distill")
 DEFAULT_PRESET = "digits_tiny"
 
 
@@ -68,6 +69,13 @@ class Preset:
         backup_every: steps between resumable backups (0 = at each epoch end only).
         seed: seed of the split, the initialisation, the shuffles and the augmentation.
         shuffle_buffer: tf.data shuffle buffer (elements).
+        objective: 'classify' (supervised), 'mpp' (masked patch prediction pre-training,
+            writes encoder.npz to fine-tune from) or 'distill' (DeiT hard-label distillation
+            from `teacher`).
+        teacher: 'distill' only: a `.keras` model mapping the same [-1, 1] images to class
+            scores.
+        drop_path_rate: stochastic depth rate of the last block (0 = off).
+        posemb: 'learn', 'sincos2d' or 'learn2d' position embedding.
     """
 
     name: str = "custom"
@@ -121,6 +129,10 @@ class Preset:
     backup_every: int = 0
     seed: int = 0
     shuffle_buffer: int = 10_000
+    objective: str = "classify"
+    teacher: str = ""
+    drop_path_rate: float = 0.0
+    posemb: str = "learn"
 
     def replace(self, **changes) -> "Preset":
         """A copy with `changes` applied; unknown field names raise ValueError."""

@@ -1,0 +1,146 @@
+"""The optional ViT features: each changes the model only when enabled, drop path is the
+identity at inference, and option models round-trip (.keras safe_mode, get_config) and export."""
+
+import numpy as np
+import pytest
+
+import keras
+import vit_keras
+from vit_keras import ViTConfig, VisionTransformer, config_from_model, export
+from vit_keras.layers import DropPath
+from vit_keras.posemb import sincos2d
+
+OFF = dict(drop_path_rate=0.0, posemb="learn", layer_scale_init=None, num_register_tokens=0,
+           distilled=False, resnet_layers=None)
+ON = {
+    "drop_path_rate": dict(drop_path_rate=0.5),
+    "posemb_sincos2d": dict(posemb="sincos2d"),
+    "posemb_learn2d": dict(posemb="learn2d"),
+    "layer_scale_init": dict(layer_scale_init=0.1),
+    "num_register_tokens": dict(num_register_tokens=2),
+    "classifier_map": dict(classifier="map"),
+    "distilled": dict(distilled=True),
+}
+
+
+def _images(config, seed=0):
+    height, width = config.image_hw
+    return np.random.default_rng(seed).uniform(-1, 1, (2, height, width, 3)).astype("float32")
+
+
+def _randomize_heads(model):
+    rng = np.random.default_rng(3)
+    for layer in model.layers:
+        if layer.name.startswith("head"):
+            for weight in layer.weights:
+                weight.assign(rng.normal(0, 0.5, weight.shape).astype("float32"))
+
+
+def _copy_shared(source, target):
+    """Copies every same-named, same-shaped weight of `source` into `target`."""
+    weights = {v.path: v for v in source.weights}
+    for variable in target.weights:
+        if variable.path in weights and weights[variable.path].shape == variable.shape:
+            variable.assign(weights[variable.path])
+
+
+def test_options_default_off(tiny_config):
+    assert tiny_config.replace(**OFF) == tiny_config
+    base = VisionTransformer(tiny_config)
+    keras.utils.set_random_seed(0)
+    explicit = VisionTransformer(tiny_config.replace(**OFF))
+    assert [v.path for v in base.weights] == [v.path for v in explicit.weights]
+
+
+def test_each_option_changes_the_forward_pass(tiny_config):
+    base = VisionTransformer(tiny_config)
+    _randomize_heads(base)
+    images = _images(tiny_config)
+    reference = np.asarray(base(images))
+    for name, changes in ON.items():
+        option = VisionTransformer(tiny_config.replace(**changes))
+        _copy_shared(base, option)
+        _randomize_heads(option)
+        changed = np.asarray(option(images, training=name == "drop_path_rate"))
+        assert changed.shape == reference.shape
+        assert np.abs(changed - reference).max() > 1e-3, name
+        if name == "drop_path_rate":  # stochastic depth only acts while training
+            np.testing.assert_allclose(np.asarray(option(images)), reference, atol=1e-6)
+
+
+def test_layer_scale_of_one_is_the_identity(tiny_config):
+    base = VisionTransformer(tiny_config)
+    _randomize_heads(base)
+    scaled = VisionTransformer(tiny_config.replace(layer_scale_init=1.0))
+    _copy_shared(base, scaled)
+    images = _images(tiny_config)
+    np.testing.assert_allclose(np.asarray(scaled(images)), np.asarray(base(images)), atol=1e-6)
+
+
+def test_drop_path_statistics_and_linear_depth(tiny_config):
+    layer = DropPath(0.25, seed=1)
+    ones = np.ones((4000, 3, 2), "float32")
+    dropped = np.asarray(layer(ones, training=True))
+    per_example = dropped[:, 0, 0]
+    assert np.isclose(per_example, 0.0).sum() + np.isclose(per_example, 1 / 0.75).sum() == 4000
+    assert (dropped == dropped[:, :1, :1]).all()  # whole examples, not single values
+    assert abs((per_example == 0).mean() - 0.25) < 0.03
+    np.testing.assert_array_equal(np.asarray(layer(ones, training=False)), ones)
+    model = VisionTransformer(tiny_config.replace(num_layers=3, drop_path_rate=0.2))
+    rates = [model.get_layer(f"encoderblock_{i}").drop_path_rate for i in range(3)]
+    assert rates == pytest.approx([0.0, 0.1, 0.2])
+
+
+def test_sincos2d_table():
+    table = sincos2d(2, 3, 8)
+    assert table.shape == (6, 8)
+    # Patch (row 1, col 2) is index 5: sin/cos of x=2, then of y=1, frequencies 1 and 1e-4.
+    np.testing.assert_allclose(table[5], [np.sin(2), np.sin(2e-4), np.cos(2), np.cos(2e-4),
+                                          np.sin(1), np.sin(1e-4), np.cos(1), np.cos(1e-4)],
+                               rtol=1e-5)
+
+
+def test_registers_are_left_out_of_gap(tiny_config):
+    config = tiny_config.replace(classifier="gap", num_register_tokens=3)
+    model = VisionTransformer(config, include_top=False)
+    assert model.output_shape == (None, config.num_patches + 3, config.hidden_size)
+    assert VisionTransformer(config).get_layer("pool").stop == config.num_patches
+
+
+ROUND_TRIP = {
+    "map_sincos_scale_registers_droppath": dict(
+        classifier="map", posemb="sincos2d", layer_scale_init=0.5, num_register_tokens=2,
+        drop_path_rate=0.1),
+    "hybrid_deit_learn2d": dict(resnet_layers=(), patch_size=2, distilled=True,
+                                posemb="learn2d", gelu_approximate=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIP))
+def test_round_trips_and_exports(tiny_config, tmp_path, name):
+    config = tiny_config.replace(**ROUND_TRIP[name])
+    model = VisionTransformer(config)
+    _randomize_heads(model)
+    images = _images(config)
+    expected = np.asarray(model(images))
+    assert config_from_model(model) == config
+    clone = keras.Model.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(np.asarray(clone(images)), expected, atol=1e-6)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_allclose(np.asarray(loaded(images)), expected, atol=1e-6)
+    assert config_from_model(loaded) == config
+
+    pixels = (images + 1.0) * 127.5
+    if name.startswith("map"):  # SavedModel export is generic Keras: one option model suffices
+        export.saved_model(model, str(tmp_path / "saved"))
+        import tensorflow as tf
+
+        served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
+        logits = served(images=tf.constant(pixels))["logits"].numpy()
+        np.testing.assert_allclose(logits, expected, atol=1e-4)
+    report = export.tflite(model, str(tmp_path / "model.tflite"), verify_images=pixels)
+    assert not any(op.startswith("Flex") or op == "CUSTOM" for op in report["ops"])
+    assert report["max_abs_logit_diff"] <= 1e-4
