@@ -56,7 +56,9 @@ def model_config(preset: configs.Preset, num_classes: int):
                   classifier=preset.classifier, dropout_rate=preset.dropout_rate,
                   attention_dropout_rate=preset.attention_dropout_rate,
                   representation_size=preset.representation_size or None,
-                  head_bias_init=preset.head_bias_init)
+                  head_bias_init=preset.head_bias_init,
+                  drop_path_rate=getattr(preset, "drop_path_rate", 0.0),
+                  posemb=getattr(preset, "posemb", "learn"))
     if preset.model == "custom":
         return vit_keras.ViTConfig(patch_size=preset.patch_size, hidden_size=preset.hidden_size,
                                    mlp_dim=preset.mlp_dim, num_heads=preset.num_heads,
