@@ -113,3 +113,14 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
 def worker_count(strategy: tf.distribute.Strategy) -> int:
     """Number of worker processes taking part."""
     return int(getattr(strategy.extended, "_num_workers", 1) or 1)
+
+
+def strategy_name(strategy: tf.distribute.Strategy) -> str:
+    """A readable name: TPUStrategy, MultiWorkerMirroredStrategy, MirroredStrategy, Default."""
+    if is_tpu(strategy):
+        return "TPUStrategy"
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "MirroredStrategy"
+    return "DefaultStrategy"

@@ -122,8 +122,9 @@ def open_data(preset: configs.Preset, data_dir: str | None):
 
 def build_and_compile(preset, config, plan: Plan, strategy, steps_per_execution: int):
     """Model and optimizer built in the strategy scope, compiled."""
+    import tensorflow as tf
     import vit_keras
-    from training import recipe
+    from training import keras_compat, recipe
 
     with strategy.scope():
         model = vit_keras.VisionTransformer(config)
@@ -133,6 +134,11 @@ def build_and_compile(preset, config, plan: Plan, strategy, steps_per_execution:
                       loss=recipe.make_loss(preset), metrics=recipe.make_metrics(
                           config.num_classes), steps_per_execution=steps_per_execution)
         model.optimizer.build(model.trainable_variables)
+    if strategy is not tf.distribute.get_strategy():  # see training/keras_compat.py
+        keras_compat.build_without_peeking(model, (*config.image_hw, config.channels),
+                                           config.num_classes, plan.per_replica_batch)
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            keras_compat.vector_logs(model)
     return model
 
 
@@ -227,7 +233,7 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
     log(f"vit train: preset {preset.name}, data {preset.data} ({num_examples} examples, "
         f"{train_source.num_classes} classes), model {preset.model} {config.image_hw[0]}px "
         f"patch {config.patch_size} D={config.hidden_size} L={config.num_layers}, "
-        f"{strategy.__class__.__name__} x{plan.replicas}, batch {plan.global_batch}"
+        f"{distribute.strategy_name(strategy)} x{plan.replicas}, batch {plan.global_batch}"
         f"{f' (accumulated {plan.accum}x{plan.step_batch})' if plan.accum > 1 else ''}, "
         f"{preset.epochs} epochs x {plan.steps_per_epoch} steps, {policy}")
 
@@ -244,12 +250,14 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
         tf.io.gfile.rmtree(backup_dir)  # a fresh run does not inherit an old backup
     start_epoch, start_step = (state["epoch"], state["step"]) if state else (0, 0)
 
-    train_ds = data.train_dataset(
-        train_source, preset.image_size, plan.step_batch, epochs=preset.epochs,
-        seed=preset.seed, crop=preset.train_crop, crop_area_min=preset.crop_area_min,
-        pad=preset.pad, augment=augment.build_augment(preset), start_epoch=start_epoch,
-        start_step=start_step, steps_per_epoch=plan.steps_per_epoch,
-        shuffle_buffer=preset.shuffle_buffer)
+    def train_stream(first_epoch: int, first_step: int):
+        return data.train_dataset(
+            train_source, preset.image_size, plan.step_batch, epochs=preset.epochs,
+            seed=preset.seed, crop=preset.train_crop, crop_area_min=preset.crop_area_min,
+            pad=preset.pad, augment=augment.build_augment(preset), start_epoch=first_epoch,
+            start_step=first_step, steps_per_epoch=plan.steps_per_epoch,
+            shuffle_buffer=preset.shuffle_buffer)
+
     val_ds = None
     if val_source is not None:
         val_ds = data.eval_dataset(val_source, preset.image_size, plan.step_batch,
@@ -270,12 +278,12 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
     train_started = time.perf_counter()
     epoch = start_epoch
     if start_step and epoch < preset.epochs:  # finish the interrupted epoch first
-        model.fit(train_ds, epochs=epoch + 1, initial_epoch=epoch,
+        model.fit(train_stream(epoch, start_step), epochs=epoch + 1, initial_epoch=epoch,
                   steps_per_epoch=plan.steps_per_epoch - start_step,
                   validation_data=val_ds, callbacks=fit_callbacks, verbose=verbose, shuffle=False)
         epoch += 1
     if epoch < preset.epochs:
-        model.fit(train_ds, epochs=preset.epochs, initial_epoch=epoch,
+        model.fit(train_stream(epoch, 0), epochs=preset.epochs, initial_epoch=epoch,
                   steps_per_epoch=plan.steps_per_epoch, validation_data=val_ds,
                   validation_freq=_validation_epochs(preset, epoch), callbacks=fit_callbacks,
                   verbose=verbose, shuffle=False)
@@ -285,7 +293,7 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
 
     metrics = {"preset": preset.name, "data": preset.data, "num_train_examples": num_examples,
                "epochs": preset.epochs, "global_batch": plan.global_batch,
-               "replicas": plan.replicas, "strategy": strategy.__class__.__name__,
+               "replicas": plan.replicas, "strategy": distribute.strategy_name(strategy),
                "precision": policy, "train_seconds": round(train_seconds, 2),
                "train_images_per_second": round(trained_images / max(train_seconds, 1e-9), 1),
                "best_val_accuracy": best.best, "best_epoch": best.best_epoch}
@@ -309,6 +317,9 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
         _post_training(final, train_source, val_source, preset, output, export, inspect)
         if tf.io.gfile.exists(backup_dir):
             tf.io.gfile.rmtree(backup_dir)
+    else:  # non-chief workers keep their final weights in their scratch folder only
+        callbacks.save_weights_atomic(clean_copy(model, config),
+                                      os.path.join(write_dir, "final.weights.h5"))
     return 0
 
 

@@ -63,6 +63,42 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "steps_per_update": self.steps_per_update}
 
 
+class _ClipAfterAllReduce:
+    """Gradient clipping on the replica-summed gradient (a mixin for Keras optimizers).
+
+    Keras 3 clips in `apply()` before its TensorFlow backend all-reduces the gradients, so under
+    a multi-replica strategy each replica would clip its own partial gradient and the global
+    norm would not be the global norm. Here the replicas' gradients are summed first, clipped,
+    then divided by the replica count, so the backend's sum gives exactly the clipped total:
+    the update equals the single-device update at the same global batch.
+    """
+
+    def _clip_gradients(self, grads):
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        if replicas == 1 or not (self.clipnorm or self.global_clipnorm or self.clipvalue):
+            return super()._clip_gradients(grads)
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        return [grad / replicas for grad in super()._clip_gradients(total)]
+
+
+@keras.saving.register_keras_serializable(package="vit_training")
+class AdamW(_ClipAfterAllReduce, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` clipping the all-reduced gradient (see `_ClipAfterAllReduce`)."""
+
+
+@keras.saving.register_keras_serializable(package="vit_training")
+class Adam(_ClipAfterAllReduce, keras.optimizers.Adam):
+    """`keras.optimizers.Adam` clipping the all-reduced gradient (see `_ClipAfterAllReduce`)."""
+
+
+@keras.saving.register_keras_serializable(package="vit_training")
+class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
+    """`keras.optimizers.SGD` clipping the all-reduced gradient (see `_ClipAfterAllReduce`)."""
+
+
 def make_schedule(preset, steps_per_epoch: int) -> WarmupDecay:
     """The preset's schedule, counted in optimizer steps (after gradient accumulation)."""
     total = max(1, preset.epochs * steps_per_epoch)
@@ -93,14 +129,14 @@ def make_optimizer(preset, steps_per_epoch: int) -> keras.optimizers.Optimizer:
     )
     decay = preset.weight_decay or None
     if preset.optimizer == "adamw":
-        optimizer = keras.optimizers.AdamW(weight_decay=preset.weight_decay, beta_1=preset.beta1,
+        optimizer = AdamW(weight_decay=preset.weight_decay, beta_1=preset.beta1,
                                            beta_2=preset.beta2, **common)
     elif preset.optimizer == "adam":
         # Adam with decoupled decay when asked (the paper's pre-training uses wd 0.1 with Adam).
-        optimizer = keras.optimizers.Adam(beta_1=preset.beta1, beta_2=preset.beta2,
+        optimizer = Adam(beta_1=preset.beta1, beta_2=preset.beta2,
                                           weight_decay=decay, **common)
     else:
-        optimizer = keras.optimizers.SGD(momentum=preset.momentum, weight_decay=decay, **common)
+        optimizer = SGD(momentum=preset.momentum, weight_decay=decay, **common)
     optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY_NAMES))
     return optimizer
 

@@ -1,0 +1,188 @@
+"""`vit train` end to end: default preset (short), strategies, multi-worker, TPU error, resume.
+
+Multi-device and multi-worker cases run in subprocesses: logical devices and collective
+runtimes must be configured before TensorFlow initialises.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from training import cli, loop
+from training.configs import get_preset
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A tiny custom ViT on digits: a few steps take well under a second.
+TINY = ["--set", "image_size=8", "--set", "patch_size=4", "--set", "hidden_size=16",
+        "--set", "mlp_dim=32", "--set", "num_heads=2", "--set", "num_layers=1",
+        "--set", "translate=0.1", "--set", "eval_every=1"]
+
+
+def _env(**extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def _vit(*args, **kwargs):
+    return [sys.executable, "-m", "training.cli", *args]
+
+
+def _weights(path):
+    import keras
+
+    import vit_keras  # noqa: F401
+
+    return keras.saving.load_model(path, compile=False).get_weights()
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def test_default_preset_short_run_beats_chance(tmp_path):
+    # digits_tiny shrunk to seconds: 8 px, 16 tokens, 2 blocks, 4 epochs.
+    preset = get_preset("digits_tiny").replace(
+        epochs=8, image_size=8, patch_size=2, hidden_size=32, mlp_dim=64, num_layers=2,
+        lr=5e-3, warmup_epochs=1, translate=0.0, rotate=0.0, zoom=0.0, eval_every=8)
+    assert loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                      inspect=False) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["val_top1"] > 0.6                     # chance is 0.1
+    assert (tmp_path / "labels.txt").read_text().split() == [str(i) for i in range(10)]
+    for name in ("model.keras", "history.csv", "curves.png", "best.weights.h5", "config.json"):
+        assert (tmp_path / name).exists(), name
+    assert os.listdir(tmp_path / "logs")                 # TensorBoard events
+    assert not (tmp_path / "backup").exists()            # removed after a complete run
+
+
+def test_tpu_strategy_without_tpu_fails_fast_and_clearly(monkeypatch, capsys):
+    for name in ("COLAB_TPU_ADDR", "TPU_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    started = time.perf_counter()
+    status = cli.main(["train", "--strategy", "tpu", "--no-export", "--no-inspect"])
+    assert status == 1
+    assert "no TPU found" in capsys.readouterr().err
+    assert time.perf_counter() - started < 10
+
+
+MIRRORED_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np, tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras, vit_keras
+    from training import data, keras_compat, recipe
+    from training.configs import Preset
+    # SGD: Adam's m / sqrt(v) would amplify float32 noise in near-zero gradients. The global
+    # clip (1.0) is active in the last steps: it must see the summed gradient, not each replica's.
+    preset = Preset(optimizer="sgd", lr=0.1, epochs=1, warmup_steps=1, weight_decay=1e-4,
+                    label_smoothing=0.1, clipnorm=1.0)
+    config = vit_keras.ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
+                                 num_heads=2, num_layers=1, num_classes=10)
+    source = data.digits_source("train")
+    results = {}
+    for name, strategy in (("default", tf.distribute.get_strategy()),
+                           ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = vit_keras.VisionTransformer(config)
+            model.compile(recipe.make_optimizer(preset, 4), recipe.make_loss(preset))
+        if name == "mirrored":  # as `vit train` does: no batch consumed to build metrics
+            keras_compat.build_without_peeking(model, (8, 8, 3), 10, 16)
+        dataset = data.train_dataset(source, 8, 32, epochs=1, seed=0, steps_per_epoch=4)
+        model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)
+        results[name] = (strategy.num_replicas_in_sync, model.get_weights())
+    (n1, w1), (n2, w2) = results["default"], results["mirrored"]
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(w1, w2))
+    scale = max(float(np.max(np.abs(a))) for a in w1)
+    print(json.dumps({"replicas": [n1, n2], "max_abs_diff": diff, "scale": scale}))
+""")
+
+
+def test_mirrored_two_cpus_matches_default_strategy():
+    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], env=_env(),
+                            capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["replicas"] == [1, 2]
+    # Same global batch of 32 (2 x 16 per replica): float32 reduction order is the only
+    # difference after 4 SGD-momentum steps; stated tolerance 1e-5 absolute on O(1) weights.
+    assert report["max_abs_diff"] < 1e-5, report
+
+
+def test_multi_worker_two_processes_agree_and_only_chief_writes(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    args = ["train", "--strategy", "multi_worker", "--epochs", "2", "--batch-size", "32",
+            "--output", str(tmp_path), "--no-export", "--no-inspect", *TINY,
+            "--set", "backup_every=0"]
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        processes.append(subprocess.Popen(_vit(*args), env=_env(TF_CONFIG=tf_config),
+                                          cwd=REPO, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    outputs = [process.communicate(timeout=240)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs[0][-2000:] + \
+        outputs[1][-2000:]
+    assert "MultiWorkerMirroredStrategy x2" in outputs[0]
+    assert (tmp_path / "model.keras").exists() and (tmp_path / "metrics.json").exists()
+    worker_dir = tmp_path / ".worker-1"
+    assert not (worker_dir / "model.keras").exists() and not (worker_dir / "metrics.json").exists()
+    import keras
+
+    import vit_keras
+
+    chief = keras.saving.load_model(str(tmp_path / "model.keras"), compile=False)
+    worker = vit_keras.VisionTransformer(vit_keras.config_from_model(chief))
+    worker.load_weights(str(worker_dir / "final.weights.h5"))
+    chief = chief.get_weights()
+    for a, b in zip(chief, worker.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
+    common = ["train", "--epochs", "3", "--batch-size", "16", "--no-export", "--no-inspect",
+              "--seed", "5", *TINY, "--set", "backup_every=3", "--set", "eval_every=3"]
+    reference = subprocess.Popen(_vit(*common, "--output", str(tmp_path / "ref")), env=_env(),
+                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+    victim_dir = tmp_path / "victim"
+    victim = subprocess.Popen(_vit(*common, "--output", str(victim_dir)), env=_env(), cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state_file = victim_dir / "backup" / "state.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and victim.poll() is None:
+        if state_file.exists() and json.loads(state_file.read_text())["global_step"] >= 9:
+            break
+        time.sleep(0.02)
+    assert victim.poll() is None, "the run ended before it could be killed"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    state = json.loads(state_file.read_text())
+    assert 0 < state["global_step"] < 3 * 89 and not (victim_dir / "model.keras").exists()
+
+    resumed = subprocess.run(_vit(*common, "--output", str(victim_dir), "--resume"),
+                             env=_env(), cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in resumed.stdout
+    assert reference.wait(timeout=240) == 0, reference.stderr.read()[-3000:]
+    for a, b in zip(_weights(str(tmp_path / "ref" / "model.keras")),
+                    _weights(str(victim_dir / "model.keras"))):
+        np.testing.assert_allclose(a, b, atol=1e-5)       # same batches, same updates
