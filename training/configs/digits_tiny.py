@@ -29,9 +29,9 @@ PRESET = Preset(
     clipnorm=1.0,
     label_smoothing=0.1,
     train_crop="resize",
-    translate=0.125,
-    rotate=0.05,
-    zoom=0.1,
+    translate=0.0625,
+    rotate=0.0,
+    zoom=0.05,
     eval_every=10,
     seed=0,
 )
