@@ -227,6 +227,7 @@ def decode_image(encoded: tf.Tensor) -> tf.Tensor:
 
 def folder_source(path: str, subset: str, val_split: float, seed: int) -> Source:
     """One sub-folder per class; every file is checked before training starts."""
+    path = os.path.expanduser(path)
     class_names, files, labels = list_folder(path)
     check_files(files)
     train_idx, val_idx = split_indices(labels, val_split, seed)

@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", help="output folder (default: saved_models/<preset>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the backup in the output folder")
-    parser.add_argument("--seed", type=int, help="random seed (split, init, shuffle, augment)")
+    parser.add_argument("--seed", type=int, help="random seed (folder hold-out, init, shuffle, augmentation)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a preset field (repeatable), e.g. --set translate=0.1; "
                         "fields: " + ", ".join(configs.field_names()))
