@@ -1,9 +1,10 @@
 """digits_tiny: the offline default. scikit-learn's 8x8 digits, a small ViT, a few minutes on CPU.
 
 The 1797 digits are split 80/20 (stratified, fixed seed); 'val' is the 20% test split. A plain
-ViT without augmentation reaches about 95% here; small geometric jitter (no flips: digits are
-not mirror-symmetric), label smoothing, AdamW with warmup + cosine and mean pooling close the
-gap to an RBF SVM (98.9%).
+ViT without augmentation reaches about 95% here; 1-pixel shifts and 5% zoom (no flips or
+rotations: digits are not symmetric and strong jitter underfits in this budget), stochastic
+depth 0.1, label smoothing 0.1, AdamW (lr 3e-3) with warmup + cosine and mean pooling close
+the gap to an RBF SVM (98.9%).
 """
 
 from training.configs import Preset
@@ -19,10 +20,11 @@ PRESET = Preset(
     num_heads=4,
     num_layers=4,
     classifier="gap",
+    drop_path_rate=0.1,
     epochs=60,
     batch_size=64,
     optimizer="adamw",
-    lr=2e-3,
+    lr=3e-3,
     weight_decay=0.05,
     schedule="cosine",
     warmup_epochs=3,
