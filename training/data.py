@@ -35,6 +35,9 @@ import tensorflow as tf
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 # File signatures of the formats tf.io.decode_image reads.
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"GIF87a", b"GIF89a")
+# Largest image accepted (width x height, PIL's default bomb limit): a few-kB PNG can declare
+# 60000x60000 pixels, which would take gigabytes to decode.
+MAX_IMAGE_PIXELS = 89_478_485
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
 
@@ -162,10 +165,25 @@ def check_image_file(path: str) -> str | None:
         return "is not a JPEG, PNG, BMP or GIF file"
     try:
         with Image.open(path) as image:
+            width, height = image.size
             image.verify()
+    except Image.DecompressionBombError as error:
+        return f"is too large ({error}); the limit is {MAX_IMAGE_PIXELS} pixels"
     except Exception as error:  # PIL raises many types for broken files
         return f"is a corrupt image ({type(error).__name__}: {error})"
+    if width * height > MAX_IMAGE_PIXELS:
+        return (f"is too large ({width}x{height} = {width * height} pixels); the limit is "
+                f"{MAX_IMAGE_PIXELS} pixels")
+    if head.startswith(_SIGNATURES[0]) and not _jpeg_has_end(path):
+        return "is a truncated JPEG (no end-of-image marker)"
     return None
+
+
+def _jpeg_has_end(path: str) -> bool:
+    """True when the end-of-image marker is in the last kB (PIL's verify does not check it)."""
+    with open(path, "rb") as file:
+        file.seek(max(0, os.path.getsize(path) - 1024))
+        return b"\xff\xd9" in file.read()
 
 
 def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:

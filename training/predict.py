@@ -37,7 +37,10 @@ def read_images(paths: list[str], size: int):
         why = data.check_image_file(path)
         if why:
             raise ValueError(f"{path} {why}")
-        image = data.decode_image(tf.io.read_file(path))
+        try:
+            image = data.decode_image(tf.io.read_file(path))
+        except tf.errors.OpError as error:  # a file PIL accepts but TensorFlow cannot decode
+            raise ValueError(f"{path} cannot be decoded ({error.message})") from None
         images.append(data.resize(image, size).numpy())
     return np.stack(images).astype(np.float32)
 

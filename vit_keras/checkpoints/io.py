@@ -67,11 +67,19 @@ def read_tensors(path: str) -> tuple[str, dict[str, np.ndarray]]:
 
 def _read_npz(data: bytes) -> dict[str, np.ndarray]:
     try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            not_arrays = [name for name in archive.namelist() if not name.endswith(".npy")]
+        if not_arrays:  # e.g. a PyTorch zip checkpoint (archive/data.pkl): pickle, refused
+            raise ValueError(f"zip archive member {not_arrays[0]!r} is not a .npy array: "
+                             "expected an .npz of arrays (pickle-based PyTorch checkpoints are "
+                             "refused: convert them to .safetensors)")
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             tensors = {name: archive[name] for name in archive.files}
     except ValueError as error:
         if "allow_pickle" in str(error):  # numpy's message for object arrays
             raise ValueError(f"{error} (pickled objects are refused)") from None
+        if "not a .npy array" in str(error):
+            raise
         raise ValueError(f"truncated or corrupt .npz archive ({error})") from None
     except (zipfile.BadZipFile, EOFError, OSError, KeyError, struct.error) as error:
         raise ValueError(f"truncated or corrupt .npz archive ({type(error).__name__}: {error})"
