@@ -97,7 +97,7 @@ def train_distilled(preset: configs.Preset, output: str, data_dir: str | None = 
                          "Keras classifier of [-1, 1] images, e.g. a model.keras of vit train)")
     started = time.perf_counter()
     train_source, train_ds, val_ds, plan = _setup(preset, data_dir)
-    teacher = keras.saving.load_model(preset.teacher)
+    teacher = keras.saving.load_model(preset.teacher, safe_mode=True)
     config = loop.model_config(preset, train_source.num_classes).replace(distilled=True)
     student = vit_keras.VisionTransformer(config)
     if preset.weights:
