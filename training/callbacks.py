@@ -1,8 +1,8 @@
 """Callbacks of `vit train`: resumable atomic backups, best-model saving and a one-line log.
 
 A backup is the model AND optimizer state (moments, step counter, so the learning rate too) in
-`backup/ckpt-<step>.weights.h5` plus `backup/state.json` naming it with the epoch and the step
-inside that epoch. `state.json` is replaced atomically only after its weights file is complete,
+`backup/ckpt-<step>.weights.h5` plus `backup/state.json` naming it with the epoch, the step
+inside that epoch and the random-seed states of dropout / stochastic depth. `state.json` is replaced atomically only after its weights file is complete,
 so a run killed at any instant leaves a usable backup; `--resume` continues from it at the same
 epoch and step (the input pipeline skips the batches already seen).
 """
@@ -14,6 +14,7 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 STATE_FILE = "state.json"
@@ -41,6 +42,12 @@ def save_weights_atomic(model: keras.Model, path: str) -> None:
     else:
         model.save_weights(temporary)
     tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def rng_variables(model: keras.Model) -> list:
+    """The model's random-seed states (dropout, stochastic depth), which weights files omit."""
+    weight_ids = {id(weight) for weight in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weight_ids]
 
 
 def read_backup(directory: str) -> dict | None:
@@ -74,6 +81,8 @@ def restore_backup(model: keras.Model, directory: str) -> dict | None:
         tf.io.gfile.copy(path, local, overwrite=True)
         path = local
     model.load_weights(path)
+    for variable, value in zip(rng_variables(model), state.get("rng", [])):
+        variable.assign(np.asarray(value, dtype=variable.dtype))
     return state
 
 
@@ -127,7 +136,8 @@ class ResumableBackup(keras.callbacks.Callback):
         save_weights_atomic(self.model, os.path.join(self.directory, name))
         old = read_backup(self.directory) if tf.io.gfile.exists(
             os.path.join(self.directory, STATE_FILE)) else None
-        state = {"epoch": epoch, "step": step, "global_step": global_step, "weights": name}
+        state = {"epoch": epoch, "step": step, "global_step": global_step, "weights": name,
+                 "rng": [np.asarray(v).tolist() for v in rng_variables(self.model)]}
         atomic_write_text(os.path.join(self.directory, STATE_FILE), json.dumps(state))
         if old and old["weights"] != name:
             tf.io.gfile.remove(os.path.join(self.directory, old["weights"]))
