@@ -40,9 +40,11 @@ def _setup(preset: configs.Preset, data_dir: str | None):
     return train_source, train_ds, val_ds, plan
 
 
-def _finish(output: str, metrics: dict, started: float) -> None:
+def _finish(output: str, metrics: dict, started: float, preset, config) -> None:
     from training import outputs
 
+    outputs.write_json(os.path.join(output, "config.json"),
+                       {"preset": preset.to_dict(), "model": config.to_dict()})
     metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
     outputs.write_json(os.path.join(output, "metrics.json"), metrics)
     loop.log(outputs.summary_table([(key, str(value)) for key, value in metrics.items()]))
@@ -78,7 +80,7 @@ def pretrain_mpp(preset: configs.Preset, output: str, data_dir: str | None = Non
     tf.io.gfile.makedirs(output)
     classifier = masked_patch.to_classifier(trainer.network, config)
     vit_keras.checkpoints.save_npz(classifier, os.path.join(output, "encoder.npz"))
-    _finish(output, metrics, started)
+    _finish(output, metrics, started, preset, config)
     return 0
 
 
@@ -117,7 +119,7 @@ def train_distilled(preset: configs.Preset, output: str, data_dir: str | None = 
         metrics["teacher_val_top1"] = round(float(teacher_hits.result()), 4)
     tf.io.gfile.makedirs(output)
     loop.save_model(loop.clean_copy(student, config), os.path.join(output, "model.keras"))
-    _finish(output, metrics, started)
+    _finish(output, metrics, started, preset, config)
     return 0
 
 
