@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Callable
 
 import numpy as np
@@ -167,8 +168,10 @@ def check_image_file(path: str) -> str | None:
         with Image.open(path) as image:
             width, height = image.size
             image.verify()
-    except Image.DecompressionBombError as error:
-        return f"is too large ({error}); the limit is {MAX_IMAGE_PIXELS} pixels"
+    except Image.DecompressionBombError as error:  # PIL refuses before reading the size out
+        declared = re.search(r"\((\d+) pixels\)", str(error))
+        return (f"is too large ({declared.group(1) if declared else 'too many'} pixels "
+                f"declared); the limit is {MAX_IMAGE_PIXELS} pixels")
     except Exception as error:  # PIL raises many types for broken files
         return f"is a corrupt image ({type(error).__name__}: {error})"
     if width * height > MAX_IMAGE_PIXELS:
@@ -176,6 +179,12 @@ def check_image_file(path: str) -> str | None:
                 f"{MAX_IMAGE_PIXELS} pixels")
     if head.startswith(_SIGNATURES[0]) and not _jpeg_has_end(path):
         return "is a truncated JPEG (no end-of-image marker)"
+    if head.startswith((b"BM", b"GIF")):  # verify() does not read the pixels of these: decode
+        try:
+            with Image.open(path) as image:
+                image.load()
+        except Exception as error:
+            return f"is a corrupt image ({type(error).__name__}: {error})"
     return None
 
 
