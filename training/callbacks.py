@@ -143,6 +143,51 @@ class ResumableBackup(keras.callbacks.Callback):
             tf.io.gfile.remove(os.path.join(self.directory, old["weights"]))
 
 
+class StopOnNonFinite(keras.callbacks.Callback):
+    """Stops the run at the first NaN/Inf loss, before any callback after it saves the weights.
+
+    Put it FIRST in the callback list: the weights after a non-finite step are poisoned, so the
+    backup of that step must not be written; the previous backup stays the resumable state.
+    Raises `NonFiniteLossError`, naming the epoch and step.
+
+    Args:
+        steps_per_epoch: steps of a full epoch.
+        step_offset: steps of the current epoch already done before this `fit` (resume).
+        backup_dir: where the last good backup lives (named in the message).
+    """
+
+    def __init__(self, steps_per_epoch: int, step_offset: int = 0, backup_dir: str = ""):
+        super().__init__()
+        self.steps_per_epoch = steps_per_epoch
+        self.step_offset = step_offset
+        self.backup_dir = backup_dir
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.step_offset = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None or np.isfinite(float(loss)):
+            return
+        step = self.step_offset + batch + 1
+        global_step = self._epoch * self.steps_per_epoch + step
+        last = read_backup(self.backup_dir) if self.backup_dir else None
+        kept = (f"the last good backup (global step {last['global_step']}) is kept in "
+                f"{self.backup_dir}" if last else "no backup was written yet")
+        raise NonFiniteLossError(
+            f"non-finite loss ({float(loss)}) at epoch {self._epoch + 1}, step {step} (global "
+            f"step {global_step}); training stopped and these weights were not saved; {kept}. "
+            "Lower the learning rate or fix the data, then run again with --resume")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
 class BestModel(keras.callbacks.Callback):
     """Saves the weights with the best validation accuracy seen (atomically)."""
 

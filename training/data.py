@@ -177,22 +177,23 @@ def check_image_file(path: str) -> str | None:
     if width * height > MAX_IMAGE_PIXELS:
         return (f"is too large ({width}x{height} = {width * height} pixels); the limit is "
                 f"{MAX_IMAGE_PIXELS} pixels")
-    if head.startswith(_SIGNATURES[0]) and not _jpeg_has_end(path):
+    if head.startswith(_SIGNATURES[0]) and not _ends_with_marker(path, b"\xff\xd9"):
         return "is a truncated JPEG (no end-of-image marker)"
-    if head.startswith((b"BM", b"GIF")):  # verify() does not read the pixels of these: decode
-        try:
-            with Image.open(path) as image:
-                image.load()
-        except Exception as error:
-            return f"is a corrupt image ({type(error).__name__}: {error})"
+    if head.startswith(_SIGNATURES[1]) and not _ends_with_marker(path, b"IEND\xaeB`\x82"):
+        return "is a truncated PNG (no complete IEND chunk)"
+    if head.startswith((b"BM", b"GIF")):  # verify() does not read their pixels, and PIL reads
+        try:                                 # BMP/GIF variants TensorFlow does not: decode
+            decode_image(tf.io.read_file(path))
+        except tf.errors.OpError as error:
+            return f"cannot be decoded ({error.message.split(' [Op:')[0].split('}} ')[-1]})"
     return None
 
 
-def _jpeg_has_end(path: str) -> bool:
-    """True when the end-of-image marker is in the last kB (PIL's verify does not check it)."""
+def _ends_with_marker(path: str, marker: bytes) -> bool:
+    """True when the format's end marker is in the last kB (PIL's verify does not check it)."""
     with open(path, "rb") as file:
         file.seek(max(0, os.path.getsize(path) - 1024))
-        return b"\xff\xd9" in file.read()
+        return marker in file.read()
 
 
 def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:

@@ -267,7 +267,10 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
     backup = callbacks.ResumableBackup(backup_dir, plan.steps_per_epoch, preset.backup_every,
                                        write=chief, step_offset=start_step)
     best = callbacks.BestModel(os.path.join(write_dir, "best.weights.h5"), write=chief)
-    fit_callbacks = [backup, best, keras.callbacks.CSVLogger(history_path, append=bool(state))]
+    finite = callbacks.StopOnNonFinite(plan.steps_per_epoch, step_offset=start_step,
+                                       backup_dir=backup_dir if chief else "")
+    fit_callbacks = [finite, backup, best,  # `finite` first: a NaN step is never backed up
+                     keras.callbacks.CSVLogger(history_path, append=bool(state))]
     if _tensorboard_available():
         fit_callbacks.append(keras.callbacks.TensorBoard(os.path.join(write_dir, "logs")))
     else:

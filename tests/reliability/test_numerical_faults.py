@@ -1,0 +1,76 @@
+"""A NaN loss stops `vit train` cleanly at the step it appears; the last good backup resumes."""
+
+import argparse
+import json
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training import callbacks, data, loop
+from training.configs import get_preset
+
+POISONED_STEP = 7  # 1-based global step whose batch holds NaN pixels
+# digits on a 1-block, 8 px ViT: 2 epochs of 8 steps run in a few seconds.
+PRESET = get_preset("digits_tiny").replace(
+    epochs=2, batch_size=128, image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
+    num_heads=2, num_layers=1, translate=0.0, rotate=0.0, zoom=0.0, eval_every=2,
+    backup_every=3)
+
+
+def _poisoned(train_dataset, step):
+    """`data.train_dataset` whose `step`-th batch (1-based, counting from the start) is NaN."""
+    def poisoned_dataset(*args, **kwargs):
+        dataset = train_dataset(*args, **kwargs)
+        first = kwargs.get("start_epoch", 0) * kwargs["steps_per_epoch"] + kwargs.get(
+            "start_step", 0)
+
+        def maybe_poison(index, batch):
+            images, labels = batch
+            bad = tf.equal(index + first + 1, step)
+            return tf.where(bad, images * np.nan, images), labels
+
+        return dataset.enumerate().map(maybe_poison)
+
+    return poisoned_dataset
+
+
+def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypatch):
+    output = str(tmp_path)
+    monkeypatch.setattr(data, "train_dataset", _poisoned(data.train_dataset, POISONED_STEP))
+    with pytest.raises(callbacks.NonFiniteLossError, match=rf"global step {POISONED_STEP}\)") \
+            as stopped:
+        loop.train(PRESET, output=output, strategy_name="default", export=False, inspect=False)
+    assert "last good backup (global step 6)" in str(stopped.value)
+    assert not (tmp_path / "model.keras").exists()
+    state = json.loads((tmp_path / "backup" / "state.json").read_text())
+    assert state["global_step"] == 6            # the step before the NaN, not the NaN step
+    import h5py
+
+    with h5py.File(tmp_path / "backup" / state["weights"]) as weights:
+        arrays = []
+        weights.visititems(lambda name, item: arrays.append(item[()])
+                           if isinstance(item, h5py.Dataset) else None)
+    assert arrays and all(np.all(np.isfinite(a)) for a in arrays if a.dtype.kind == "f")
+
+    monkeypatch.undo()  # the data is fixed: resume finishes the run
+    keras.backend.clear_session()
+    assert loop.train(PRESET, output=output, resume=True, strategy_name="default",
+                      export=False, inspect=False) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert math.isfinite(metrics["val_loss"])
+
+
+def test_cli_reports_the_step_and_exits_1(tmp_path, monkeypatch, capsys):
+    from training import train
+
+    monkeypatch.setattr(data, "train_dataset", _poisoned(data.train_dataset, 2))
+    monkeypatch.setattr(train, "resolve_preset", lambda args: PRESET)
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    status = train.run(parser.parse_args(["--output", str(tmp_path), "--no-export",
+                                          "--no-inspect", "--strategy", "default"]))
+    assert status == 1
+    assert "non-finite loss (nan) at epoch 1, step 2 (global step 2)" in capsys.readouterr().err
