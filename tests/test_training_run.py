@@ -71,6 +71,36 @@ def test_default_preset_short_run_beats_chance(tmp_path):
     assert not (tmp_path / "backup").exists()            # removed after a complete run
 
 
+def test_evaluate_and_predict_commands(tmp_path, capsys):
+    from PIL import Image
+
+    from training import data
+
+    preset = get_preset("digits_tiny").replace(
+        epochs=1, image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+        num_layers=1, eval_every=1)
+    assert loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                      inspect=False) == 0
+    capsys.readouterr()
+    model = str(tmp_path / "model.keras")
+    assert cli.main(["evaluate", "--model", model, "--data", "digits",
+                     "--output", str(tmp_path / "eval.json")]) == 0
+    report = json.loads((tmp_path / "eval.json").read_text())
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert report["examples"] == 360 and len(report["per_class"]) == 10
+    assert report["top1"] == pytest.approx(metrics["val_top1"], abs=1e-6)
+    image, label = data.digits_arrays("test")[0][0], data.digits_arrays("test")[1][0]
+    Image.fromarray(image).save(tmp_path / "digit.png")
+    capsys.readouterr()
+    assert cli.main(["predict", str(tmp_path / "digit.png"), "--model", model,
+                     "--top-k", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].endswith("digit.png") and len(lines) == 4
+    probabilities = [float(line.split()[-1]) for line in lines[1:]]
+    assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1.0001
+    assert cli.main(["predict", str(tmp_path / "missing.png"), "--model", model]) == 1
+
+
 def test_tpu_strategy_without_tpu_fails_fast_and_clearly(monkeypatch, capsys):
     for name in ("COLAB_TPU_ADDR", "TPU_NAME"):
         monkeypatch.delenv(name, raising=False)
