@@ -401,7 +401,7 @@ def shuffled(source: Source, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
     return source.records().batch(max(1, buffer)).enumerate().flat_map(permute)
 
 
-def _with_options(dataset: tf.data.Dataset, seed: int | None) -> tf.data.Dataset:
+def _with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
     options = tf.data.Options()
     options.deterministic = True
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -475,7 +475,7 @@ def train_dataset(source: Source, image_size: int, batch_size: int, *, epochs: i
         return scale(images), labels
 
     dataset = dataset.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
-    return _with_options(dataset.prefetch(tf.data.AUTOTUNE), seed)
+    return _with_options(dataset.prefetch(tf.data.AUTOTUNE))
 
 
 def eval_images(source: Source, image_size: int) -> tf.data.Dataset:
@@ -495,7 +495,7 @@ def eval_dataset(source: Source, image_size: int, batch_size: int,
     dataset = eval_images(source, image_size).batch(batch_size, drop_remainder=drop_remainder)
     dataset = dataset.map(lambda images, labels: (scale(images), tf.one_hot(labels, depth)),
                           num_parallel_calls=tf.data.AUTOTUNE)
-    return _with_options(dataset.prefetch(tf.data.AUTOTUNE), None)
+    return _with_options(dataset.prefetch(tf.data.AUTOTUNE))
 
 
 def take_raw_images(source: Source, image_size: int, count: int) -> tuple[np.ndarray, np.ndarray]:

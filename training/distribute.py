@@ -110,11 +110,6 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return task_type in (None, "worker") and task_id == 0 and not has_chief
 
 
-def worker_count(strategy: tf.distribute.Strategy) -> int:
-    """Number of worker processes taking part."""
-    return int(getattr(strategy.extended, "_num_workers", 1) or 1)
-
-
 def strategy_name(strategy: tf.distribute.Strategy) -> str:
     """A readable name: TPUStrategy, MultiWorkerMirroredStrategy, MirroredStrategy, Default."""
     if is_tpu(strategy):
