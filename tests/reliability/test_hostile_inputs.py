@@ -183,3 +183,10 @@ def test_serve_bytes_fails_the_request_not_the_server(served, payload):
         assert np.all(np.isfinite(outputs["probabilities"].numpy()))
     good = served(image_bytes=tf.constant([VALID["PNG"]]))  # the server still answers
     assert good["probabilities"].shape == (1, 2)
+
+
+@pytest.mark.parametrize("width, height", [(20000, 20000), (60000, 60000)])
+def test_serve_bytes_refuses_decompression_bombs(served, width, height):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="decompression bomb"):
+        served(image_bytes=tf.constant([_png_bomb(width, height)]))
+    assert served(image_bytes=tf.constant([VALID["JPEG"]]))["logits"].shape == (1, 2)

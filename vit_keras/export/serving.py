@@ -9,6 +9,44 @@ from vit_keras.export import atomic, graph
 
 SERVING_DEFAULT = "serving_default"
 SERVE_BYTES = "serve_bytes"
+# Largest image serve_bytes decodes (width x height, PIL's bomb limit, as `vit train` data): a
+# few-kB PNG can declare 20000x20000 pixels, which would take 1.2 GB per request to decode.
+MAX_IMAGE_PIXELS = 89_478_485
+
+
+def declared_pixels(encoded: tf.Tensor) -> tf.Tensor:
+    """Width x height from the header of one encoded JPEG/PNG/BMP/GIF, without decoding it.
+
+    Args:
+        encoded: scalar string tensor, the file's bytes.
+
+    Returns:
+        int64 scalar; 0 for other formats (the decoder then rejects them).
+    """
+    head = tf.io.decode_raw(tf.strings.substr(encoded + b"\0" * 26, 0, 26), tf.uint8)
+    head = tf.cast(head, tf.int64)
+
+    def big_endian_32(i):
+        return head[i] * 2**24 + head[i + 1] * 2**16 + head[i + 2] * 2**8 + head[i + 3]
+
+    def little_endian(i, size):
+        return sum(head[i + k] * 2 ** (8 * k) for k in range(size))
+
+    def signed_32(value):
+        return tf.abs(tf.where(value >= 2**31, value - 2**32, value))
+
+    def starts_with(signature):
+        return tf.equal(tf.strings.substr(encoded, 0, len(signature)), signature)
+
+    def jpeg():
+        return tf.reduce_prod(tf.cast(tf.image.extract_jpeg_shape(encoded)[:2], tf.int64))
+
+    pixels = tf.cond(starts_with(b"\xff\xd8\xff"), jpeg, lambda: tf.constant(0, tf.int64))
+    pixels = tf.where(starts_with(b"\x89PNG\r\n\x1a\n"), big_endian_32(16) * big_endian_32(20),
+                      pixels)
+    pixels = tf.where(starts_with(b"GIF"), little_endian(6, 2) * little_endian(8, 2), pixels)
+    return tf.where(starts_with(b"BM"), signed_32(little_endian(18, 4)) *
+                    signed_32(little_endian(22, 4)), pixels)
 
 
 class _ServingFunctions:
@@ -47,8 +85,13 @@ class _ServingFunctions:
             tf.strings.length(encoded), 0,
             message="serve_bytes: got an empty string; expected an encoded JPEG, PNG, BMP or "
                     "GIF image")
-        image = tf.io.decode_image(encoded, channels=3, expand_animations=False,
-                                   dtype=tf.uint8)
+        small_enough = tf.debugging.assert_less_equal(
+            declared_pixels(encoded), tf.constant(MAX_IMAGE_PIXELS, tf.int64),
+            message=f"serve_bytes: the image declares more than {MAX_IMAGE_PIXELS} pixels "
+                    "(width x height); refused as a possible decompression bomb")
+        with tf.control_dependencies([small_enough]):  # check before allocating
+            image = tf.io.decode_image(encoded, channels=3, expand_animations=False,
+                                       dtype=tf.uint8)
         image = tf.image.resize(tf.cast(image, tf.float32), (self.height, self.width),
                                 method="bilinear", antialias=True)
         return tf.clip_by_value(image, 0.0, 255.0)
