@@ -31,9 +31,10 @@ def _env():
     return env
 
 
-def _launch(output, resume):
+def _launch(output, resume, export=True):
     command = [sys.executable, "-m", "training.cli", *COMMON, "--output", str(output)]
-    return subprocess.Popen(command + (["--resume"] if resume else []), env=_env(), cwd=REPO,
+    command += (["--resume"] if resume else []) + ([] if export else ["--no-export"])
+    return subprocess.Popen(command, env=_env(), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -81,7 +82,7 @@ def check_consistent(output):
         from vit_keras.export import TFLiteModel
 
         TFLiteModel(str(tflite))
-    if (output / "export.json").exists():
+    if (output / "metrics.json").exists() and not (output / "backup").exists():
         return "done"
     if (output / "model.keras").exists():
         return "export"
@@ -115,16 +116,16 @@ def _kill_when(process, output, target, rng):
     return True
 
 
-def run_trial(tmp_path, target, seed):
+def run_trial(tmp_path, target, seed, export=True):
     """One fresh run killed at `target`, checked, then finished by `--resume`."""
     output = tmp_path / f"{target}-{seed}"
-    process = _launch(output, resume=False)
+    process = _launch(output, resume=False, export=export)
     if not _kill_when(process, output, target, random.Random(seed)):
         process.communicate()
         return "finished before the kill"
     phase = check_consistent(output)
     leftovers = sorted(path.name for path in output.rglob("*tmp*"))  # half-written, never final
-    finish = _launch(output, resume=True)
+    finish = _launch(output, resume=True, export=export)
     log, _ = finish.communicate(timeout=300)
     assert finish.returncode == 0, log[-3000:]
     assert check_consistent(output) == "done"
@@ -141,7 +142,8 @@ def run_trial(tmp_path, target, seed):
 
 
 def test_killed_run_stays_consistent_and_resumes(tmp_path):
-    assert run_trial(tmp_path, "random", seed=0) in ("training", "export")
+    # Without the export (covered by the slow trials) to stay within the CI time budget.
+    assert run_trial(tmp_path, "random", seed=0, export=False) == "training"
 
 
 @pytest.mark.slow
