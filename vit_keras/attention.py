@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from vit_keras.initializers import PACKAGE, DenseGeneralGlorotUniform
+from vit_keras.linear import dense_last_axis
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -58,19 +59,31 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         Returns:
             [batch, tokens, width], and the probabilities if asked for.
         """
+        tokens = inputs.shape[1]
         head_dim = self.query_kernel.shape[-1]
-        query = ops.einsum("btd,dnh->btnh", inputs, self.query_kernel) + self.query_bias
-        key = ops.einsum("btd,dnh->btnh", inputs, self.key_kernel) + self.key_bias
-        value = ops.einsum("btd,dnh->btnh", inputs, self.value_kernel) + self.value_bias
+        query = self._split_heads(inputs, self.query_kernel, self.query_bias)
+        key = self._split_heads(inputs, self.key_kernel, self.key_bias)
+        value = self._split_heads(inputs, self.value_kernel, self.value_bias)
         query = query * ops.cast(1.0 / math.sqrt(head_dim), query.dtype)
-        logits = ops.einsum("btnh,bsnh->bnts", query, key)
+        logits = ops.einsum("bnth,bnsh->bnts", query, key)
         probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
-        context = ops.einsum("bnts,bsnh->btnh", weights, value)
-        outputs = ops.einsum("btnh,nhd->btd", context, self.out_kernel) + self.out_bias
+        context = ops.einsum("bnts,bnsh->bnth", weights, value)
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
+                              (-1, tokens, self.num_heads * head_dim))
+        out_kernel = ops.reshape(self.out_kernel, (self.num_heads * head_dim, -1))
+        outputs = dense_last_axis(context, out_kernel, self.out_bias)
         if return_attention_scores:
             return outputs, probs
         return outputs
+
+    def _split_heads(self, inputs, kernel, bias):
+        """[batch, tokens, D] -> [batch, heads, tokens, head_dim] through one 2-D MatMul."""
+        width, heads, head_dim = kernel.shape
+        projected = dense_last_axis(inputs, ops.reshape(kernel, (width, heads * head_dim)),
+                                    ops.reshape(bias, (heads * head_dim,)))
+        projected = ops.reshape(projected, (-1, inputs.shape[1], heads, head_dim))
+        return ops.transpose(projected, (0, 2, 1, 3))
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -9,6 +9,7 @@ from keras import ops
 
 from vit_keras.attention import MultiHeadSelfAttention
 from vit_keras.initializers import PACKAGE
+from vit_keras.linear import dense_last_axis
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 changes the outputs
 
@@ -142,9 +143,11 @@ class MLPBlock(keras.layers.Layer):
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, inputs, training=None):
-        hidden = ops.gelu(self.dense_0(inputs), approximate=self.gelu_approximate)
+        hidden = dense_last_axis(inputs, self.dense_0.kernel, self.dense_0.bias)
+        hidden = ops.gelu(hidden, approximate=self.gelu_approximate)
         hidden = self.dropout(hidden, training=training)
-        return self.dropout(self.dense_1(hidden), training=training)
+        outputs = dense_last_axis(hidden, self.dense_1.kernel, self.dense_1.bias)
+        return self.dropout(outputs, training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape
