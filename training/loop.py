@@ -10,7 +10,8 @@ import numpy as np
 
 from training import configs
 
-EXPORT_SAMPLES = 64
+EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
+CALIBRATION_SAMPLES = 300  # int8 calibration images from the training split
 INSPECT_SAMPLES = 4
 
 
@@ -364,11 +365,12 @@ def _post_training(model, train_source, val_source, preset, output, export, insp
     if not (export or inspect):
         return
     source = val_source or train_source
-    images, labels = data.take_raw_images(source, preset.image_size, EXPORT_SAMPLES)
+    images, labels = data.take_raw_images(source, preset.image_size, EVAL_SAMPLES)
     if export:
         representative, _ = data.take_raw_images(train_source, preset.image_size,
-                                                 EXPORT_SAMPLES)
+                                                 CALIBRATION_SAMPLES)
         run_hook("training.export", "export_model", model, output,
                  representative_images=representative, eval_images=images, eval_labels=labels)
     if inspect:
-        run_hook("training.inspect", "inspect_model", model, images[:INSPECT_SAMPLES], output)
+        run_hook("training.inspect", "inspect_model", model, images[:INSPECT_SAMPLES],
+                 os.path.join(output, "inspect"))
