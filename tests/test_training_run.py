@@ -89,6 +89,11 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert report["examples"] == 360 and len(report["per_class"]) == 10
     assert report["top1"] == pytest.approx(metrics["val_top1"], abs=1e-6)
+    assert cli.main(["evaluate", "--model", model, "--data", "digits", "--few-shot", "1", "10",
+                     "--output", str(tmp_path / "few_shot.json")]) == 0
+    few_shot = json.loads((tmp_path / "few_shot.json").read_text())["few_shot"]
+    assert sorted(few_shot) == ["1", "10"]
+    assert few_shot["10"] > 0.3  # chance is 0.1; frozen features of a 1-epoch model
     image, label = data.digits_arrays("test")[0][0], data.digits_arrays("test")[1][0]
     Image.fromarray(image).save(tmp_path / "digit.png")
     capsys.readouterr()

@@ -25,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
                         "data's class names)")
     parser.add_argument("--output", help="also write the results as JSON here")
+    parser.add_argument("--few-shot", nargs="*", type=int, metavar="N", default=None,
+                        help="also run the paper's few-shot linear evaluation (ridge regression "
+                        "on frozen pre-logit features) with N training examples per class "
+                        "(default: 1 5 10 25); shots are drawn from the data's training split")
 
 
 def load_model(path: str):
@@ -89,6 +93,24 @@ def evaluate(model, source, batch_size: int = 256) -> dict:
             "per_class": per_class}
 
 
+FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
+
+
+def few_shot_report(model, spec: str, data_dir, test_source, shots) -> dict:
+    """Few-shot accuracy per shot count: shots from `spec`'s training split, tested on
+    `test_source` (for folder/tfrecord data both are the same images)."""
+    from training import data
+    from vit_keras import analysis
+
+    size = int(model.input_shape[1])
+    train_source = data.load_source(spec, "train", data_dir, val_split=0.0)
+    train_images, train_labels = data.take_raw_images(train_source, size, FEW_SHOT_POOL)
+    test_images, test_labels = data.take_raw_images(test_source, size, FEW_SHOT_POOL)
+    accuracies = analysis.few_shot(model, (data.scale(train_images), train_labels),
+                                   (data.scale(test_images), test_labels), shots=shots)
+    return {str(count): float(accuracy) for count, accuracy in accuracies.items()}
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -101,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         source = data.load_source(args.data, subset, args.data_dir, val_split=0.0)
         model = load_model(args.model)
         results = evaluate(model, source, args.batch_size)
+        if args.few_shot is not None:
+            shots = tuple(args.few_shot) or (1, 5, 10, 25)
+            results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots)
     except ValueError as error:
         print(f"vit evaluate: error: {error}", file=sys.stderr)
         return 1
@@ -112,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
         accuracy = "n/a" if row["top1"] is None else f"{100 * row['top1']:.2f}%"
         print(f"  {row['name']:<{width}}  {accuracy:>8}  ({row['examples']} images)")
+    for count, accuracy in results.get("few_shot", {}).items():
+        print(f"  few-shot {count:>3} per class: {100 * accuracy:.2f}%")
     if args.output:
         write_json(args.output, {"model": args.model, "data": args.data, **results})
     return 0
