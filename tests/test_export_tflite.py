@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from vit_keras import VisionTransformer, export, preprocess_input
-from vit_keras.export import atomic
+from vit_keras import atomic
 
 
 def _classifier(config, **kwargs):

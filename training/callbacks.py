@@ -17,15 +17,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from vit_keras import atomic
+
 STATE_FILE = "state.json"
 
 
 def atomic_write_text(path: str, text: str) -> None:
     """Writes `text` to `path` through a temporary file and a rename (works on gs:// too)."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as file:
-        file.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    atomic.write_bytes(path, text.encode())
 
 
 def save_weights_atomic(model: keras.Model, path: str) -> None:

@@ -105,7 +105,7 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         }
     for name, latency in _latencies(runners, latency_runs).items():
         report["formats"][name]["latency_ms"] = round(latency, 4)
-    from vit_keras.export import atomic
+    from vit_keras import atomic
 
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
                        (json.dumps(report, indent=2) + "\n").encode())

@@ -213,11 +213,6 @@ def _mean_or_none(values):
 
 def _write_json(path: str, data: dict) -> None:
     """Writes JSON via a temp file and a rename, so readers never see half a file."""
-    import uuid
+    from vit_keras import atomic
 
-    import tensorflow as tf
-
-    temp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.gfile.GFile(temp, "w") as handle:
-        handle.write(json.dumps(data, indent=1))
-    tf.io.gfile.rename(temp, path, overwrite=True)
+    atomic.write_bytes(path, json.dumps(data, indent=1).encode())

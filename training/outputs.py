@@ -9,6 +9,8 @@ import os
 
 import tensorflow as tf
 
+from vit_keras import atomic
+
 from training.callbacks import atomic_write_text
 
 
@@ -79,10 +81,7 @@ def plot_curves(history: dict[str, list[float]], path: str) -> str | None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "wb") as file:
-        file.write(buffer.getvalue())
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    atomic.write_bytes(path, buffer.getvalue())
     return path
 
 

@@ -9,12 +9,11 @@ a figure of `figsize` inches at `dpi` is exactly figsize x dpi pixels.
 from __future__ import annotations
 
 import io
-import os
-import uuid
 
 import numpy as np
 
 from vit_keras.analysis import overlay
+from vit_keras import atomic
 
 
 def _new_figure(figsize, dpi):
@@ -29,22 +28,7 @@ def _save(figure, path: str) -> str:
     """Writes `figure` as a PNG to `path` without ever leaving a half-written file."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=figure.dpi)
-    data = buffer.getvalue()
-    temp = f"{path}.tmp-{uuid.uuid4().hex}"
-    if "://" in path:  # gs:// and other remote file systems
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(temp, "wb") as handle:
-            handle.write(data)
-        tf.io.gfile.rename(temp, path, overwrite=True)
-        return path
-    try:
-        with open(temp, "wb") as handle:
-            handle.write(data)
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
+    atomic.write_bytes(path, buffer.getvalue())
     return path
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
-import uuid
 import zipfile
 
 import numpy as np
+
+from vit_keras import atomic
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive of .npy files
 
@@ -109,16 +109,4 @@ def write_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
     """
     buffer = io.BytesIO()
     np.savez(buffer, **tensors)
-    gfile = _gfile()
-    directory = os.path.dirname(path)
-    if directory and not gfile.exists(directory):
-        gfile.makedirs(directory)
-    temp_path = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
-    try:
-        with gfile.GFile(temp_path, "wb") as file:
-            file.write(buffer.getvalue())
-        gfile.rename(temp_path, path, overwrite=True)
-    except BaseException:
-        if gfile.exists(temp_path):
-            gfile.remove(temp_path)
-        raise
+    atomic.write_bytes(path, buffer.getvalue())

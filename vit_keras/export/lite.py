@@ -15,7 +15,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras.export import atomic, graph
+from vit_keras import atomic
+from vit_keras.export import graph
 from vit_keras.export.runtime import TFLiteModel
 
 QUANTIZATIONS = (None, "fp16", "dynamic_int8", "int8")

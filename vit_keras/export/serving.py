@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from vit_keras.export import atomic, graph
+from vit_keras import atomic
+from vit_keras.export import graph
 
 SERVING_DEFAULT = "serving_default"
 SERVE_BYTES = "serve_bytes"
