@@ -1,4 +1,4 @@
-"""Atomic writes: an export either lands complete under its final name or not at all.
+"""Atomic writes: a file or directory either lands complete under its final name or not at all.
 
 Files and directories are written to a temporary sibling in the same directory, then renamed.
 `tf.io.gfile` handles the renames so remote paths (gs://...) work too; there a directory rename
