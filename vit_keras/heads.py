@@ -6,6 +6,7 @@ from keras import ops
 
 from vit_keras.initializers import PACKAGE, DenseGeneralGlorotUniform
 from vit_keras.layers import LAYER_NORM_EPSILON, MLPBlock
+from vit_keras.normalization import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -28,8 +29,8 @@ class MAPHead(keras.layers.Layer):
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.gelu_approximate = gelu_approximate
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="LayerNorm", dtype=self.dtype_policy)
+        self.layer_norm = LayerNorm(epsilon=LAYER_NORM_EPSILON, name="LayerNorm",
+                                    dtype=self.dtype_policy)
         self.mlp = MLPBlock(mlp_dim, 0.0, gelu_approximate, name="MlpBlock",
                             dtype=self.dtype_policy)
 

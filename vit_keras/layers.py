@@ -7,16 +7,17 @@ Sub-layer names follow the released checkpoints (`LayerNorm_0`, `MultiHeadDotPro
 import keras
 from keras import ops
 
+from vit_keras.activations import gelu
 from vit_keras.attention import MultiHeadSelfAttention
 from vit_keras.initializers import PACKAGE
-from vit_keras.linear import dense_last_axis
+from vit_keras.linear import dense_2d
+from vit_keras.normalization import LayerNorm
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 changes the outputs
 
 
 def _layer_norm(name, dtype_policy):
-    return keras.layers.LayerNormalization(
-        epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype_policy)
+    return LayerNorm(epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype_policy)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -143,11 +144,15 @@ class MLPBlock(keras.layers.Layer):
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, inputs, training=None):
-        hidden = dense_last_axis(inputs, self.dense_0.kernel, self.dense_0.bias)
-        hidden = ops.gelu(hidden, approximate=self.gelu_approximate)
+        # All tokens as one [N, D] matrix: no reshape between the MatMul and the GELU, so
+        # grappler can fuse MatMul + BiasAdd + GELU.
+        width = inputs.shape[-1]
+        hidden = dense_2d(ops.reshape(inputs, (-1, width)), self.dense_0.kernel, self.dense_0.bias)
+        hidden = gelu(hidden, self.gelu_approximate, training)
         hidden = self.dropout(hidden, training=training)
-        outputs = dense_last_axis(hidden, self.dense_1.kernel, self.dense_1.bias)
-        return self.dropout(outputs, training=training)
+        outputs = dense_2d(hidden, self.dense_1.kernel, self.dense_1.bias)
+        outputs = self.dropout(outputs, training=training)
+        return ops.reshape(outputs, (-1, *inputs.shape[1:-1], width))
 
     def compute_output_shape(self, input_shape):
         return input_shape

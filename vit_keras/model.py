@@ -7,6 +7,7 @@ from keras import ops
 
 from vit_keras import layers as vit_layers
 from vit_keras.config import ViTConfig, get_variant
+from vit_keras.normalization import LayerNorm
 
 POOLING_MODES = (None, "token", "gap", "avg", "map")
 
@@ -61,8 +62,7 @@ def encode_tokens(config: ViTConfig, tokens):
             gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
             layer_scale_init=config.layer_scale_init,
             name=f"encoderblock_{index}")(tokens)
-    return keras.layers.LayerNormalization(
-        epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm")(tokens)
+    return LayerNorm(epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm")(tokens)
 
 
 def _encode(config: ViTConfig, images):

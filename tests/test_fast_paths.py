@@ -1,0 +1,156 @@
+"""The speed-ups of issue 7 keep the reference numbers.
+
+The training path (XLA-fused GELU with its own gradient), the inference path (MatMul + BiasAdd +
+GELU fused by grappler) and the one-kernel Adam update are each checked against a reference
+that does not use them: timm's logits, float64 NumPy, plain Keras autodiff and Keras' AdamW.
+"""
+
+import json
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+import vit_keras
+from training import recipe
+from vit_keras.activations import gelu
+from vit_keras.normalization import LayerNorm
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def _gelu_reference(x, approximate):
+    """GELU and its derivative in float64 NumPy."""
+    if approximate:
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+        tanh = np.tanh(inner)
+        d_inner = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)
+        return 0.5 * x * (1 + tanh), 0.5 * (1 + tanh) + 0.5 * x * (1 - tanh ** 2) * d_inner
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    return x * cdf, cdf + x * np.exp(-0.5 * x ** 2) / math.sqrt(2 * math.pi)
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+@pytest.mark.parametrize("training", [False, True])
+def test_gelu_value_and_gradient_match_float64(approximate, training):
+    x = np.linspace(-8, 8, 401)
+    expected, slope = _gelu_reference(x, approximate)
+    inputs = tf.constant(x, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        outputs = gelu(inputs, approximate, training=training)
+    gradient = tape.gradient(outputs, inputs, output_gradients=tf.fill([401], 2.0))
+    np.testing.assert_allclose(outputs.numpy(), expected, atol=2e-6)
+    np.testing.assert_allclose(gradient.numpy(), 2 * slope, atol=2e-5)
+
+
+def test_gelu_training_path_keeps_bfloat16_and_is_at_least_as_accurate():
+    x = np.linspace(-6, 6, 301)
+    inputs = tf.cast(tf.constant(x, tf.float32), tf.bfloat16)
+    exact_inputs = inputs.numpy().astype("float64")  # what bfloat16 can hold
+    expected, slope = _gelu_reference(exact_inputs, True)
+    errors = {}
+    for training in (False, True):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            outputs = gelu(inputs, True, training=training)
+        gradient = tape.gradient(outputs, inputs)
+        assert outputs.dtype == gradient.dtype == tf.bfloat16
+        errors[training] = (np.abs(outputs.numpy().astype("float64") - expected).max(),
+                            np.abs(gradient.numpy().astype("float64") - slope).max())
+    assert errors[True][0] <= errors[False][0] and errors[True][1] <= errors[False][1]
+    assert errors[True][0] < 0.04 and errors[True][1] < 0.01  # bfloat16 rounding only
+
+
+def test_training_path_gives_timm_logits():
+    with open(os.path.join(DATA, "parity_configs.json")) as file:
+        case = dict(json.load(file)["timm_token"])
+    weights = case.pop("weights")
+    model = vit_keras.VisionTransformer(vit_keras.ViTConfig(**case))
+    vit_keras.load_weights(model, os.path.join(DATA, weights), skip_head=False)
+    with np.load(os.path.join(DATA, "parity_vectors.npz"), allow_pickle=False) as archive:
+        images, reference = archive["timm_token/images"], archive["timm_token/outputs"]
+    for training in (False, True):  # dropout rates are 0: both paths are the same function
+        logits = np.asarray(model(images, training=training))
+        assert np.abs(logits - reference).max() <= 2e-5
+
+
+def test_training_path_gradients_equal_plain_autodiff(tiny_config):
+    model = vit_keras.VisionTransformer(tiny_config)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    for weight in model.trainable_weights:  # non-zero head and biases reach every path
+        weight.assign(weight + np.random.default_rng(1).normal(0, 0.05, weight.shape))
+    gradients = {}
+    for training in (False, True):
+        with tf.GradientTape() as tape:
+            loss = ops.sum(ops.square(model(images, training=training)))
+        gradients[training] = tape.gradient(loss, model.trainable_weights)
+    for plain, fused in zip(gradients[False], gradients[True]):
+        scale = max(1.0, float(np.abs(plain).max()))
+        assert np.abs(np.asarray(plain) - np.asarray(fused)).max() <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_fused_adam_update_equals_keras(optimizer, tiny_config):
+    model = vit_keras.VisionTransformer(tiny_config)
+    start = [weight.numpy() for weight in model.trainable_weights]
+    rng = np.random.default_rng(0)
+    gradients = [[rng.normal(0, 1e-2, w.shape).astype("float32") for w in start]
+                 for _ in range(3)]
+    ours, theirs = recipe.Adam, keras.optimizers.Adam
+    if optimizer == "adamw":
+        ours, theirs = recipe.AdamW, keras.optimizers.AdamW
+    results = []
+    for cls in (ours, theirs):
+        for weight, value in zip(model.trainable_weights, start):
+            weight.assign(value)
+        instance = cls(learning_rate=1e-2, beta_1=0.8, beta_2=0.95, epsilon=1e-7)
+        for step in gradients:
+            instance.apply(step, model.trainable_weights)
+        results.append([weight.numpy() for weight in model.trainable_weights])
+    for fused, reference, initial in zip(*results, start):
+        assert np.abs(fused - initial).max() > 1e-3  # the weights moved
+        np.testing.assert_allclose(fused, reference, atol=1e-6)
+
+
+def test_mixed_bfloat16_training_path_stays_close_to_float32(tiny_config):
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    reference = vit_keras.VisionTransformer(tiny_config)
+    for weight in reference.trainable_weights:
+        weight.assign(weight + np.random.default_rng(1).normal(0, 0.05, weight.shape))
+    expected = np.asarray(reference(images, training=True))
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = vit_keras.VisionTransformer(tiny_config)
+    model.set_weights(reference.get_weights())
+    logits = model(images, training=True)
+    assert logits.dtype == "float32"
+    assert np.abs(np.asarray(logits) - expected).max() <= 0.05 * max(1.0, np.abs(expected).max())
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_layer_norm_training_path_equals_keras(policy):
+    keras.mixed_precision.set_global_policy(policy)
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(2.0, 3.0, (3, 7, 16)).astype("float32"))
+    layer = LayerNorm(epsilon=1e-6)
+    layer.build(x.shape)
+    layer.gamma.assign(rng.normal(1.0, 0.5, 16).astype("float32"))
+    layer.beta.assign(rng.normal(0.0, 0.5, 16).astype("float32"))
+    upstream = rng.normal(size=(3, 7, 16)).astype("float32")
+    results = {}
+    for training in (False, True):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = layer(x, training=training)
+            loss = tf.reduce_sum(tf.cast(outputs, tf.float32) * upstream)
+        results[training] = [outputs, *tape.gradient(loss, [x, layer.gamma, layer.beta])]
+    tolerance = 1e-5 if policy == "float32" else 0.05
+    for plain, fused in zip(results[False], results[True]):
+        assert plain.dtype == fused.dtype
+        scale = max(1.0, float(np.abs(np.asarray(plain, "float32")).max()))
+        difference = np.abs(np.asarray(plain, "float32") - np.asarray(fused, "float32")).max()
+        assert difference <= tolerance * scale
