@@ -55,11 +55,27 @@ def make_step(model, mode: str, images, labels):
     return lambda: model.train_on_batch(images, labels)
 
 
-def compile_for_training(model, learning_rate: float = 1e-4):
-    """Compiles `model` with AdamW and sparse cross-entropy on logits, as `vit train` does."""
+def compile_for_training(model, learning_rate: float = 1e-4, optimizer: str = "vit"):
+    """Compiles `model` with AdamW and sparse cross-entropy on logits.
+
+    Args:
+        model: a Keras model.
+        learning_rate: AdamW's learning rate.
+        optimizer: "vit" for the AdamW `vit train` uses (one fused kernel per weight update),
+            "keras" for `keras.optimizers.AdamW`.
+
+    Returns:
+        `model`, compiled.
+    """
     import keras
 
-    model.compile(keras.optimizers.AdamW(learning_rate),
+    if optimizer == "vit":
+        from training.recipe import AdamW
+    elif optimizer == "keras":
+        AdamW = keras.optimizers.AdamW
+    else:
+        raise ValueError(f"optimizer must be 'vit' or 'keras', got {optimizer!r}")
+    model.compile(AdamW(learning_rate),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
 

@@ -84,14 +84,49 @@ class _ClipAfterAllReduce:
         return [grad / replicas for grad in super()._clip_gradients(total)]
 
 
-@keras.saving.register_keras_serializable(package="vit_training")
-class AdamW(_ClipAfterAllReduce, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` clipping the all-reduced gradient (see `_ClipAfterAllReduce`)."""
+class _FusedAdamUpdate:
+    """Adam's per-variable update as one TensorFlow kernel (a mixin for Keras Adam and AdamW).
+
+    Keras writes the update as about ten elementwise ops, each a pass over the weight, m and v;
+    TensorFlow's `ResourceApplyAdam` computes the same formula (bias correction folded into the
+    step size, epsilon added after the square root) in one pass. The decoupled weight decay of
+    AdamW is still applied by Keras before this. Amsgrad, sparse gradients and other backends
+    keep the Keras update.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        import tensorflow as tf
+
+        if (self.amsgrad or keras.backend.backend() != "tensorflow"
+                or isinstance(gradient, tf.IndexedSlices)):
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        step = ops.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=_handle(variable), m=_handle(self._momentums[index]),
+            v=_handle(self._velocities[index]),
+            beta1_power=ops.power(beta_1, step), beta2_power=ops.power(beta_2, step),
+            lr=ops.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+            epsilon=ops.cast(self.epsilon, dtype), grad=ops.cast(gradient, dtype))
+
+
+def _handle(variable):
+    """The resource handle of a Keras or tf variable (the local copy inside a strategy update)."""
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
+    return variable.handle
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class Adam(_ClipAfterAllReduce, keras.optimizers.Adam):
-    """`keras.optimizers.Adam` clipping the all-reduced gradient (see `_ClipAfterAllReduce`)."""
+class AdamW(_FusedAdamUpdate, _ClipAfterAllReduce, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` with a one-kernel update, clipping the all-reduced gradient."""
+
+
+@keras.saving.register_keras_serializable(package="vit_training")
+class Adam(_FusedAdamUpdate, _ClipAfterAllReduce, keras.optimizers.Adam):
+    """`keras.optimizers.Adam` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
