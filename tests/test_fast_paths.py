@@ -17,7 +17,7 @@ from keras import ops
 
 import vit_keras
 from training import recipe
-from vit_keras.activations import gelu
+from vit_keras.activations import gelu, scaled_softmax
 from vit_keras.normalization import LayerNorm
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -64,6 +64,26 @@ def test_gelu_training_path_keeps_bfloat16_and_is_at_least_as_accurate():
                             np.abs(gradient.numpy().astype("float64") - slope).max())
     assert errors[True][0] <= errors[False][0] and errors[True][1] <= errors[False][1]
     assert errors[True][0] < 0.04 and errors[True][1] < 0.01  # bfloat16 rounding only
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_scaled_softmax_equals_plain_autodiff(dtype):
+    rng = np.random.default_rng(0)
+    logits = tf.cast(rng.normal(0, 4, (2, 3, 5, 7)), dtype)
+    upstream = tf.cast(rng.normal(size=(2, 3, 5, 7)), dtype)
+    results = []
+    for softmax in (lambda x: scaled_softmax(x, 0.125),
+                    lambda x: tf.nn.softmax(tf.cast(x, tf.float32) * 0.125)):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            probs = softmax(logits)
+        gradient = tape.gradient(probs, logits, output_gradients=tf.cast(upstream, probs.dtype))
+        results.append((np.asarray(probs, "float32"), np.asarray(gradient, "float32")))
+        assert gradient.dtype == dtype
+    (probs, gradient), (expected, expected_gradient) = results
+    tolerance = 1e-6 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(probs, expected, atol=tolerance)
+    np.testing.assert_allclose(gradient, expected_gradient, atol=tolerance)
 
 
 def test_training_path_gives_timm_logits():

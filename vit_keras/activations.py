@@ -63,3 +63,43 @@ def _backward(x, upstream, approximate):
 
 
 _FUSED_GELU = fused.FusedOp(_forward, _backward)
+
+
+def scaled_softmax(logits, scale):
+    """softmax(scale * logits) over the last axis, fused (training on TensorFlow only).
+
+    Computed in float32 as one XLA loop forward and one backward (which recomputes the
+    probabilities rather than keeping a float32 copy), returned in the dtype of `logits`.
+
+    Args:
+        logits: [..., keys] attention logits, any float dtype.
+        scale: a Python float multiplying the logits.
+
+    Returns:
+        Probabilities of the shape and dtype of `logits`.
+    """
+    return _FUSED_SCALED_SOFTMAX(logits, scale=scale)
+
+
+def _probabilities(logits, scale):
+    import tensorflow as tf
+
+    return tf.nn.softmax(tf.cast(logits, tf.float32) * scale, axis=-1)
+
+
+def _softmax_forward(logits, scale):
+    import tensorflow as tf
+
+    return tf.cast(_probabilities(logits, scale), logits.dtype)
+
+
+def _softmax_backward(logits, upstream, scale):
+    import tensorflow as tf
+
+    probs = _probabilities(logits, scale)
+    upstream = tf.cast(upstream, tf.float32)
+    inner = tf.reduce_sum(upstream * probs, axis=-1, keepdims=True)
+    return tf.cast(scale * probs * (upstream - inner), logits.dtype)
+
+
+_FUSED_SCALED_SOFTMAX = fused.FusedOp(_softmax_forward, _softmax_backward)

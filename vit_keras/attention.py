@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from vit_keras import fused
+from vit_keras.activations import scaled_softmax
 from vit_keras.initializers import PACKAGE, DenseGeneralGlorotUniform
 from vit_keras.linear import dense_last_axis
 
@@ -16,7 +18,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Weights use the released checkpoint shapes so they copy without reshaping:
     `{query,key,value}_kernel` (D, heads, head_dim), `{query,key,value}_bias` (heads, head_dim),
     `out_kernel` (heads, head_dim, D), `out_bias` (D,). Queries are scaled by 1/sqrt(head_dim).
-    The softmax runs in float32 under mixed precision.
+    The softmax runs in float32 under mixed precision; when training on TensorFlow the scaling
+    and softmax are one fused kernel (`vit_keras.activations.scaled_softmax`).
 
     Args:
         num_heads: number of attention heads; must divide the input width.
@@ -64,10 +67,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query = self._split_heads(inputs, self.query_kernel, self.query_bias)
         key = self._split_heads(inputs, self.key_kernel, self.key_bias)
         value = self._split_heads(inputs, self.value_kernel, self.value_bias)
-        query = query * ops.cast(1.0 / math.sqrt(head_dim), query.dtype)
-        logits = ops.einsum("bnth,bnsh->bnts", query, key)
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
+        scale = 1.0 / math.sqrt(head_dim)
+        if training and fused.available() and not return_attention_scores:
+            weights = scaled_softmax(ops.einsum("bnth,bnsh->bnts", query, key), scale)
+        else:
+            logits = ops.einsum("bnth,bnsh->bnts", query * ops.cast(scale, query.dtype), key)
+            probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+            weights = ops.cast(probs, self.compute_dtype)
+        weights = self.attention_dropout(weights, training=training)
         context = ops.einsum("bnts,bnsh->bnth", weights, value)
         context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
                               (-1, tokens, self.num_heads * head_dim))
