@@ -79,13 +79,13 @@ def load_pretrained(model, path: str) -> None:
 
 def resolve_precision(preset: configs.Preset, on_tpu: bool) -> str:
     """The Keras dtype policy name for the run."""
-    import tensorflow as tf
+    from training.hardware import fastest_policy
 
     wanted = preset.mixed_precision
     if on_tpu:
         return "mixed_bfloat16"
     if wanted == "auto":
-        return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+        return fastest_policy()
     if wanted not in ("", "float32", "mixed_bfloat16", "mixed_float16"):
         raise ValueError(f"mixed_precision must be '', 'auto', 'mixed_bfloat16' or "
                          f"'mixed_float16', got {wanted!r}")

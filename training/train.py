@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "Colab or a TPU VM")
     parser.add_argument("--mixed-precision", nargs="?", const="auto",
                         choices=("auto", "mixed_bfloat16", "mixed_float16", "float32"),
-                        help="mixed precision; alone: bfloat16 on TPU/CPU, float16 on GPU")
+                        help="mixed precision; alone (auto): the fastest for this hardware")
     parser.add_argument("--output", help="output folder (default: saved_models/<preset>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the backup in the output folder")

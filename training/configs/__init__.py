@@ -62,8 +62,9 @@ class Preset:
         randaugment_ops, randaugment_magnitude: keras.layers.RandAugment (0 ops = off).
         mixup_alpha, cutmix_alpha: MixUp / CutMix strength (0 = off; both on: one per batch).
         erasing_prob: keras.layers.RandomErasing probability (0 = off).
-        mixed_precision: '' (float32), 'mixed_bfloat16' or 'mixed_float16'; 'auto' picks
-            bfloat16 on TPU, float16 on GPU, float32 on CPU.
+        mixed_precision: '' (float32), 'mixed_bfloat16' or 'mixed_float16'; 'auto' picks the
+            fastest for the hardware (`training.hardware.fastest_policy`): bfloat16 on TPUs,
+            Ampere+ GPUs and CPUs with AMX/AVX512-BF16, float16 on older GPUs, else float32.
         steps_per_execution: training steps per tf.function call (TPUs want > 1).
         eval_every: validate every N epochs (the last epoch is always validated).
         backup_every: steps between resumable backups (0 = at each epoch end only).
