@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -88,7 +87,7 @@ def compare(variant, precision, mode, batch_size, steps, repeats, peak, same_opt
 def peak_rss_mb(kind, variant, precision, batch_size, optimizer) -> float:
     """Peak RSS of a fresh process that trains `kind` for 3 steps."""
     code = (
-        "import os, resource, sys; sys.path.insert(0, %r);"
+        "import os, sys; sys.path.insert(0, %r);"
         "os.environ['TF_CPP_MIN_LOG_LEVEL']='3';"
         "import throughput as t, keras, vit_keras; from training import bench;"
         "keras.mixed_precision.set_global_policy(bench.POLICIES[%r]);"
@@ -96,12 +95,12 @@ def peak_rss_mb(kind, variant, precision, batch_size, optimizer) -> float:
         "m=bench.compile_for_training(t.build(%r, c), optimizer=%r);"
         "x,y=bench.random_batch(%d,224,c.num_classes); s=bench.make_step(m,'train',x,y);"
         "[s() for _ in range(3)];"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "print(bench.peak_rss_mb())"
     ) % (os.path.dirname(os.path.abspath(__file__)), precision, variant, kind, optimizer,
            batch_size)
     output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout
-    return int(output.strip().splitlines()[-1]) / 1024
+    return float(output.strip().splitlines()[-1])
 
 
 def main(argv=None):
@@ -123,7 +122,7 @@ def main(argv=None):
         peaks[precision] = bench.matmul_peak_gflops(precision)
         print(f"matmul peak {precision}: {peaks[precision]:.0f} GFLOP/s", flush=True)
         for variant in args.variants.split(","):
-            for mode in args.modes.split(","):
+            for mode in [mode for mode in args.modes.split(",") if mode]:
                 pair = compare(variant, precision, mode, args.batch_size, args.steps,
                                args.repeats, peaks[precision], args.same_optimizer)
                 rows += pair
@@ -146,7 +145,7 @@ def main(argv=None):
     with open(temporary, "w") as file:
         json.dump({"argv": sys.argv, "matmul_peak_gflops": peaks, "results": rows,
                    "peak_rss_mb": rss,
-                   "self_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
+                   "self_rss_mb": bench.peak_rss_mb()},
                   file, indent=2)
     os.replace(temporary, args.output)
 

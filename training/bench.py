@@ -48,6 +48,24 @@ def matmul_peak_gflops(precision: str, size: int = 2048, repeats: int = 5) -> fl
     return 2 * size ** 3 / best / 1e9
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB.
+
+    Linux's VmHWM belongs to the current program image; `ru_maxrss` would also count a parent's
+    peak, since it survives fork and exec.
+    """
+    try:
+        with open("/proc/self/status") as file:
+            for line in file:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def make_step(model, mode: str, images, labels):
     """A no-argument callable running one inference or training step of `model`."""
     if mode == "infer":
