@@ -38,5 +38,6 @@ PRESET = Preset(
     cutmix_alpha=1.0,
     erasing_prob=0.25,
     eval_every=5,
+    mixed_precision="auto",
     backup_every=500,
 )

@@ -30,5 +30,6 @@ PRESET = Preset(
     crop_area_min=0.05,
     flip=True,
     eval_every=1,
+    mixed_precision="auto",
     backup_every=200,
 )
