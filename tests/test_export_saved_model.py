@@ -110,3 +110,27 @@ def test_failed_export_leaves_no_directory(tiny_config, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="interrupted"):
         export.saved_model(model, str(tmp_path / "saved_model"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_mixed_precision_model_serves_float32(tmp_path):
+    """A model trained under mixed_bfloat16 (the default on bf16 CPUs) exports as float32."""
+    import keras
+
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
+                       num_layers=2, num_classes=5)
+    float_model = VisionTransformer(config)
+    rng = np.random.default_rng(2)
+    for weight in float_model.weights:
+        weight.assign(weight + rng.normal(0, 0.05, weight.shape).astype("float32"))
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        mixed = VisionTransformer(config)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    mixed.set_weights(float_model.get_weights())
+    images = rng.integers(0, 256, (4, 32, 32, 3)).astype("float32")
+    path = export.saved_model(mixed, str(tmp_path / "saved_model"))
+    outputs = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
+    assert outputs["logits"].dtype == tf.float32
+    expected = float_model(preprocess_input(images)).numpy()
+    np.testing.assert_allclose(outputs["logits"].numpy(), expected, atol=1e-4)

@@ -164,3 +164,20 @@ def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tm
     assert int_io["top1_agreement"] >= full["top1_agreement"] - 0.1
     with pytest.raises(ValueError, match="float_ops needs quantization='int8'"):
         export.tflite(model, paths["mixed"], quantization="fp16", float_ops=("SOFTMAX",))
+
+
+@pytest.mark.parametrize("options", [
+    {"classifier": "map", "num_register_tokens": 2},
+    {"layer_scale_init": 0.1, "posemb": "sincos2d", "classifier": "gap", "drop_path_rate": 0.1},
+    {"resnet_layers": (), "resnet_width": 1},
+    {"distilled": True},
+], ids=["map_registers", "layerscale_sincos_gap", "hybrid", "deit"])
+def test_models_with_options_export_to_builtin_tflite(tiny_config, tmp_path, options):
+    import dataclasses
+
+    model = _classifier(dataclasses.replace(tiny_config, **options))
+    images = _images(8)
+    path = str(tmp_path / "model.tflite")
+    report = export.tflite(model, path, verify_images=images)
+    assert not any(op.startswith("Flex") or op == "CUSTOM" for op in report["ops"])
+    assert report["max_abs_logit_diff"] <= 1e-4 and report["top1_agreement"] == 1.0
