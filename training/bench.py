@@ -31,7 +31,7 @@ def add_arguments(parser):
     parser.add_argument("--json", default=None, help="also write the results to this file")
 
 
-def matmul_peak_gflops(precision: str, size: int = 2048, repeats: int = 5) -> float:
+def matmul_peak_gflops(precision: str, size: int = 2048, repeats: int = 20) -> float:
     """Best GFLOP/s of a size^3 `tf.matmul` in `precision` ('fp32' or 'bf16')."""
     import tensorflow as tf
 
