@@ -174,3 +174,18 @@ def test_layer_norm_training_path_equals_keras(policy):
         scale = max(1.0, float(np.abs(np.asarray(plain, "float32")).max()))
         difference = np.abs(np.asarray(plain, "float32") - np.asarray(fused, "float32")).max()
         assert difference <= tolerance * scale
+
+
+def test_fused_paths_train_inside_an_xla_compiled_step(tiny_config):
+    """`compile(jit_compile=True)` (what TPUs run) nests the fused kernels in one XLA program."""
+    images = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    labels = np.arange(4) % tiny_config.num_classes
+    losses = []
+    for jit_compile in (False, True):
+        keras.utils.set_random_seed(0)
+        model = vit_keras.VisionTransformer(tiny_config)
+        model.compile(recipe.AdamW(1e-3), keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), jit_compile=jit_compile)
+        losses.append([float(model.train_on_batch(images, labels)) for _ in range(3)])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
+    assert losses[0][2] < losses[0][0]
