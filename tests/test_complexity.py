@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from vit_keras import VARIANTS, VisionTransformer, get_variant
 from vit_keras.complexity import count_params, estimate, format_table
+from vit_keras.model import last_block_outputs
 
 MATMUL_OPS = ["MatMul", "BatchMatMulV2", "Conv2D"]
 
@@ -56,14 +57,16 @@ def test_macs_match_the_vit_table(name, gmacs):
 ])
 def test_flops_equal_the_profiled_matmuls_of_the_graph(tiny_config, overrides, batch):
     config = tiny_config.replace(**overrides)
-    assert estimate(config, batch_size=batch).flops == _profiled_flops(config, batch, MATMUL_OPS)
+    executed = estimate(config, batch_size=batch, output_tokens=last_block_outputs(config))
+    assert executed.flops == _profiled_flops(config, batch, MATMUL_OPS)
 
 
 def test_flops_within_two_percent_of_the_whole_profiled_graph():
     # The profiler also counts bias adds, LayerNorm, softmax and GELU; they stay under 2%.
     config = get_variant("Ti/16")
     profiled = _profiled_flops(config)
-    assert abs(profiled / estimate(config).flops - 1) < 0.02
+    executed = estimate(config, output_tokens=last_block_outputs(config))
+    assert abs(profiled / executed.flops - 1) < 0.02
 
 
 def test_attention_grows_quadratically_with_tokens():
@@ -101,3 +104,14 @@ def test_format_table_has_one_row_per_resolution():
     lines = table.splitlines()
     assert len(lines) == 5 and "GMACs" in lines[0]
     assert "17.56" in lines[2] and "384x384" in lines[3] and "512x512" in lines[4]
+
+
+def test_class_token_head_skips_most_of_the_last_block():
+    config = get_variant("B/16")
+    full, executed = estimate(config), estimate(config, output_tokens=1)
+    assert full.gmacs == pytest.approx(17.56, abs=0.01)  # the paper's table is unchanged
+    saved = 1 - executed.macs / full.macs
+    assert 0.06 < saved < 0.08
+    features = VisionTransformer(config.replace(image_size=32, patch_size=16), include_top=False)
+    assert last_block_outputs(config, include_top=False) is None
+    assert features.output.shape[1] == 5  # every token when the sequence itself is the output

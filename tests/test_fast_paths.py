@@ -189,3 +189,22 @@ def test_fused_paths_train_inside_an_xla_compiled_step(tiny_config):
         losses.append([float(model.train_on_batch(images, labels)) for _ in range(3)])
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
     assert losses[0][2] < losses[0][0]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_last_block_computes_only_the_tokens_the_head_reads(tiny_config, training):
+    block = vit_keras.EncoderBlock(num_heads=4, mlp_dim=64)
+    x = np.random.default_rng(0).normal(size=(2, 17, 32)).astype("float32")
+    block.build(x.shape)
+    for weight in block.weights:
+        weight.assign(weight + np.random.default_rng(1).normal(0, 0.1, weight.shape))
+    full, scores = block(x, training=training, return_attention_scores=True)
+    first, first_scores = block(x, training=training, return_attention_scores=True,
+                                output_tokens=2)
+    assert first.shape == (2, 2, 32) and first_scores.shape == (2, 4, 2, 17)
+    np.testing.assert_allclose(first, np.asarray(full)[:, :2], atol=1e-5)
+    np.testing.assert_allclose(first_scores, np.asarray(scores)[:, :, :2], atol=1e-6)
+    model = vit_keras.VisionTransformer(tiny_config)  # class-token head: one token leaves
+    assert model.get_layer("encoder_norm").output.shape[1] == 1
+    features = vit_keras.VisionTransformer(tiny_config, include_top=False)
+    assert features.get_layer("encoder_norm").output.shape[1] == 17

@@ -51,20 +51,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             initializer=DenseGeneralGlorotUniform(num_input_axes=2))
         self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer="zeros")
 
-    def call(self, inputs, training=None, return_attention_scores=False):
-        """Attends every token to every token.
+    def call(self, inputs, training=None, return_attention_scores=False, num_queries=None):
+        """Attends every token (or the first `num_queries`) to every token.
 
         Args:
             inputs: [batch, tokens, width].
             training: enables attention dropout.
-            return_attention_scores: also return the [batch, heads, tokens, tokens] probabilities.
+            return_attention_scores: also return the [batch, heads, queries, tokens]
+                probabilities.
+            num_queries: only the first `num_queries` tokens attend (None = all); keys and
+                values still come from every token.
 
         Returns:
-            [batch, tokens, width], and the probabilities if asked for.
+            [batch, queries, width], and the probabilities if asked for.
         """
-        tokens = inputs.shape[1]
+        queries = inputs if num_queries is None else inputs[:, :num_queries]
+        tokens = queries.shape[1]
         head_dim = self.query_kernel.shape[-1]
-        query = self._split_heads(inputs, self.query_kernel, self.query_bias)
+        query = self._split_heads(queries, self.query_kernel, self.query_bias)
         key = self._split_heads(inputs, self.key_kernel, self.key_bias)
         value = self._split_heads(inputs, self.value_kernel, self.value_bias)
         scale = 1.0 / math.sqrt(head_dim)

@@ -82,22 +82,30 @@ def count_params(config: ViTConfig) -> int:
             + pre_logits + head)
 
 
-def _forward_macs(config: ViTConfig) -> tuple[int, int]:
-    """(total, quadratic-attention) MACs of one image's forward pass."""
+def _block_macs(config: ViTConfig, queries: int) -> tuple[int, int]:
+    """(total, quadratic-attention) MACs of one block whose first `queries` tokens attend."""
     width, mlp, tokens = config.hidden_size, config.mlp_dim, config.seq_len
+    projections = 2 * tokens * width * width + 2 * queries * width * width  # k, v; q, output
+    attention = 2 * queries * tokens * width               # q.k^T and probs.v over all heads
+    return projections + attention + 2 * queries * width * mlp, attention
+
+
+def _forward_macs(config: ViTConfig, output_tokens: int | None = None) -> tuple[int, int]:
+    """(total, quadratic-attention) MACs of one image's forward pass."""
+    width = config.hidden_size
     patch_pixels = config.patch_size * config.patch_size * config.channels
     embedding = config.num_patches * patch_pixels * width
-    projections = 4 * tokens * width * width               # q, k, v and output projections
-    attention = 2 * tokens * tokens * width                # q.k^T and probs.v over all heads
-    block = projections + attention + 2 * tokens * width * mlp
+    block, attention = _block_macs(config, config.seq_len)
+    last_block, last_attention = _block_macs(config, output_tokens or config.seq_len)
     features = width
     pre_logits = 0
     if config.representation_size is not None:
         pre_logits = width * config.representation_size
         features = config.representation_size
     head = features * config.num_classes
-    total = embedding + config.num_layers * block + pre_logits + head
-    return total, config.num_layers * attention
+    blocks = (config.num_layers - 1) * block + last_block
+    return (embedding + blocks + pre_logits + head,
+            (config.num_layers - 1) * attention + last_attention)
 
 
 def _activation_elements(config: ViTConfig) -> int:
@@ -119,7 +127,7 @@ def _activation_elements(config: ViTConfig) -> int:
 
 
 def estimate(config: ViTConfig, image_size=None, batch_size: int = 1,
-             bytes_per_element: int = 4) -> Complexity:
+             bytes_per_element: int = 4, output_tokens: int | None = None) -> Complexity:
     """Estimates the cost of a ViT at a resolution, without building it.
 
     Args:
@@ -128,6 +136,10 @@ def estimate(config: ViTConfig, image_size=None, batch_size: int = 1,
             position embedding, and so the parameter count, follows the resolution).
         batch_size: images per step for the batch-dependent figures.
         bytes_per_element: size of a stored activation (4 for float32, 2 under mixed precision).
+        output_tokens: count the last block for only its first `output_tokens` outputs, as
+            `VisionTransformer` runs it under a class-token head (see
+            `vit_keras.model.last_block_outputs`); None counts every token, the convention of
+            the papers' GMACs tables.
 
     Returns:
         A `Complexity`.
@@ -138,7 +150,7 @@ def estimate(config: ViTConfig, image_size=None, batch_size: int = 1,
         raise ValueError(f"bytes_per_element must be 1, 2, 4 or 8, got {bytes_per_element!r}")
     if image_size is not None:
         config = config.replace(image_size=image_size)
-    macs, attention_macs = _forward_macs(config)
+    macs, attention_macs = _forward_macs(config, output_tokens)
     matrix = batch_size * config.num_heads * config.seq_len ** 2
     return Complexity(
         image_size=config.image_hw,

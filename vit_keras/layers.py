@@ -219,30 +219,34 @@ class EncoderBlock(keras.layers.Layer):
             values = self.drop_path(values, training=training)
         return values
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs, training=None, return_attention_scores=False, output_tokens=None):
         """Applies the block.
 
         Args:
             inputs: [batch, tokens, width].
             training: enables dropout.
             return_attention_scores: also return the attention probabilities.
+            output_tokens: compute only the first `output_tokens` outputs (None = all). They
+                equal the same rows of the full output: every token still serves as key and
+                value; only the queries, the attention output and the MLP shrink.
 
         Returns:
-            [batch, tokens, width], plus [batch, heads, tokens, tokens] if asked for.
+            [batch, output tokens, width], plus [batch, heads, output tokens, tokens] if asked
+            for.
         """
         attended = self.attention(self.layer_norm_0(inputs), training=training,
-                                  return_attention_scores=return_attention_scores)
+                                  return_attention_scores=return_attention_scores,
+                                  num_queries=output_tokens)
         if return_attention_scores:
             attended, scores = attended
+        if output_tokens is not None:
+            inputs = inputs[:, :output_tokens]
         hidden = inputs + self._branch(0, self.dropout(attended, training=training), training)
         outputs = hidden + self._branch(
             1, self.mlp(self.layer_norm_2(hidden), training=training), training)
         if return_attention_scores:
             return outputs, scores
         return outputs
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
 
     def get_config(self):
         config = super().get_config()

@@ -46,8 +46,20 @@ def _add_positions(config: ViTConfig, tokens):
     return tokens
 
 
-def encode_tokens(config: ViTConfig, tokens):
-    """Patch embeddings -> final-normed token sequence: positions, registers, the blocks."""
+def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None):
+    """Patch embeddings -> final-normed token sequence: positions, registers, the blocks.
+
+    Args:
+        config: the model configuration.
+        tokens: [batch, patches, D] patch embeddings.
+        output_tokens: keep only the first `output_tokens` tokens of the last block's output
+            (None = all). A head that reads only the class (and distillation) token then skips
+            the last block's queries, attention output and MLP for every other token: about 7%
+            of a ViT-B/16's FLOPs, with the same outputs.
+
+    Returns:
+        [batch, tokens or output_tokens, D].
+    """
     tokens = _add_positions(config, tokens)
     tokens = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(tokens)
     if config.num_register_tokens:
@@ -55,19 +67,22 @@ def encode_tokens(config: ViTConfig, tokens):
     for index in range(config.num_layers):
         # Stochastic depth grows linearly from 0 (first block) to drop_path_rate (last).
         drop_path = config.drop_path_rate * index / max(config.num_layers - 1, 1)
-        tokens = vit_layers.EncoderBlock(
+        block = vit_layers.EncoderBlock(
             num_heads=config.num_heads, mlp_dim=config.mlp_dim,
             dropout_rate=config.dropout_rate,
             attention_dropout_rate=config.attention_dropout_rate,
             gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
             layer_scale_init=config.layer_scale_init,
-            name=f"encoderblock_{index}")(tokens)
+            name=f"encoderblock_{index}")
+        last = index == config.num_layers - 1
+        tokens = block(tokens, output_tokens=output_tokens) if last and output_tokens else \
+            block(tokens)
     return LayerNorm(epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm")(tokens)
 
 
-def _encode(config: ViTConfig, images):
+def _encode(config: ViTConfig, images, output_tokens: int | None = None):
     """Images -> final-normed token sequence (the shared trunk of every head)."""
-    return encode_tokens(config, patch_tokens(config, images))
+    return encode_tokens(config, patch_tokens(config, images), output_tokens)
 
 
 def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0):
@@ -89,6 +104,18 @@ def _pool(config: ViTConfig, tokens, mode: str):
         pooled = keras.layers.Dense(config.representation_size, activation="tanh",
                                     name="pre_logits")(pooled)
     return pooled
+
+
+def last_block_outputs(config: ViTConfig, include_top: bool = True,
+                       pooling: str | None = None) -> int | None:
+    """How many leading tokens the last block must output for this head (None = all).
+
+    A class-token head reads only the class (and distillation) token, so the other tokens'
+    last-block queries, attention output and MLP are skipped; pooled by mean, MAP or returned
+    whole, every token is computed.
+    """
+    reads_prefix = (include_top and config.classifier == "token") or pooling == "token"
+    return config.num_prefix_tokens if reads_prefix else None
 
 
 def VisionTransformer(config: ViTConfig, include_top: bool = True, pooling: str | None = None,
@@ -117,7 +144,7 @@ def VisionTransformer(config: ViTConfig, include_top: bool = True, pooling: str 
                          f"got classifier={config.classifier!r}")
     height, width = config.image_hw
     images = keras.Input((height, width, config.channels), name="images")
-    tokens = _encode(config, images)
+    tokens = _encode(config, images, last_block_outputs(config, include_top, pooling))
     if include_top:
         features = _pool(config, tokens, config.classifier)
         # The head runs in float32 so mixed-precision models still return float32 logits.
