@@ -18,8 +18,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Weights use the released checkpoint shapes so they copy without reshaping:
     `{query,key,value}_kernel` (D, heads, head_dim), `{query,key,value}_bias` (heads, head_dim),
     `out_kernel` (heads, head_dim, D), `out_bias` (D,). Queries are scaled by 1/sqrt(head_dim).
-    The softmax runs in float32 under mixed precision; when training on TensorFlow the scaling
-    and softmax are one fused kernel (`vit_keras.activations.scaled_softmax`).
+    The softmax runs in float32 under mixed precision; when training in half precision on
+    TensorFlow the scaling and softmax are one fused kernel (`activations.scaled_softmax`).
 
     Args:
         num_heads: number of attention heads; must divide the input width.
@@ -72,7 +72,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         key = self._split_heads(inputs, self.key_kernel, self.key_bias)
         value = self._split_heads(inputs, self.value_kernel, self.value_bias)
         scale = 1.0 / math.sqrt(head_dim)
-        if training and fused.available() and not return_attention_scores:
+        # Fused only in half precision: it saves two casts there, but in float32 one XLA
+        # thread is slower than TensorFlow's multi-threaded softmax (benchmarks/fused_kernels.py).
+        half_precision = self.compute_dtype != "float32"
+        if training and half_precision and fused.available() and not return_attention_scores:
             weights = scaled_softmax(ops.einsum("bnth,bnsh->bnts", query, key), scale)
         else:
             logits = ops.einsum("bnth,bnsh->bnts", query * ops.cast(scale, query.dtype), key)
