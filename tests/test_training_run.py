@@ -7,7 +7,6 @@ runtimes must be configured before TensorFlow initialises.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-
+from localhost import free_ports
 from training import cli, loop
 from training.configs import get_preset
 
@@ -43,16 +42,6 @@ def _weights(path):
     import vit_keras  # noqa: F401
 
     return keras.saving.load_model(path, compile=False).get_weights()
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def test_default_preset_short_run_beats_chance(tmp_path):
@@ -162,7 +151,7 @@ def test_mirrored_two_cpus_matches_default_strategy():
 
 
 def test_multi_worker_two_processes_agree_and_only_chief_writes(tmp_path):
-    ports = _free_ports(2)
+    ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     args = ["train", "--strategy", "multi_worker", "--epochs", "2", "--batch-size", "32",
             "--output", str(tmp_path), "--no-export", "--no-inspect", *TINY,
