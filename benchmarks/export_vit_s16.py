@@ -29,14 +29,12 @@ REFERENCE = {  # keras-hub ViT-S/16, same converter + LiteRT, 2 threads, batch 1
     "fp16": (30.2, 44e6),
 }
 ATTENTION_CORE = ("BATCH_MATMUL", "SOFTMAX")
-LAYER_NORM = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT", "NEG")
 VARIANTS = {  # name -> tflite() keyword arguments
     "fp32": {},
     "fp16": {"quantization": "fp16"},
     "dynamic_int8": {"quantization": "dynamic_int8"},
     "int8": {"quantization": "int8"},
     "int8_float_attention": {"quantization": "int8", "float_ops": ATTENTION_CORE},
-    "int8_float_attention_ln": {"quantization": "int8", "float_ops": ATTENTION_CORE + LAYER_NORM},
 }
 
 

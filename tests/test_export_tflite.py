@@ -1,5 +1,6 @@
 """TFLite export: every precision loads in LiteRT with builtin ops only and matches Keras."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -146,12 +147,15 @@ def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tm
     paths = {name: str(tmp_path / f"{name}.tflite") for name in ("full", "mixed", "int_io")}
     full = export.tflite(model, paths["full"], quantization="int8", representative_data=images)
     assert {"QUANTIZE", "DEQUANTIZE"} <= set(full["ops"])  # float32 I/O around an int8 graph
+    assert export.float_operators(open(paths["full"], "rb").read()) == []  # integer-only inside
     assert _op_input_dtypes(paths["full"], "BATCH_MATMUL") == {np.int8}
     assert _op_input_dtypes(paths["full"], "FULLY_CONNECTED") == {np.int8}
     mixed = export.tflite(model, paths["mixed"], quantization="int8", representative_data=images,
                           float_ops=("BATCH_MATMUL", "SOFTMAX"))
     assert mixed["float_ops"] == ["BATCH_MATMUL", "SOFTMAX"]
     assert _op_input_dtypes(paths["mixed"], "BATCH_MATMUL") == {np.float32}
+    assert {"BATCH_MATMUL", "SOFTMAX"} <= set(
+        export.float_operators(open(paths["mixed"], "rb").read()))
     assert _op_input_dtypes(paths["mixed"], "FULLY_CONNECTED") == {np.int8}
     int_io = export.tflite(model, paths["int_io"], quantization="int8",
                            representative_data=images, io_type="int8")
@@ -181,3 +185,68 @@ def test_models_with_options_export_to_builtin_tflite(tiny_config, tmp_path, opt
     report = export.tflite(model, path, verify_images=images)
     assert not any(op.startswith("Flex") or op == "CUSTOM" for op in report["ops"])
     assert report["max_abs_logit_diff"] <= 1e-4 and report["top1_agreement"] == 1.0
+    # LayerNorm and the hybrid's GroupNorm leave no float island in a full-integer file (the
+    # export raises if any operator stays float).
+    export.tflite(model, str(tmp_path / "int8.tflite"), quantization="int8",
+                  representative_data=images)
+
+
+def test_int8_unrolls_large_attention_heads_into_fully_connected(tiny_config, tmp_path):
+    """64 tokens of head_dim 16 cross the unrolling threshold: no int8 BATCH_MATMUL left."""
+    import dataclasses
+
+    config = dataclasses.replace(tiny_config, image_size=64, hidden_size=32, num_heads=2,
+                                 classifier="gap")
+    model = _classifier(config)
+    images = _images(16, size=64)
+    report = export.tflite(model, str(tmp_path / "model.tflite"), quantization="int8",
+                           representative_data=images)
+    assert "BATCH_MATMUL" not in report["ops"] and "FULLY_CONNECTED" in report["ops"]
+    assert report["top1_agreement"] >= 0.5  # random weights and inputs: a loose sanity bar
+    fp32 = export.tflite(model, str(tmp_path / "fp32.tflite"), verify_images=images)
+    assert "BATCH_MATMUL" in fp32["ops"]  # float files keep the plain graph (XNNPACK's best)
+
+
+@keras.saving.register_keras_serializable(package="test_export_tflite")
+class _Negate(keras.layers.Layer):
+    def call(self, inputs):
+        return keras.ops.negative(inputs)
+
+
+def test_int8_export_refuses_operators_left_in_float(tmp_path):
+    inputs = keras.Input((8, 8, 3))
+    features = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(inputs))
+    model = keras.Model(inputs, _Negate()(features))  # TFLite has no int8 NEG
+    path = tmp_path / "model.tflite"
+    with pytest.raises(ValueError, match=r"full-integer graph.*\['NEG'\].*float_ops"):
+        export.tflite(model, str(path), quantization="int8",
+                      representative_data=_images(8, size=8))
+    assert not path.exists()
+
+
+def test_tensor_names_are_dropped_unless_kept_and_per_tensor_scales(tiny_config, tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = _classifier(tiny_config)
+    images = _images(16)
+    stripped = export.tflite(model, str(tmp_path / "stripped.tflite"))
+    named = export.tflite(model, str(tmp_path / "named.tflite"), keep_tensor_names=True)
+    assert stripped["size_bytes"] < named["size_bytes"]
+    assert stripped["max_abs_logit_diff"] <= 1e-4
+    names = [t["name"] for t in Interpreter(model_path=stripped["path"]).get_tensor_details()]
+    assert not any(names)
+    assert any(t["name"] for t in Interpreter(model_path=named["path"]).get_tensor_details())
+    np.testing.assert_array_equal(export.TFLiteModel(stripped["path"])(images[:2]),
+                                  export.TFLiteModel(named["path"])(images[:2]))
+
+    per_channel = export.tflite(model, str(tmp_path / "channel.tflite"), quantization="int8",
+                                representative_data=images)
+    per_tensor = export.tflite(model, str(tmp_path / "tensor.tflite"), quantization="int8",
+                               representative_data=images, per_channel=False)
+    assert per_tensor["per_channel"] is False and per_channel["per_channel"] is True
+    assert per_tensor["size_bytes"] < per_channel["size_bytes"]
+    scales = [len(t["quantization_parameters"]["scales"]) for t in
+              Interpreter(model_path=per_tensor["path"]).get_tensor_details()]
+    assert max(scales) == 1
+    with pytest.raises(ValueError, match="per_channel=False needs quantization='int8'"):
+        export.tflite(model, str(tmp_path / "x.tflite"), per_channel=False)

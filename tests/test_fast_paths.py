@@ -18,7 +18,8 @@ from keras import ops
 import vit_keras
 from training import recipe
 from vit_keras.activations import gelu, scaled_softmax
-from vit_keras.normalization import LayerNorm
+from vit_keras import export_forms
+from vit_keras.normalization import GroupNorm, LayerNorm
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -174,6 +175,58 @@ def test_layer_norm_training_path_equals_keras(policy):
         scale = max(1.0, float(np.abs(np.asarray(plain, "float32")).max()))
         difference = np.abs(np.asarray(plain, "float32") - np.asarray(fused, "float32")).max()
         assert difference <= tolerance * scale
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "group_norm"])
+def test_export_form_of_the_norms_equals_keras(kind):
+    """The centred form TFLite export traces (no NEG, integer-only in int8) gives Keras' values."""
+    rng = np.random.default_rng(0)
+    if kind == "layer_norm":
+        layer, x = LayerNorm(epsilon=1e-6), rng.normal(2.0, 3.0, (3, 7, 16))
+    else:
+        layer, x = GroupNorm(groups=4, epsilon=1e-6), rng.normal(2.0, 3.0, (2, 5, 5, 16))
+    x = tf.constant(x.astype("float32"))
+    layer.build(x.shape)
+    layer.gamma.assign(rng.normal(1.0, 0.5, 16).astype("float32"))
+    layer.beta.assign(rng.normal(0.0, 0.5, 16).astype("float32"))
+    plain = layer(x)
+    with export_forms.tflite_form():
+        centred = layer(x)
+    plain_again = layer(x)  # the context is left: back to Keras' form
+    np.testing.assert_allclose(centred, plain, atol=1e-5)
+    np.testing.assert_array_equal(plain_again, plain)
+    traced = tf.function(layer).get_concrete_function(tf.TensorSpec(x.shape, tf.float32))
+    with export_forms.tflite_form():
+        traced_centred = tf.function(layer).get_concrete_function(
+            tf.TensorSpec(x.shape, tf.float32))
+    op_types = {op.type for op in traced.graph.get_operations()}
+    centred_types = {op.type for op in traced_centred.graph.get_operations()}
+    assert "Neg" in op_types and "Neg" not in centred_types
+
+
+@pytest.mark.parametrize("num_queries", [None, 3])
+def test_per_head_attention_of_integer_export_equals_the_plain_graph(num_queries):
+    """Full-integer export unrolls large heads into 2-D products; same values, batch > 1 too."""
+    from vit_keras import attention
+
+    layer = attention.MultiHeadSelfAttention(2)
+    x = tf.constant(np.random.default_rng(0).normal(size=(2, 64, 32)).astype("float32"))
+    layer.build(x.shape)
+    rng = np.random.default_rng(1)
+    for weight in layer.weights:
+        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
+    plain = layer(x, num_queries=num_queries)
+    with export_forms.tflite_form(integer=True):
+        function = tf.function(lambda t: layer(t, num_queries=num_queries))
+        graph = function.get_concrete_function(tf.TensorSpec(x.shape, tf.float32)).graph
+        unrolled = function(x)
+    np.testing.assert_allclose(unrolled, plain, atol=1e-5)
+    op_types = [op.type for op in graph.get_operations()]
+    queries = 64 if num_queries is None else num_queries
+    if queries * 64 * 16 >= attention._UNROLL_MIN_MACS_PER_HEAD:
+        assert "BatchMatMulV2" not in op_types and op_types.count("MatMul") > 2 * 2 * 2
+    else:  # too small to pay off: the plain graph
+        assert "BatchMatMulV2" in op_types or "Einsum" in op_types
 
 
 def test_fused_paths_train_inside_an_xla_compiled_step(tiny_config):

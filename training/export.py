@@ -31,7 +31,8 @@ LATENCY_THREADS = 2
 
 def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representative_images=None,
                  eval_images=None, eval_labels=None, num_calibration_images: int = 300,
-                 latency_runs: int = 50, int8_float_ops=()) -> dict:
+                 latency_runs: int = 50, int8_float_ops=(), int8_per_channel: bool = True,
+                 keep_tensor_names: bool = False) -> dict:
     """Exports `model` in every chosen format, checks each file against Keras, writes export.json.
 
     Args:
@@ -48,6 +49,9 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         int8_float_ops: TFLite operators 'tflite_int8' keeps in float32; empty (default) =
             full-integer. `ATTENTION_FLOAT_OPS` makes it ~3x faster on CPUs (LiteRT's int8
             activation-by-activation matmul is slow) at the cost of full-integer-only targets.
+        int8_per_channel: per-channel weight scales for 'tflite_int8' (False = per tensor,
+            smaller by 12 bytes per channel).
+        keep_tensor_names: keep tensor names in the .tflite files (dropped by default).
 
     Returns:
         The export.json content: {'formats': {name: {file, size_bytes, max_abs_logit_diff,
@@ -88,13 +92,16 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
             lite_report = export.tflite(
                 model, path, quantization=QUANTIZATION[name],
                 representative_data=representative_images, verify_images=eval_images[:32],
-                num_calibration_images=num_calibration_images, float_ops=float_ops)
+                num_calibration_images=num_calibration_images, float_ops=float_ops,
+                per_channel=int8_per_channel or name != "tflite_int8",
+                keep_tensor_names=keep_tensor_names)
             runners[name] = export.TFLiteModel(path, num_threads=LATENCY_THREADS)
             logits = runners[name](eval_images)
             entry = {"quantization": QUANTIZATION[name] or "float32", "ops": lite_report["ops"],
                      "latency_ms": None}
             if name == "tflite_int8":
                 entry["float_ops"] = list(float_ops)
+                entry["per_channel"] = int8_per_channel
         report["formats"][name] = {
             "file": FILENAMES[name],
             "size_bytes": _size(path),
@@ -210,6 +217,11 @@ def add_arguments(parser) -> None:
                         help="comma-separated TFLite operators tflite_int8 keeps in float "
                              "(e.g. BATCH_MATMUL,SOFTMAX: about 3x faster on CPUs; default: "
                              "none, full-integer)")
+    parser.add_argument("--int8-per-tensor", action="store_true",
+                        help="one weight scale per tensor in tflite_int8 instead of one per "
+                             "output channel: smaller, for small models")
+    parser.add_argument("--keep-tensor-names", action="store_true",
+                        help="keep tensor names in the .tflite files (for Netron/debugging)")
     parser.add_argument("--latency-runs", type=int, default=50,
                         help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
 
@@ -253,7 +265,8 @@ def run(args) -> int:
             eval_images=eval_images, eval_labels=eval_labels,
             num_calibration_images=args.calibration_images, latency_runs=args.latency_runs,
             int8_float_ops=[op.strip().upper() for op in args.int8_float_ops.split(",")
-                            if op.strip()])
+                            if op.strip()],
+            int8_per_channel=not args.int8_per_tensor, keep_tensor_names=args.keep_tensor_names)
     except ValueError as error:  # bad data or a graph LiteRT cannot run with builtin ops
         print(f"vit export: {error}", file=sys.stderr)
         return 2

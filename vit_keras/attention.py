@@ -5,10 +5,14 @@ import math
 import keras
 from keras import ops
 
-from vit_keras import fused
+from vit_keras import export_forms, fused
 from vit_keras.activations import scaled_softmax
 from vit_keras.initializers import PACKAGE, DenseGeneralGlorotUniform
 from vit_keras.linear import dense_last_axis
+
+
+# Multiply-adds of one head's q.k^T above which full-integer export unrolls the heads.
+_UNROLL_MIN_MACS_PER_HEAD = 2**15
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -66,11 +70,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             [batch, queries, width], and the probabilities if asked for.
         """
         queries = inputs if num_queries is None else inputs[:, :num_queries]
+        if self._unroll_for_integer_export(queries, inputs) and not return_attention_scores:
+            return self._per_head_fully_connected(queries, inputs)
         tokens = queries.shape[1]
         head_dim = self.query_kernel.shape[-1]
-        query = self._split_heads(queries, self.query_kernel, self.query_bias)
-        key = self._split_heads(inputs, self.key_kernel, self.key_bias)
-        value = self._split_heads(inputs, self.value_kernel, self.value_bias)
+        query = self._split_heads(queries, "query")
+        key = self._split_heads(inputs, "key")
+        value = self._split_heads(inputs, "value")
         scale = 1.0 / math.sqrt(head_dim)
         # Fused only in half precision: it saves two casts there, but in float32 one XLA
         # thread is slower than TensorFlow's multi-threaded softmax (benchmarks/fused_kernels.py).
@@ -91,12 +97,54 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             return outputs, probs
         return outputs
 
-    def _split_heads(self, inputs, kernel, bias):
-        """[batch, tokens, D] -> [batch, heads, tokens, head_dim] through one 2-D MatMul."""
+    def _unroll_for_integer_export(self, queries, inputs):
+        """Whether a full-integer TFLite export should trace `_per_head_fully_connected`.
+
+        Each unrolled head adds a few operators of fixed cost, while LiteRT's int8
+        BATCH_MATMUL costs per multiply-add, so unrolling pays off only for large heads: at
+        ViT-S/16 (197 tokens, head_dim 64) the file runs 2.8x faster, at the 16-token digits
+        model (head_dim 16) 10% slower (benchmarks/litert_int8_kernels.py).
+        """
+        if not export_forms.integer() or inputs.shape[0] is None:
+            return False
+        head_dim = self.query_kernel.shape[-1]
+        return queries.shape[1] * inputs.shape[1] * head_dim >= _UNROLL_MIN_MACS_PER_HEAD
+
+    def _per_head_fully_connected(self, queries, inputs):
+        """The same attention, unrolled over the (static) batch and the heads into 2-D
+        products with activation weights, which TFLite converts to FULLY_CONNECTED: the form
+        full-integer export traces (see `vit_keras.export_forms`). TensorFlow-only."""
+        import tensorflow as tf
+
+        width, heads, head_dim = self.query_kernel.shape
+        query = self._project(queries, "query") * (1.0 / math.sqrt(head_dim))
+        key = self._project(inputs, "key")
+        value_t = tf.transpose(self._project(inputs, "value"), (0, 2, 1))  # [batch, D, tokens]
+        contexts = []
+        for b in range(inputs.shape[0]):
+            per_head = []
+            for h in range(heads):
+                part = slice(h * head_dim, (h + 1) * head_dim)
+                logits = tf.matmul(query[b, :, part], key[b, :, part], transpose_b=True)
+                probs = tf.nn.softmax(logits, axis=-1)
+                per_head.append(tf.matmul(probs, value_t[b, part], transpose_b=True))
+            contexts.append(tf.concat(per_head, axis=-1))
+        context = tf.stack(contexts)
+        out_kernel = ops.reshape(self.out_kernel, (heads * head_dim, width))
+        return dense_last_axis(context, out_kernel, self.out_bias)
+
+    def _project(self, inputs, name):
+        """[batch, tokens, D] -> [batch, tokens, heads * head_dim] for query/key/value."""
+        kernel, bias = getattr(self, f"{name}_kernel"), getattr(self, f"{name}_bias")
         width, heads, head_dim = kernel.shape
-        projected = dense_last_axis(inputs, ops.reshape(kernel, (width, heads * head_dim)),
-                                    ops.reshape(bias, (heads * head_dim,)))
-        projected = ops.reshape(projected, (-1, inputs.shape[1], heads, head_dim))
+        return dense_last_axis(inputs, ops.reshape(kernel, (width, heads * head_dim)),
+                               ops.reshape(bias, (heads * head_dim,)))
+
+    def _split_heads(self, inputs, name):
+        """[batch, tokens, D] -> [batch, heads, tokens, head_dim] through one 2-D MatMul."""
+        _, heads, head_dim = self.query_kernel.shape
+        projected = ops.reshape(self._project(inputs, name),
+                                (-1, inputs.shape[1], heads, head_dim))
         return ops.transpose(projected, (0, 2, 1, 3))
 
     def compute_output_shape(self, input_shape):

@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from vit_keras.initializers import PACKAGE
+from vit_keras.normalization import GroupNorm
 
 GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6   # flax.linen.GroupNorm's default, used by the official model
@@ -21,7 +22,7 @@ STANDARDIZE_EPSILON = 1e-5  # official weight_standardize: (w - mean) / (std + e
 
 
 def _group_norm(name, policy, zero_scale=False):
-    return keras.layers.GroupNormalization(
+    return GroupNorm(
         groups=GROUPS, epsilon=GROUP_NORM_EPSILON, name=name, dtype=policy,
         gamma_initializer="zeros" if zero_scale else "ones")
 

@@ -11,9 +11,11 @@ resolution; the [-1, 1] preprocessing is inside the exported graph.
 """
 
 from vit_keras.export.lite import (IO_TYPES, QUANTIZATIONS, NonBuiltinOpsError,
-                                   check_builtin_ops, compare_with_keras, tflite)
+                                   check_builtin_ops, compare_with_keras, float_operators,
+                                   strip_tensor_names, tflite)
 from vit_keras.export.runtime import TFLiteModel
 from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT, saved_model
 
 __all__ = ["saved_model", "tflite", "TFLiteModel", "NonBuiltinOpsError", "check_builtin_ops",
-           "compare_with_keras", "QUANTIZATIONS", "IO_TYPES", "SERVING_DEFAULT", "SERVE_BYTES"]
+           "float_operators", "strip_tensor_names", "compare_with_keras", "QUANTIZATIONS",
+           "IO_TYPES", "SERVING_DEFAULT", "SERVE_BYTES"]

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras import atomic
+from vit_keras import atomic, export_forms
 from vit_keras.export import graph
 from vit_keras.export.runtime import TFLiteModel
 
@@ -32,7 +32,8 @@ class NonBuiltinOpsError(ValueError):
 def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
            representative_data=None, io_type: str = "float32", batch_size: int = 1,
            num_calibration_images: int = 300, verify_images=None,
-           include_preprocessing: bool = True, float_ops=()) -> dict:
+           include_preprocessing: bool = True, float_ops=(), per_channel: bool = True,
+           keep_tensor_names: bool = False) -> dict:
     """Converts `model` to a `.tflite` file that runs on LiteRT with builtin operators only.
 
     Args:
@@ -56,7 +57,13 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
         float_ops: with quantization='int8', TFLite operator names to keep in float32 (e.g.
             `("BATCH_MATMUL", "SOFTMAX")`: LiteRT's int8 kernel for the attention's
             activation-by-activation matmul is not accelerated by XNNPACK and is slower than
-            float on x86/ARM CPUs). Empty (default) = full-integer.
+            float on x86/ARM CPUs). Empty (default) = full-integer: the export fails if any
+            operator is left in float.
+        per_channel: with 'int8', one weight scale per output channel (default, the accurate
+            choice); False = one per weight tensor, smaller by 12 bytes per channel, which
+            matters only for small models.
+        keep_tensor_names: keep the graph's tensor names (for Netron or debugging); by default
+            they are dropped, which LiteRT does not need (inputs and outputs are found by index).
 
     Returns:
         A report: path, quantization, io_type, float_ops, size_bytes, ops (operator names),
@@ -66,19 +73,29 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
         ValueError: bad arguments, or 'int8' without representative data.
         NonBuiltinOpsError: the graph needs operators outside the TFLite builtin set.
     """
-    _check_arguments(quantization, representative_data, io_type, batch_size, float_ops)
+    _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,
+                     per_channel)
     model = graph.float32_model(model)
     logits_model, _ = graph.split_activation(model)
     height, width = graph.image_size(model)
     logits = graph.logits_function(logits_model, include_preprocessing)
     function = tf.function(logits, input_signature=[
         tf.TensorSpec([batch_size, height, width, 3], tf.float32, name="images")])
-    content = _convert(function.get_concrete_function(), quantization, representative_data,
-                       io_type, num_calibration_images, (height, width), tuple(float_ops))
+    with export_forms.tflite_form(integer=quantization == "int8" and not float_ops):
+        concrete_function = function.get_concrete_function()
+    content = _convert(concrete_function, quantization, representative_data,
+                       io_type, num_calibration_images, (height, width), tuple(float_ops),
+                       per_channel)
     ops = check_builtin_ops(content)
+    if quantization == "int8" and not float_ops:
+        _check_integer_only(content)
+    if not keep_tensor_names:
+        content = strip_tensor_names(content)
     atomic.write_bytes(path, content)
     report = {"path": path, "quantization": quantization, "io_type": io_type,
               "float_ops": list(float_ops), "size_bytes": len(content), "ops": ops}
+    if quantization == "int8":
+        report["per_channel"] = per_channel
     if verify_images is None:
         verify_images = _verification_images(representative_data, (height, width))
     report.update(compare_with_keras(logits_model, TFLiteModel(path), verify_images,
@@ -86,7 +103,8 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     return report
 
 
-def _check_arguments(quantization, representative_data, io_type, batch_size, float_ops):
+def _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,
+                     per_channel):
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     if io_type not in IO_TYPES:
@@ -103,12 +121,14 @@ def _check_arguments(quantization, representative_data, io_type, batch_size, flo
     if float_ops and (quantization != "int8" or io_type != "float32"):
         raise ValueError("float_ops needs quantization='int8' with io_type='float32', got "
                          f"quantization={quantization!r}, io_type={io_type!r}")
+    if not per_channel and quantization != "int8":
+        raise ValueError(f"per_channel=False needs quantization='int8', got {quantization!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
 
 
 def _convert(concrete_function, quantization, representative_data, io_type,
-             num_calibration_images, image_hw, float_ops=()) -> bytes:
+             num_calibration_images, image_hw, float_ops=(), per_channel=True) -> bytes:
     # Freezing the weights into constants first: converting Keras 3 variables directly leaves
     # VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as uninitialised.
     from tensorflow.python.framework.convert_to_constants import (
@@ -124,6 +144,8 @@ def _convert(concrete_function, quantization, representative_data, io_type,
     elif quantization == "int8":
         images = list(_calibration_images(representative_data, image_hw, num_calibration_images))
         converter.representative_dataset = lambda: ([image] for image in images)
+        # The converter's only switch for per-tensor weight scales (a private attribute).
+        converter._experimental_disable_per_channel = not per_channel
         if not float_ops:
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             converter.inference_input_type = tf.as_dtype(io_type)
@@ -152,6 +174,35 @@ def _convert_selectively(converter, float_ops) -> bytes:
         converter=converter, debug_dataset=converter.representative_dataset,
         debug_options=options)
     return debugger.get_nondebug_quantized_model()
+
+
+def _check_integer_only(content: bytes):
+    leftover = float_operators(content)
+    if leftover:
+        raise ValueError(
+            f"quantization='int8' must give a full-integer graph, but the converter left "
+            f"{leftover} in float; integer-only accelerators cannot run them. Use "
+            f"float_ops={tuple(leftover)!r} to accept a mixed int8/float file.")
+
+
+def strip_tensor_names(content: bytes) -> bytes:
+    """The `.tflite` flatbuffer without tensor and subgraph names (signatures are kept).
+
+    Args:
+        content: the file's bytes.
+
+    Returns:
+        The smaller file's bytes; same operators, tensors and weights.
+    """
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    model.description = None
+    for subgraph in model.subgraphs:
+        subgraph.name = None
+        for tensor in subgraph.tensors:
+            tensor.name = None
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def _calibration_images(representative_data, image_hw, limit):
@@ -215,6 +266,37 @@ def _builtin_names() -> dict:
 
     return {code: name for name, code in vars(schema.BuiltinOperator).items()
             if not name.startswith("_")}
+
+
+def float_operators(content: bytes) -> list[str]:
+    """Operators of a `.tflite` file that compute in floating point.
+
+    A full-integer file with float32 I/O has none: only the QUANTIZE of its input and the
+    DEQUANTIZE of its output touch float tensors.
+
+    Args:
+        content: the file's bytes.
+
+    Returns:
+        Sorted names of the operators with a float16/float32 input or output tensor, leaving
+        out QUANTIZE and DEQUANTIZE (the conversions at the edges of float regions).
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    flatbuffer = schema.Model.GetRootAs(content, 0)
+    names = _builtin_names()
+    float_types = {schema.TensorType.FLOAT32, schema.TensorType.FLOAT16}
+    found = set()
+    for subgraph in (flatbuffer.Subgraphs(i) for i in range(flatbuffer.SubgraphsLength())):
+        for operator in (subgraph.Operators(i) for i in range(subgraph.OperatorsLength())):
+            code = flatbuffer.OperatorCodes(operator.OpcodeIndex())
+            name = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
+            tensors = [t for t in (*operator.InputsAsNumpy().tolist(),
+                                   *operator.OutputsAsNumpy().tolist()) if t >= 0]
+            if (name not in ("QUANTIZE", "DEQUANTIZE")
+                    and any(subgraph.Tensors(t).Type() in float_types for t in tensors)):
+                found.add(name)
+    return sorted(found)
 
 
 def check_builtin_ops(content: bytes) -> list[str]:
