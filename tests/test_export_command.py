@@ -69,10 +69,12 @@ def test_vit_export_command(tiny_config, tmp_path, capsys):
     assert "needs --data" in capsys.readouterr().err
     assert cli.main(argv + ["--data", "nonsense:x"]) == 2
     assert "data spec 'nonsense:x' not understood" in capsys.readouterr().err
-    assert cli.main(argv + ["--data", str(data), "--int8-float-ops", "batch_matmul,softmax"]) == 0
+    assert cli.main(argv + ["--data", str(data), "--int8-float-ops", "batch_matmul,softmax",
+                            "--int8-per-tensor"]) == 0
     assert "| tflite_int8 |" in capsys.readouterr().out
     report = json.loads((model_path.parent / "export.json").read_text())
     assert set(report["formats"]) == {"tflite", "tflite_int8"}
     assert report["formats"]["tflite_int8"]["float_ops"] == ["BATCH_MATMUL", "SOFTMAX"]
+    assert report["formats"]["tflite_int8"]["per_channel"] is False
     assert report["eval_examples"] == 24 and report["keras"]["accuracy"] is not None
     assert (model_path.parent / "model_int8.tflite").exists()
