@@ -2,8 +2,10 @@
 
 Every file uses TFLite builtin operators only (no Flex / SELECT_TF_OPS delegate), takes float32
 RGB pixels in 0..255 (NHWC, the model's resolution; preprocessing is inside the graph) and
-returns float32 logits, unless integer input/output is asked for. Each written file is loaded
-back into the LiteRT interpreter and compared with the Keras model before `tflite` returns.
+returns float32 logits, unless integer input/output is asked for. Full-integer files are
+integer-only between their input and output conversions. The model is traced in its export
+forms (`vit_keras.export_forms`). Each written file is loaded back into the LiteRT interpreter
+and compared with the Keras model before `tflite` returns.
 """
 
 from __future__ import annotations
