@@ -61,10 +61,11 @@ class GroupNorm(keras.layers.GroupNormalization):
 
 def _centred_form(x, gamma, beta, epsilon):
     """(x - mean) / std * gamma + beta over the last axis: Keras' x * s + (beta - mean * s)
-    leaves a float NEG in int8 TFLite files; this form's operators all have int8 kernels."""
+    leaves a float NEG in int8 TFLite files; this form's operators all have int8 kernels, and
+    the converter folds its trailing `* gamma + beta` into the next FULLY_CONNECTED's weights."""
     centred = x - ops.mean(x, axis=-1, keepdims=True)
     variance = ops.mean(centred * centred, axis=-1, keepdims=True)
-    return centred * (ops.rsqrt(variance + epsilon) * gamma) + beta
+    return centred * ops.rsqrt(variance + epsilon) * gamma + beta
 
 
 def _normalize(x, epsilon):
