@@ -60,6 +60,36 @@ def test_default_preset_short_run_beats_chance(tmp_path):
     assert not (tmp_path / "backup").exists()            # removed after a complete run
 
 
+class _Killed(Exception):
+    pass
+
+
+def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_path, monkeypatch):
+    """The last epoch's backup is the last thing its epoch end writes: a run killed right after
+    it resumes with nothing to train and still has every history row and the best weights."""
+    from training import callbacks, outputs
+
+    preset = get_preset("digits_tiny").replace(
+        epochs=2, image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+        num_layers=1, eval_every=1)
+    original = callbacks.ResumableBackup.on_epoch_end
+
+    def backup_then_die(self, epoch, logs=None):
+        original(self, epoch, logs)
+        if epoch + 1 == preset.epochs:
+            raise _Killed
+
+    monkeypatch.setattr(callbacks.ResumableBackup, "on_epoch_end", backup_then_die)
+    with pytest.raises(_Killed):
+        loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                   inspect=False)
+    monkeypatch.undo()
+    assert (tmp_path / "best.weights.h5").exists()
+    assert loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                      inspect=False, resume=True) == 0
+    assert outputs.read_history(str(tmp_path / "history.csv"))["epoch"] == [0, 1]
+
+
 def test_evaluate_and_predict_commands(tmp_path, capsys):
     from PIL import Image
 

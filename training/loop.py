@@ -270,8 +270,11 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
     best = callbacks.BestModel(os.path.join(write_dir, "best.weights.h5"), write=chief)
     finite = callbacks.StopOnNonFinite(plan.steps_per_epoch, step_offset=start_step,
                                        backup_dir=backup_dir if chief else "")
-    fit_callbacks = [finite, backup, best,  # `finite` first: a NaN step is never backed up
-                     keras.callbacks.CSVLogger(history_path, append=bool(state))]
+    # `finite` first: a NaN step is never backed up. The backup last: an epoch's history row
+    # and best weights are on disk before its backup marks it done, so a kill in between
+    # reruns the epoch on --resume instead of losing them.
+    fit_callbacks = [finite, best, keras.callbacks.CSVLogger(history_path, append=bool(state)),
+                     backup]
     if _tensorboard_available():
         fit_callbacks.append(keras.callbacks.TensorBoard(os.path.join(write_dir, "logs")))
     else:
