@@ -87,7 +87,12 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
     assert (tmp_path / "best.weights.h5").exists()
     assert loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
                       inspect=False, resume=True) == 0
-    assert outputs.read_history(str(tmp_path / "history.csv"))["epoch"] == [0, 1]
+    history = outputs.read_history(str(tmp_path / "history.csv"))
+    assert history["epoch"] == [0, 1]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    # The best score survives the resume: it is the best of the epochs run before the kill.
+    assert metrics["best_val_accuracy"] == pytest.approx(max(history["val_accuracy"]))
+    assert metrics["best_epoch"] == 1 + int(np.argmax(history["val_accuracy"]))
 
 
 def test_evaluate_and_predict_commands(tmp_path, capsys):

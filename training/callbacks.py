@@ -94,11 +94,14 @@ class ResumableBackup(keras.callbacks.Callback):
         every_steps: steps between mid-epoch backups (0 = epoch ends only).
         write: False on processes that must not write (non-chief workers).
         step_offset: steps of the current epoch already done before this `fit` (resume).
+        best_model: the run's `BestModel`, whose best score the backup records so that a
+            resumed run keeps comparing against it.
     """
 
     def __init__(self, directory: str, steps_per_epoch: int, every_steps: int = 0,
-                 write: bool = True, step_offset: int = 0):
+                 write: bool = True, step_offset: int = 0, best_model=None):
         super().__init__()
+        self.best_model = best_model
         self.directory = directory
         self.steps_per_epoch = steps_per_epoch
         self.every_steps = every_steps
@@ -137,6 +140,8 @@ class ResumableBackup(keras.callbacks.Callback):
             os.path.join(self.directory, STATE_FILE)) else None
         state = {"epoch": epoch, "step": step, "global_step": global_step, "weights": name,
                  "rng": [np.asarray(v).tolist() for v in rng_variables(self.model)]}
+        if self.best_model is not None and self.best_model.best is not None:
+            state["best"] = {"value": self.best_model.best, "epoch": self.best_model.best_epoch}
         atomic_write_text(os.path.join(self.directory, STATE_FILE), json.dumps(state))
         if old and old["weights"] != name:
             tf.io.gfile.remove(os.path.join(self.directory, old["weights"]))
@@ -197,6 +202,11 @@ class BestModel(keras.callbacks.Callback):
         self.write = write
         self.best = None
         self.best_epoch = None
+
+    def restore(self, state: dict | None) -> None:
+        """Continues from the best score a `ResumableBackup` state recorded, if any."""
+        if state and state.get("best"):
+            self.best, self.best_epoch = float(state["best"]["value"]), state["best"]["epoch"]
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)

@@ -265,9 +265,10 @@ def train(preset: configs.Preset, output: str | None = None, resume: bool = Fals
                                    num_classes=train_source.num_classes, drop_remainder=on_tpu)
 
     history_path = os.path.join(write_dir, "history.csv")
-    backup = callbacks.ResumableBackup(backup_dir, plan.steps_per_epoch, preset.backup_every,
-                                       write=chief, step_offset=start_step)
     best = callbacks.BestModel(os.path.join(write_dir, "best.weights.h5"), write=chief)
+    best.restore(state)
+    backup = callbacks.ResumableBackup(backup_dir, plan.steps_per_epoch, preset.backup_every,
+                                       write=chief, step_offset=start_step, best_model=best)
     finite = callbacks.StopOnNonFinite(plan.steps_per_epoch, step_offset=start_step,
                                        backup_dir=backup_dir if chief else "")
     # `finite` first: a NaN step is never backed up. The backup last: an epoch's history row
