@@ -61,7 +61,7 @@ def test_default_preset_short_run_beats_chance(tmp_path):
 
 
 class _Killed(Exception):
-    pass
+    """Stands in for a SIGKILL at a chosen instant of an in-process run."""
 
 
 def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_path, monkeypatch):

@@ -101,12 +101,12 @@ class ResumableBackup(keras.callbacks.Callback):
     def __init__(self, directory: str, steps_per_epoch: int, every_steps: int = 0,
                  write: bool = True, step_offset: int = 0, best_model=None):
         super().__init__()
-        self.best_model = best_model
         self.directory = directory
         self.steps_per_epoch = steps_per_epoch
         self.every_steps = every_steps
         self.write = write
         self.step_offset = step_offset
+        self.best_model = best_model
         self._epoch = 0
         self._last_saved = None
 

@@ -263,11 +263,19 @@ def compare_with_keras(logits_model: keras.Model, lite_model: TFLiteModel, image
     }
 
 
-def _builtin_names() -> dict:
+def _opcode_names(flatbuffer) -> list[str]:
+    """The operator name of each entry of a parsed `.tflite`'s operator-code table."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    return {code: name for name, code in vars(schema.BuiltinOperator).items()
-            if not name.startswith("_")}
+    names = {code: name for name, code in vars(schema.BuiltinOperator).items()
+             if not name.startswith("_")}
+    result = []
+    for index in range(flatbuffer.OperatorCodesLength()):
+        code = flatbuffer.OperatorCodes(index)
+        # Codes above 127 are only in BuiltinCode; older files fill DeprecatedBuiltinCode.
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        result.append(names.get(builtin, str(builtin)))
+    return result
 
 
 def float_operators(content: bytes) -> list[str]:
@@ -286,13 +294,12 @@ def float_operators(content: bytes) -> list[str]:
     from tensorflow.lite.python import schema_py_generated as schema
 
     flatbuffer = schema.Model.GetRootAs(content, 0)
-    names = _builtin_names()
+    names = _opcode_names(flatbuffer)
     float_types = {schema.TensorType.FLOAT32, schema.TensorType.FLOAT16}
     found = set()
     for subgraph in (flatbuffer.Subgraphs(i) for i in range(flatbuffer.SubgraphsLength())):
         for operator in (subgraph.Operators(i) for i in range(subgraph.OperatorsLength())):
-            code = flatbuffer.OperatorCodes(operator.OpcodeIndex())
-            name = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
+            name = names[operator.OpcodeIndex()]
             tensors = [t for t in (*operator.InputsAsNumpy().tolist(),
                                    *operator.OutputsAsNumpy().tolist()) if t >= 0]
             if (name not in ("QUANTIZE", "DEQUANTIZE")
@@ -317,15 +324,12 @@ def check_builtin_ops(content: bytes) -> list[str]:
     from tensorflow.lite.python import schema_py_generated as schema
 
     flatbuffer = schema.Model.GetRootAs(content, 0)
-    names = _builtin_names()
     ops, custom = set(), set()
-    for index in range(flatbuffer.OperatorCodesLength()):
-        code = flatbuffer.OperatorCodes(index)
-        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        if builtin == schema.BuiltinOperator.CUSTOM:
-            custom.add((code.CustomCode() or b"?").decode())
+    for index, name in enumerate(_opcode_names(flatbuffer)):
+        if name == "CUSTOM":
+            custom.add((flatbuffer.OperatorCodes(index).CustomCode() or b"?").decode())
         else:
-            ops.add(names.get(builtin, str(builtin)))
+            ops.add(name)
     if custom:
         raise NonBuiltinOpsError(
             f"the TFLite model uses non-builtin operators {sorted(custom)} (Flex/custom ops need "
