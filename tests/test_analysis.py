@@ -8,17 +8,12 @@ import os
 
 import numpy as np
 import pytest
+from helpers import random_images
 
 from vit_keras import VisionTransformer, analysis
 
 DIGITS_MODEL = os.path.join(os.path.dirname(__file__), "..", "saved_models", "digits_tiny",
                             "model.keras")
-
-
-def _inputs(config, count=3, seed=0):
-    height, width = config.image_hw
-    rng = np.random.default_rng(seed)
-    return rng.uniform(-1, 1, (count, height, width, config.channels)).astype("float32")
 
 
 def _zero_queries_and_keys(model, num_layers):
@@ -38,7 +33,7 @@ def _mean_pairwise_centre_distance(rows, cols, patch):
 
 def test_attention_maps_shapes_and_rows_sum_to_one(tiny_config):
     model = VisionTransformer(tiny_config)
-    maps = analysis.attention_maps(model, _inputs(tiny_config), batch_size=2)
+    maps = analysis.attention_maps(model, random_images(tiny_config, batch=3), batch_size=2)
     assert len(maps) == tiny_config.num_layers
     for layer in maps:
         assert layer.shape == (3, tiny_config.num_heads, 17, 17)
@@ -52,7 +47,7 @@ def test_probe_shares_the_model_weights(tiny_config):
     model_variables = {id(weight) for weight in model.weights}
     assert probe.weights and all(id(weight) in model_variables for weight in probe.weights)
 
-    images = _inputs(tiny_config, count=2)
+    images = random_images(tiny_config, batch=2)
     before = analysis.attention_maps(model, images)
     kernel = model.get_layer("encoderblock_0").attention.query_kernel
     kernel.assign(kernel.numpy() * 3.0)
@@ -71,7 +66,7 @@ def test_uniform_attention_distance_is_mean_pairwise_distance(tiny_config, image
     config = tiny_config.replace(image_size=image_size)
     model = VisionTransformer(config)
     _zero_queries_and_keys(model, config.num_layers)
-    images = _inputs(config, count=2)
+    images = random_images(config, batch=2)
 
     maps = analysis.attention_maps(model, images)
     np.testing.assert_allclose(maps[0], 1.0 / config.seq_len, rtol=1e-5)
@@ -84,7 +79,7 @@ def test_uniform_attention_distance_is_mean_pairwise_distance(tiny_config, image
 def test_uniform_attention_rollout_is_uniform_over_patches(tiny_config):
     model = VisionTransformer(tiny_config)
     _zero_queries_and_keys(model, tiny_config.num_layers)
-    rollout = analysis.attention_rollout(model, _inputs(tiny_config, count=2))
+    rollout = analysis.attention_rollout(model, random_images(tiny_config, batch=2))
     assert rollout.shape == (2, 4, 4)
     # ((U + I) / 2)^L = (1 - 2^-L) U + 2^-L I, so the class row gives each patch (1 - 2^-L) / T.
     expected = (1 - 2.0 ** -tiny_config.num_layers) / tiny_config.seq_len

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import random_images, randomize_weights
 from safetensors.numpy import load_file, save_file
 
 import vit_keras
@@ -17,17 +18,7 @@ POSEMB = "Transformer/posembed_input/pos_embedding"
 
 def random_model(config, seed=0, **kwargs):
     """A model whose every weight (head included) is random and non-zero."""
-    model = vit_keras.VisionTransformer(config, **kwargs)
-    rng = np.random.default_rng(seed)
-    for variable in model.weights:
-        variable.assign(rng.normal(0.0, 0.2, size=variable.shape).astype("float32"))
-    return model
-
-
-def images_for(model, seed=0):
-    _, height, width, channels = model.inputs[0].shape
-    return np.random.default_rng(100 + seed).uniform(-1, 1, (2, height, width, channels)
-                                                     ).astype("float32")
+    return randomize_weights(vit_keras.VisionTransformer(config, **kwargs), seed=seed, stddev=0.2)
 
 
 def weights_by_path(model):
@@ -54,7 +45,7 @@ def test_round_trip_is_exact(tiny_config, tmp_path, changes):
     assert expected.keys() == loaded.keys()
     for name in expected:
         assert np.array_equal(expected[name], loaded[name]), name
-    images = images_for(source)
+    images = random_images(source, seed=100)
     assert np.array_equal(np.asarray(source(images)), np.asarray(target(images)))
     assert os.listdir(tmp_path) == ["model.npz"]  # the temp file was renamed away
 
@@ -154,7 +145,7 @@ def test_every_official_layout_gives_the_same_logits(tiny_config, tmp_path, layo
     np.savez(variant, **layout(read_npz(original)))
     target = vit_keras.VisionTransformer(config)
     load_weights(target, variant, skip_head=False)
-    images = images_for(source)
+    images = random_images(source, seed=100)
     np.testing.assert_allclose(np.asarray(target(images)), np.asarray(source(images)),
                                rtol=0, atol=1e-6)
 
@@ -247,7 +238,7 @@ def test_headless_model_loads_the_trunk(tiny_config, saved):
     target = vit_keras.VisionTransformer(tiny_config.replace(representation_size=16),
                                          include_top=False, pooling="token")
     load_weights(target, path)
-    images = images_for(source)
+    images = random_images(source, seed=100)
     import keras
 
     trunk = keras.Model(source.inputs[0], source.get_layer("pre_logits").output)

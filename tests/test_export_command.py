@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import random_pixels, randomize_weights
 
 from training import cli
 from training import export as export_command
@@ -12,21 +13,15 @@ from vit_keras import VisionTransformer
 
 def _model(config):
     model = VisionTransformer(config)
-    rng = np.random.default_rng(1)
-    for weight in model.get_layer("head").weights:
-        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
+    randomize_weights(model.get_layer("head"), seed=1, stddev=0.3)
     return model
-
-
-def _images(count, seed=0):
-    return np.random.default_rng(seed).uniform(0, 255, (count, 32, 32, 3)).astype("float32")
 
 
 def test_export_model_writes_every_format_and_a_report(tiny_config, tmp_path):
     model = _model(tiny_config)
-    images, labels = _images(16, seed=1), np.arange(16) % 5
+    images, labels = random_pixels(tiny_config, batch=16, seed=1), np.arange(16) % 5
     report = export_command.export_model(
-        model, str(tmp_path), representative_images=_images(32),
+        model, str(tmp_path), representative_images=random_pixels(tiny_config, batch=32),
         eval_images=images, eval_labels=labels, latency_runs=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["saved_model", "model.tflite", "model_fp16.tflite", "model_int8.tflite", "export.json"])
@@ -62,7 +57,8 @@ def test_vit_export_command(tiny_config, tmp_path, capsys):
     model_path.parent.mkdir()
     _model(tiny_config).save(model_path)
     data = tmp_path / "data.npz"
-    np.savez(data, images=_images(24).astype("uint8"), labels=np.arange(24) % 5)
+    np.savez(data, images=random_pixels(tiny_config, batch=24).astype("uint8"),
+             labels=np.arange(24) % 5)
     argv = ["export", "--model", str(model_path), "--formats", "tflite,tflite_int8",
             "--latency-runs", "2"]
     assert cli.main(argv) == 2  # int8 needs calibration data

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers import random_images
 
 import keras
 import vit_keras
@@ -104,7 +105,7 @@ def test_official_npz_layout_round_trip(tmp_path):
     assert tensors["embedding/kernel"].shape == (1, 1, 256, 32)
     fresh = VisionTransformer(config)
     vit_keras.load_weights(fresh, path, skip_head=False)
-    images = np.random.default_rng(0).uniform(-1, 1, (1, 32, 32, 3)).astype("float32")
+    images = random_images(config, batch=1)
     np.testing.assert_array_equal(np.asarray(fresh(images)), np.asarray(model(images)))
     del tensors["block1/unit1/gn3/scale"]
     np.savez(str(tmp_path / "broken.npz"), **tensors)

@@ -3,6 +3,8 @@ import math
 import keras
 import numpy as np
 import pytest
+from helpers import (random_images, randomize_weights, run_model_saving_test,
+                     run_serialization_test)
 
 import vit_keras
 from vit_keras import VARIANTS, ViTConfig, VisionTransformer, config_from_model
@@ -42,26 +44,12 @@ def test_pre_logits_counted(tiny_config):
     assert VisionTransformer(config).count_params() == closed_form_params(config)
 
 
-def _images(config, batch=2, seed=0):
-    height, width = config.image_hw
-    rng = np.random.default_rng(seed)
-    return rng.uniform(-1, 1, (batch, height, width, config.channels)).astype("float32")
-
-
-def _randomize(model, seed=0):
-    """Non-zero weights everywhere (the head starts at zero), so outputs depend on all of them."""
-    rng = np.random.default_rng(seed)
-    for weight in model.weights:
-        weight.assign(rng.normal(0, 0.1, weight.shape).astype("float32"))
-
-
 def test_keras_file_round_trip_safe_mode(tmp_path, tiny_config):
     model = VisionTransformer(tiny_config.replace(representation_size=16))
-    _randomize(model)
-    path = tmp_path / "vit.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    images = _images(tiny_config)
+    # Non-zero weights everywhere (the head starts at zero), so outputs depend on all of them.
+    randomize_weights(model, stddev=0.1)
+    images = random_images(tiny_config)
+    loaded = run_model_saving_test(model, images, tmp_path)
     np.testing.assert_array_equal(model.predict(images, verbose=0),
                                   loaded.predict(images, verbose=0))
     assert config_from_model(loaded) == tiny_config.replace(representation_size=16)
@@ -74,11 +62,7 @@ def test_every_layer_config_round_trips(tiny_config):
         "PatchEmbedding", "ClassToken", "PositionEmbedding", "EncoderBlock", "TokenPooling"}
     nested = [model.get_layer("encoderblock_0").attention, model.get_layer("encoderblock_0").mlp]
     for layer in custom + nested:
-        config = layer.get_config()
-        clone = type(layer).from_config(config)
-        assert clone.get_config() == config
-        serialized = keras.saving.serialize_keras_object(layer)
-        assert keras.saving.deserialize_keras_object(serialized).get_config() == config
+        run_serialization_test(layer)
 
 
 def test_non_square_input():
@@ -86,13 +70,13 @@ def test_non_square_input():
                        num_heads=2, num_layers=1, num_classes=3)
     model = VisionTransformer(config)
     assert model.get_layer("posembed_input").pos_embedding.shape == (1, 25, 32)
-    assert model(_images(config)).shape == (2, 3)
+    assert model(random_images(config)).shape == (2, 3)
     features = VisionTransformer(config, include_top=False)
-    assert features(_images(config)).shape == (2, 25, 32)
+    assert features(random_images(config)).shape == (2, 25, 32)
 
 
 def test_include_top_false_pooling(tiny_config):
-    images = _images(tiny_config)
+    images = random_images(tiny_config)
     assert VisionTransformer(tiny_config, include_top=False)(images).shape == (2, 17, 32)
     assert VisionTransformer(tiny_config, include_top=False, pooling="token")(images).shape == (2, 32)
     assert VisionTransformer(tiny_config, include_top=False, pooling="avg")(images).shape == (2, 32)
@@ -153,7 +137,7 @@ def test_mixed_bfloat16_trains_and_returns_float32(tiny_config):
     assert model.get_layer("head").compute_dtype == "float32"
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    images, labels = _images(tiny_config, batch=8), np.arange(8) % 5
+    images, labels = random_images(tiny_config, batch=8), np.arange(8) % 5
     before = model.get_layer("embedding").kernel.numpy().copy()
     # Two steps: the zero-initialised head blocks gradients to the trunk on the first one.
     losses = [model.train_on_batch(images, labels) for _ in range(2)]
