@@ -1,4 +1,4 @@
-"""Multi-head self-attention holding its weights in the official checkpoint layout."""
+"""Multi-head dot-product attention holding its weights in the official checkpoint layout."""
 
 import math
 
@@ -17,7 +17,8 @@ _UNROLL_MIN_MACS_PER_HEAD = 2**15
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class MultiHeadSelfAttention(keras.layers.Layer):
-    """Self-attention as the official `MultiHeadDotProductAttention`.
+    """The official `MultiHeadDotProductAttention`: self-attention, or cross-attention when
+    `call` is given a `context` (the MAP head's probe attending to the tokens).
 
     Weights use the released checkpoint shapes so they copy without reshaping:
     `{query,key,value}_kernel` (D, heads, head_dim), `{query,key,value}_bias` (heads, head_dim),
@@ -55,28 +56,36 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             initializer=DenseGeneralGlorotUniform(num_input_axes=2))
         self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer="zeros")
 
-    def call(self, inputs, training=None, return_attention_scores=False, num_queries=None):
-        """Attends every token (or the first `num_queries`) to every token.
+    def no_weight_decay(self):
+        """The (heads, head_dim) biases, which the 1-D rule of `vit_keras.no_weight_decay`
+        does not catch."""
+        return [self.query_bias, self.key_bias, self.value_bias]
+
+    def call(self, inputs, context=None, training=None, return_attention_scores=False,
+             num_queries=None):
+        """Attends the queries of `inputs` to the keys and values of `context`.
 
         Args:
-            inputs: [batch, tokens, width].
+            inputs: [batch, tokens, width], the queries.
+            context: [batch, keys, width], the keys and values (None = `inputs`:
+                self-attention).
             training: enables attention dropout.
-            return_attention_scores: also return the [batch, heads, queries, tokens]
+            return_attention_scores: also return the [batch, heads, queries, keys]
                 probabilities.
-            num_queries: only the first `num_queries` tokens attend (None = all); keys and
-                values still come from every token.
+            num_queries: only the first `num_queries` tokens of `inputs` attend (None = all);
+                keys and values still come from every token of `context`.
 
         Returns:
             [batch, queries, width], and the probabilities if asked for.
         """
+        context = inputs if context is None else context
         queries = inputs if num_queries is None else inputs[:, :num_queries]
-        if self._unroll_for_integer_export(queries, inputs) and not return_attention_scores:
-            return self._per_head_fully_connected(queries, inputs)
-        tokens = queries.shape[1]
+        if self._unroll_for_integer_export(queries, context) and not return_attention_scores:
+            return self._per_head_fully_connected(queries, context)
         head_dim = self.query_kernel.shape[-1]
         query = self._split_heads(queries, "query")
-        key = self._split_heads(inputs, "key")
-        value = self._split_heads(inputs, "value")
+        key = self._split_heads(context, "key")
+        value = self._split_heads(context, "value")
         scale = 1.0 / math.sqrt(head_dim)
         # Fused only in half precision: it saves two casts there, but in float32 one XLA
         # thread is slower than TensorFlow's multi-threaded softmax (benchmarks/fused_kernels.py).
@@ -88,16 +97,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
             weights = ops.cast(probs, self.compute_dtype)
         weights = self.attention_dropout(weights, training=training)
-        context = ops.einsum("bnts,bnsh->bnth", weights, value)
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
-                              (-1, tokens, self.num_heads * head_dim))
+        attended = ops.einsum("bnts,bnsh->bnth", weights, value)
+        attended = ops.reshape(ops.transpose(attended, (0, 2, 1, 3)),
+                               (-1, queries.shape[1], self.num_heads * head_dim))
         out_kernel = ops.reshape(self.out_kernel, (self.num_heads * head_dim, -1))
-        outputs = dense_last_axis(context, out_kernel, self.out_bias)
+        outputs = dense_last_axis(attended, out_kernel, self.out_bias)
         if return_attention_scores:
             return outputs, probs
         return outputs
 
-    def _unroll_for_integer_export(self, queries, inputs):
+    def _unroll_for_integer_export(self, queries, context):
         """Whether a full-integer TFLite export should trace `_per_head_fully_connected`.
 
         Each unrolled head adds a few operators of fixed cost, while LiteRT's int8
@@ -105,12 +114,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         ViT-S/16 (197 tokens, head_dim 64) the file runs 2.8x faster, at the 16-token digits
         model (head_dim 16) 10% slower (benchmarks/litert_int8_kernels.py).
         """
-        if not export_forms.integer() or inputs.shape[0] is None:
+        if not export_forms.integer() or context.shape[0] is None:
             return False
         head_dim = self.query_kernel.shape[-1]
-        return queries.shape[1] * inputs.shape[1] * head_dim >= _UNROLL_MIN_MACS_PER_HEAD
+        return queries.shape[1] * context.shape[1] * head_dim >= _UNROLL_MIN_MACS_PER_HEAD
 
-    def _per_head_fully_connected(self, queries, inputs):
+    def _per_head_fully_connected(self, queries, context):
         """The same attention, unrolled over the (static) batch and the heads into 2-D
         products with activation weights, which TFLite converts to FULLY_CONNECTED: the form
         full-integer export traces (see `vit_keras.export_forms`). TensorFlow-only."""
@@ -118,20 +127,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
         width, heads, head_dim = self.query_kernel.shape
         query = self._project(queries, "query") * (1.0 / math.sqrt(head_dim))
-        key = self._project(inputs, "key")
-        value_t = tf.transpose(self._project(inputs, "value"), (0, 2, 1))  # [batch, D, tokens]
-        contexts = []
-        for b in range(inputs.shape[0]):
+        key = self._project(context, "key")
+        value_t = tf.transpose(self._project(context, "value"), (0, 2, 1))  # [batch, D, keys]
+        per_example = []
+        for b in range(context.shape[0]):
             per_head = []
             for h in range(heads):
                 part = slice(h * head_dim, (h + 1) * head_dim)
                 logits = tf.matmul(query[b, :, part], key[b, :, part], transpose_b=True)
                 probs = tf.nn.softmax(logits, axis=-1)
                 per_head.append(tf.matmul(probs, value_t[b, part], transpose_b=True))
-            contexts.append(tf.concat(per_head, axis=-1))
-        context = tf.stack(contexts)
+            per_example.append(tf.concat(per_head, axis=-1))
         out_kernel = ops.reshape(self.out_kernel, (heads * head_dim, width))
-        return dense_last_axis(context, out_kernel, self.out_bias)
+        return dense_last_axis(tf.stack(per_example), out_kernel, self.out_bias)
 
     def _project(self, inputs, name):
         """[batch, tokens, D] -> [batch, tokens, heads * head_dim] for query/key/value."""

@@ -54,13 +54,18 @@ def _dense(prefix, layer):
     return {f"{prefix}kernel": layer.kernel, f"{prefix}bias": layer.bias}
 
 
+def _attention(prefix, layer):
+    names = {}
+    for part in ("query", "key", "value", "out"):
+        names[f"{prefix}{part}/kernel"] = getattr(layer, f"{part}_kernel")
+        names[f"{prefix}{part}/bias"] = getattr(layer, f"{part}_bias")
+    return names
+
+
 def _block(prefix, block):
-    attention = block.attention
     names = {}
     names.update(_layer_norm(f"{prefix}LayerNorm_0/", block.layer_norm_0))
-    for part in ("query", "key", "value", "out"):
-        names[f"{prefix}{ATTENTION}/{part}/kernel"] = getattr(attention, f"{part}_kernel")
-        names[f"{prefix}{ATTENTION}/{part}/bias"] = getattr(attention, f"{part}_bias")
+    names.update(_attention(f"{prefix}{ATTENTION}/", block.attention))
     names.update(_layer_norm(f"{prefix}LayerNorm_2/", block.layer_norm_2))
     names.update(_dense(f"{prefix}{MLP}/Dense_0/", block.mlp.dense_0))
     names.update(_dense(f"{prefix}{MLP}/Dense_1/", block.mlp.dense_1))
@@ -103,11 +108,7 @@ def _options(layers) -> dict:
     if pool is not None and hasattr(pool, "probe"):
         prefix = "MAPHead_0/"
         names[prefix + "probe"] = pool.probe
-        for part in ("query", "key", "value", "out"):
-            names[f"{prefix}MultiHeadDotProductAttention_0/{part}/kernel"] = getattr(
-                pool, f"{part}_kernel")
-            names[f"{prefix}MultiHeadDotProductAttention_0/{part}/bias"] = getattr(
-                pool, f"{part}_bias")
+        names.update(_attention(f"{prefix}MultiHeadDotProductAttention_0/", pool.attention))
         names.update(_layer_norm(f"{prefix}LayerNorm_0/", pool.layer_norm))
         names.update(_dense(f"{prefix}MlpBlock_0/Dense_0/", pool.mlp.dense_0))
         names.update(_dense(f"{prefix}MlpBlock_0/Dense_1/", pool.mlp.dense_1))
