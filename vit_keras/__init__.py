@@ -5,17 +5,22 @@ from vit_keras.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbedding
                               PositionEmbedding, TokenPooling)
 from vit_keras.attention import MultiHeadSelfAttention
 from vit_keras.checkpoints import load_weights
+from vit_keras.heads import MAPHead
 from vit_keras.model import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32, ViTR26B32,
                              ViTR26S32, ViTR50B16, ViTR50L32, ViTRTi16, ViTS16, ViTS32,
                              ViTTi16, VisionTransformer, config_from_model, preprocess_input)
+from vit_keras.weight_decay import no_weight_decay
+# Every module that registers serializable layers, so `.keras` files of every model option load
+# after `import vit_keras` alone.
+from vit_keras import deit, masked_patch, posemb, resnet  # noqa: E402,F401
 
 __version__ = "0.1.0"
 
 __all__ = [
     "VARIANTS", "ViTConfig", "get_variant", "ClassToken", "EncoderBlock", "MLPBlock",
-    "MultiHeadSelfAttention", "PatchEmbedding", "PositionEmbedding", "TokenPooling",
+    "MultiHeadSelfAttention", "MAPHead", "PatchEmbedding", "PositionEmbedding", "TokenPooling",
     "VisionTransformer", "config_from_model", "preprocess_input", "ViTTi16", "ViTS16", "ViTS32",
     "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
     "ViTRTi16", "ViTR26S32", "ViTR26B32", "ViTR50B16", "ViTR50L32", "HYBRID_VARIANTS",
-    "load_weights",
+    "load_weights", "no_weight_decay",
 ]

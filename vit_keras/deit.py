@@ -2,8 +2,8 @@
 
 `ViTConfig(distilled=True)` makes `VisionTransformer` insert a `DistillationToken` after the
 class token and read it with a second head `head_dist`; the model returns the average of both
-heads (inference as in DeiT). `DistillationTrainer` trains such a model with the hard-label
-distillation loss against any Keras teacher:
+heads (inference as in DeiT). `DistillationTrainer` trains such a model with `fit` and the
+hard-label distillation loss against any Keras teacher:
 
     loss = 1/2 CE(head(cls), labels) + 1/2 CE(head_dist(dist), argmax teacher(images))
 """
@@ -24,6 +24,9 @@ class DistillationToken(keras.layers.Layer):
     def build(self, input_shape):
         self.dist = self.add_weight(name="dist", shape=(1, 1, input_shape[-1]),
                                     initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def no_weight_decay(self):
+        return [self.dist]
 
     def call(self, tokens):
         batch = ops.shape(tokens)[0]
@@ -54,6 +57,8 @@ def hard_distillation_loss(labels, teacher_logits, class_logits, distill_logits,
                            label_smoothing: float = 0.0):
     """DeiT's hard-label distillation objective (mean over the batch).
 
+    Under a tf.distribute strategy the value is scaled per replica, as Keras losses are.
+
     Args:
         labels: one-hot (or soft) targets [batch, classes].
         teacher_logits: the teacher's outputs [batch, classes] (logits or probabilities).
@@ -65,19 +70,20 @@ def hard_distillation_loss(labels, teacher_logits, class_logits, distill_logits,
     """
     classes = class_logits.shape[-1]
     teacher_labels = ops.one_hot(ops.argmax(teacher_logits, axis=-1), classes)
-    true_loss = keras.losses.categorical_crossentropy(
-        labels, class_logits, from_logits=True, label_smoothing=label_smoothing)
-    teacher_loss = keras.losses.categorical_crossentropy(teacher_labels, distill_logits,
-                                                         from_logits=True)
-    return 0.5 * ops.mean(true_loss) + 0.5 * ops.mean(teacher_loss)
+    true_loss = keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                     label_smoothing=label_smoothing)
+    teacher_loss = keras.losses.CategoricalCrossentropy(from_logits=True)
+    return 0.5 * true_loss(labels, class_logits) + 0.5 * teacher_loss(teacher_labels,
+                                                                      distill_logits)
 
 
 class DistillationTrainer(keras.Model):
-    """Trains a distilled ViT against a frozen teacher with `fit` (TensorFlow backend).
+    """Trains a distilled ViT against a frozen teacher with `fit`.
 
-    Compile it with an optimizer and metrics; the loss is `hard_distillation_loss`. Metrics
-    and `evaluate`/`predict` use the student's averaged heads. Save `trainer.student`, not the
-    trainer.
+    Its outputs are the student's two heads; `compute_loss` is `hard_distillation_loss`
+    against the teacher's argmax, and compiled metrics see the average of the two heads (the
+    student's inference output). Only `keras.ops`: it trains on every backend and under any
+    distribution strategy. Save `trainer.student`, not the trainer.
 
     Args:
         student: a `VisionTransformer` with `distilled=True`.
@@ -93,35 +99,19 @@ class DistillationTrainer(keras.Model):
         self.teacher = teacher
         self.teacher.trainable = False
         self.label_smoothing = label_smoothing
-        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.built = True  # the student and the teacher come built
 
     def call(self, images, training=False):
-        return self.student(images, training=training)
+        """The student's (class-head logits, distillation-head logits)."""
+        return self.two_heads(images, training=training)
 
-    def train_step(self, data):
-        import tensorflow as tf
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        class_logits, distill_logits = y_pred
+        teacher_logits = ops.stop_gradient(self.teacher(x, training=False))
+        return hard_distillation_loss(y, teacher_logits, class_logits, distill_logits,
+                                      self.label_smoothing)
 
-        images, labels = data[0], data[1]
-        teacher_logits = self.teacher(images, training=False)
-        with tf.GradientTape() as tape:
-            class_logits, distill_logits = self.two_heads(images, training=True)
-            loss = hard_distillation_loss(labels, teacher_logits, class_logits, distill_logits,
-                                          self.label_smoothing)
-            scaled = self.optimizer.scale_loss(loss)
-        variables = self.student.trainable_variables
-        self.optimizer.apply(tape.gradient(scaled, variables), variables)
-        self.loss_tracker.update_state(loss)
-        return self._update_metrics(labels, (class_logits + distill_logits) / 2)
-
-    def test_step(self, data):
-        images, labels = data[0], data[1]
-        logits = self.student(images, training=False)
-        loss = keras.losses.categorical_crossentropy(labels, logits, from_logits=True)
-        self.loss_tracker.update_state(ops.mean(loss))
-        return self._update_metrics(labels, logits)
-
-    def _update_metrics(self, labels, logits):
-        for metric in self.metrics:
-            if metric is not self.loss_tracker:
-                metric.update_state(labels, logits)
-        return self.get_metrics_result()
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        class_logits, distill_logits = y_pred
+        averaged = (class_logits + distill_logits) / 2
+        return super().compute_metrics(x, y, averaged, sample_weight=sample_weight)

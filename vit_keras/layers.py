@@ -75,6 +75,9 @@ class ClassToken(keras.layers.Layer):
     def build(self, input_shape):
         self.cls = self.add_weight(name="cls", shape=(1, 1, input_shape[-1]), initializer="zeros")
 
+    def no_weight_decay(self):
+        return [self.cls]
+
     def call(self, tokens):
         batch = ops.shape(tokens)[0]
         cls = ops.broadcast_to(ops.cast(self.cls, tokens.dtype), (batch, 1, tokens.shape[-1]))
@@ -106,6 +109,9 @@ class PositionEmbedding(keras.layers.Layer):
         self.pos_embedding = self.add_weight(
             name="pos_embedding", shape=(1, length, width),
             initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def no_weight_decay(self):
+        return [self.pos_embedding]
 
     def call(self, tokens):
         return tokens + ops.cast(self.pos_embedding, tokens.dtype)
@@ -210,6 +216,9 @@ class EncoderBlock(keras.layers.Layer):
         extras = self.layer_scales or []
         for layer in (self.layer_norm_0, self.attention, self.layer_norm_2, self.mlp, *extras):
             layer.build(input_shape)
+
+    def no_weight_decay(self):
+        return self.attention.no_weight_decay()
 
     def _branch(self, index, values, training):
         """Layer scale and stochastic depth of residual branch `index`, when enabled."""
@@ -383,6 +392,9 @@ class RegisterTokens(keras.layers.Layer):
         self.registers = self.add_weight(
             name="registers", shape=(1, self.num_tokens, input_shape[-1]),
             initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def no_weight_decay(self):
+        return [self.registers]
 
     def call(self, tokens):
         batch = ops.shape(tokens)[0]

@@ -44,6 +44,9 @@ def patch_color_targets(images, patch_size: int, bits: int = COLOR_BITS):
     unit = (ops.cast(images, "float32") + 1.0) / 2.0
     patches = ops.reshape(unit, (-1, rows, patch_size, cols, patch_size, channels))
     means = ops.mean(patches, axis=(2, 4))
+    # A non-finite pixel gets class 0 rather than an out-of-range index: its logits are not
+    # finite either, so the loss is NaN and training stops on it cleanly.
+    means = ops.where(ops.isfinite(means), means, 0.0)
     quantised = ops.clip(ops.floor(means * levels), 0, levels - 1)
     weights = ops.convert_to_tensor([levels ** (channels - 1 - c) for c in range(channels)],
                                     dtype="float32")
@@ -93,6 +96,9 @@ class MaskedPatchCorruption(keras.layers.Layer):
         self.mask_token = self.add_weight(
             name="mask_token", shape=(1, 1, input_shape[0][-1]),
             initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def no_weight_decay(self):
+        return [self.mask_token]
 
     def call(self, inputs):
         tokens, corruption = inputs
@@ -150,11 +156,11 @@ class PatchOutputs(keras.layers.Layer):
 
 
 class MaskedPatchPretrainer(keras.Model):
-    """Trains `build_network(config)` with `fit` on batches of images (labels are ignored).
+    """Trains `build_network(config)` with `fit` on images (labels, if any, are ignored).
 
-    Each step draws a fresh corruption, computes the colour targets and minimises the softmax
-    cross-entropy over the selected patches only. Reports `loss` and `accuracy` (of the
-    selected patches). TensorFlow backend.
+    Each call draws a fresh corruption; the loss is the softmax cross-entropy of the selected
+    patches' colour classes (`compute_loss`), and `accuracy` is measured on the selected
+    patches. Only `keras.ops`: it trains on every backend and under any distribution strategy.
 
     Args:
         config: the ViT to pre-train.
@@ -169,54 +175,37 @@ class MaskedPatchPretrainer(keras.Model):
         self.network = build_network(config)
         self.rate, self.mask_fraction, self.random_fraction = rate, mask_fraction, random_fraction
         self.seed_generator = keras.random.SeedGenerator(seed)
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
+        # Mean over the selected patches only (scaled per replica under tf.distribute).
+        self.patch_loss = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="mean_with_sample_weight")
+        self.patch_accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+        self.built = True  # every variable lives in `network`, built above
 
-    def call(self, inputs, training=False):
-        return self.network(inputs, training=training)
+    def call(self, images, training=False):
+        """Corrupts `images` and predicts every patch's colour class.
 
-    def _batch(self, data):
-        images = data[0] if isinstance(data, (tuple, list)) else data
+        Returns:
+            {'logits': [batch, patches, classes], 'corruption': [batch, patches] int32}.
+        """
         corruption = sample_corruption(ops.shape(images)[0], self.config.num_patches,
                                        self.seed_generator, self.rate, self.mask_fraction,
                                        self.random_fraction)
+        logits = self.network([images, corruption], training=training)
+        return {"logits": logits, "corruption": corruption}
+
+    def _targets(self, images, outputs):
+        """(colour classes, 1.0 where the patch was selected) of a batch."""
         targets = patch_color_targets(images, self.config.patch_size)
-        weights = ops.cast(corruption != NOT_SELECTED, "float32")
-        return images, corruption, targets, weights
+        return targets, ops.cast(outputs["corruption"] != NOT_SELECTED, "float32")
 
-    def _loss(self, logits, targets, weights):
-        losses = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
-        loss = ops.sum(losses * weights) / ops.maximum(ops.sum(weights), 1.0)
-        predicted = ops.cast(ops.argmax(logits, axis=-1), "int32")
-        hits = ops.cast(predicted == ops.cast(targets, "int32"), "float32")
-        accuracy = ops.sum(hits * weights) / ops.maximum(ops.sum(weights), 1.0)
-        return loss, accuracy
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        targets, selected = self._targets(x, y_pred)
+        return self.patch_loss(targets, y_pred["logits"], sample_weight=selected)
 
-    def train_step(self, data):
-        import tensorflow as tf
-
-        images, corruption, targets, weights = self._batch(data)
-        with tf.GradientTape() as tape:
-            logits = self.network([images, corruption], training=True)
-            loss, accuracy = self._loss(logits, targets, weights)
-            scaled = self.optimizer.scale_loss(loss)
-        variables = self.network.trainable_variables
-        self.optimizer.apply(tape.gradient(scaled, variables), variables)
-        return self._report(loss, accuracy)
-
-    def test_step(self, data):
-        images, corruption, targets, weights = self._batch(data)
-        logits = self.network([images, corruption], training=False)
-        return self._report(*self._loss(logits, targets, weights))
-
-    def _report(self, loss, accuracy):
-        self.loss_tracker.update_state(loss)
-        self.accuracy_tracker.update_state(accuracy)
-        return {"loss": self.loss_tracker.result(), "accuracy": self.accuracy_tracker.result()}
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.accuracy_tracker]
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        targets, selected = self._targets(x, y_pred)
+        self.patch_accuracy.update_state(targets, y_pred["logits"], sample_weight=selected)
+        return self.get_metrics_result()
 
 
 def to_classifier(network: keras.Model, config: ViTConfig) -> keras.Model:

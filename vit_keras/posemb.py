@@ -96,6 +96,9 @@ class Learned2DPositionEmbedding(keras.layers.Layer):
         self.col_embedding = self.add_weight(name="col_embedding", shape=(cols, width // 2),
                                              initializer=init)
 
+    def no_weight_decay(self):
+        return [self.row_embedding, self.col_embedding]
+
     def call(self, tokens):
         rows, cols = self.grid_size
         half = tokens.shape[-1] // 2
