@@ -1,1 +1,2 @@
-"""The `vit` application: data pipelines, recipes, distribution and the training loop."""
+"""The `vit` application: data sources and pipeline, recipes, distribution and one training
+run for every objective."""

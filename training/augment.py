@@ -14,6 +14,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
+from vit_keras import keras_compat
+
 
 class _BatchSeed(keras.random.SeedGenerator):
     """A SeedGenerator stand-in that derives each draw from one seed tensor, statelessly.
@@ -32,7 +34,7 @@ class _BatchSeed(keras.random.SeedGenerator):
 
 
 def _layers_with_generators(layer: keras.layers.Layer):
-    return [sub for sub in layer._flatten_layers(include_self=True, recursive=True)
+    return [sub for sub in keras_compat.nested_layers(layer)
             if isinstance(getattr(sub, "generator", None), keras.random.SeedGenerator)]
 
 

@@ -2,8 +2,8 @@
 
 A backup is the model AND optimizer state (moments, step counter, so the learning rate too) in
 `backup/ckpt-<step>.weights.h5` plus `backup/state.json` naming it with the epoch, the step
-inside that epoch and the random-seed states of dropout / stochastic depth. `state.json` is replaced atomically only after its weights file is complete,
-so a run killed at any instant leaves a usable backup; `--resume` continues from it at the same
+inside that epoch and the random-seed states of dropout / stochastic depth. `state.json` is
+replaced atomically only after its weights file is complete, so a run killed at any instant leaves a usable backup; `--resume` continues from it at the same
 epoch and step (the input pipeline skips the batches already seen).
 """
 
@@ -20,27 +20,6 @@ import tensorflow as tf
 from vit_keras import atomic
 
 STATE_FILE = "state.json"
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Writes `text` to `path` through a temporary file and a rename (works on gs:// too)."""
-    atomic.write_bytes(path, text.encode())
-
-
-def save_weights_atomic(model: keras.Model, path: str) -> None:
-    """`model.save_weights(path)` through a temporary file in the same directory."""
-    directory = os.path.dirname(path)
-    temporary = os.path.join(directory, f"tmp-{os.getpid()}-{os.path.basename(path)}")
-    if "://" in path:  # h5py writes local files only: write locally, then copy
-        import tempfile
-
-        local = os.path.join(tempfile.mkdtemp(), os.path.basename(path))
-        model.save_weights(local)
-        tf.io.gfile.copy(local, temporary, overwrite=True)
-        os.remove(local)
-    else:
-        model.save_weights(temporary)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def rng_variables(model: keras.Model) -> list:
@@ -135,14 +114,14 @@ class ResumableBackup(keras.callbacks.Callback):
             return
         tf.io.gfile.makedirs(self.directory)
         name = f"ckpt-{global_step}.weights.h5"
-        save_weights_atomic(self.model, os.path.join(self.directory, name))
+        atomic.save_weights(self.model, os.path.join(self.directory, name))
         old = read_backup(self.directory) if tf.io.gfile.exists(
             os.path.join(self.directory, STATE_FILE)) else None
         state = {"epoch": epoch, "step": step, "global_step": global_step, "weights": name,
                  "rng": [np.asarray(v).tolist() for v in rng_variables(self.model)]}
         if self.best_model is not None and self.best_model.best is not None:
             state["best"] = {"value": self.best_model.best, "epoch": self.best_model.best_epoch}
-        atomic_write_text(os.path.join(self.directory, STATE_FILE), json.dumps(state))
+        atomic.write_bytes(os.path.join(self.directory, STATE_FILE), json.dumps(state).encode())
         if old and old["weights"] != name:
             tf.io.gfile.remove(os.path.join(self.directory, old["weights"]))
 
@@ -214,7 +193,7 @@ class BestModel(keras.callbacks.Callback):
             return
         self.best, self.best_epoch = float(value), epoch + 1
         if self.write:
-            save_weights_atomic(self.model, self.path)
+            atomic.save_weights(self.model, self.path)
 
 
 class EpochLog(keras.callbacks.Callback):

@@ -20,24 +20,12 @@ COMMANDS = {
 }
 
 
-def _not_implemented(args) -> int:
-    print(f"vit {args.command}: not implemented in this version", file=sys.stderr)
-    return 2
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The `vit` parser with every sub-command's options."""
     parser = argparse.ArgumentParser(prog="vit", description="Vision Transformer for Keras 3.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            sub = subparsers.add_parser(name, help="(not implemented in this version)")
-            sub.set_defaults(func=_not_implemented)
-            continue
+        module = importlib.import_module(module_name)
         summary = (module.__doc__ or name).strip().splitlines()[0]
         sub = subparsers.add_parser(name, help=summary, description=module.__doc__,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -3,6 +3,7 @@
 `auto` picks a TPU when one is configured (a `--tpu` name, Colab's COLAB_TPU_ADDR, TPU_NAME, or
 the /dev/accel* devices of a Cloud TPU VM), else multi-worker when TF_CONFIG names more than one
 task, else MirroredStrategy over all GPUs when there are several, else the default strategy.
+`mirrored` uses every GPU, or every logical CPU when the CPU was split into several.
 Strategies must be created before TensorFlow runs anything else (multi-worker and TPU
 initialisation reset the runtime), so `vit train` creates it first.
 """
@@ -88,8 +89,17 @@ def get_strategy(name: str = "auto", tpu: str | None = None) -> tf.distribute.St
                              '"task": {"type": "worker", "index": 0}}')
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        return tf.distribute.MirroredStrategy(mirrored_devices())
     return tf.distribute.get_strategy()
+
+
+def mirrored_devices() -> list[str] | None:
+    """Every GPU, else every logical CPU when the CPU was split into several (as tests and
+    CPU-only experiments do), else None (TensorFlow's default: the CPU)."""
+    gpus = tf.config.list_logical_devices("GPU")
+    cpus = tf.config.list_logical_devices("CPU")
+    devices = gpus or (cpus if len(cpus) > 1 else [])
+    return [device.name for device in devices] or None
 
 
 def is_tpu(strategy: tf.distribute.Strategy) -> bool:

@@ -56,7 +56,7 @@ def evaluate(model, source, batch_size: int = 256) -> dict:
 
     Args:
         model: a Keras classifier taking [-1, 1] images and returning logits.
-        source: a `training.data.Source`.
+        source: a `training.sources.Source`.
         batch_size: batch size.
 
     Returns:
@@ -65,12 +65,12 @@ def evaluate(model, source, batch_size: int = 256) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    from training import data
+    from training import pipeline
 
     size = int(model.input_shape[1])
     logits, labels = [], []
-    for images, batch_labels in data.eval_images(source, size).batch(batch_size):
-        logits.append(np.asarray(model(data.scale(images), training=False), np.float64))
+    for images, batch_labels in pipeline.eval_images(source, size).batch(batch_size):
+        logits.append(np.asarray(model(pipeline.scale(images), training=False), np.float64))
         labels.append(batch_labels.numpy())
     if not logits:
         raise ValueError(f"{source.spec} holds no images to evaluate")
@@ -99,28 +99,28 @@ FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
 def few_shot_report(model, spec: str, data_dir, test_source, shots) -> dict:
     """Few-shot accuracy per shot count: shots from `spec`'s training split, tested on
     `test_source` (for folder/tfrecord data both are the same images)."""
-    from training import data
+    from training import pipeline, sources
     from vit_keras import analysis
 
     size = int(model.input_shape[1])
-    train_source = data.load_source(spec, "train", data_dir, val_split=0.0)
-    train_images, train_labels = data.take_raw_images(train_source, size, FEW_SHOT_POOL)
-    test_images, test_labels = data.take_raw_images(test_source, size, FEW_SHOT_POOL)
-    accuracies = analysis.few_shot(model, (data.scale(train_images), train_labels),
-                                   (data.scale(test_images), test_labels), shots=shots)
+    train_source = sources.load_source(spec, "train", data_dir, val_split=0.0)
+    train_images, train_labels = pipeline.take_raw_images(train_source, size, FEW_SHOT_POOL)
+    test_images, test_labels = pipeline.take_raw_images(test_source, size, FEW_SHOT_POOL)
+    accuracies = analysis.few_shot(model, (pipeline.scale(train_images), train_labels),
+                                   (pipeline.scale(test_images), test_labels), shots=shots)
     return {str(count): float(accuracy) for count, accuracy in accuracies.items()}
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from training import data
+    from training import sources
     from training.outputs import write_json
 
     try:
-        kind, _ = data.parse_spec(args.data)
+        kind, _ = sources.parse_spec(args.data)
         subset = "val" if kind in ("digits", "tfds") else "train"
-        source = data.load_source(args.data, subset, args.data_dir, val_split=0.0)
+        source = sources.load_source(args.data, subset, args.data_dir, val_split=0.0)
         model = load_model(args.model)
         results = evaluate(model, source, args.batch_size)
         if args.few_shot is not None:

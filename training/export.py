@@ -70,17 +70,12 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     eval_images, eval_labels = _evaluation_set(model, eval_images, eval_labels,
                                                representative_images)
     keras_logits = _keras_logits(model, eval_images)
-    report = {
-        "input": {"shape": list(eval_images.shape[1:]), "dtype": "float32",
-                  "range": [0, 255], "layout": "NHWC RGB"},
-        "eval_examples": int(len(eval_images)),
-        "latency": {"batch_size": 1, "threads": LATENCY_THREADS, "runs": latency_runs,
-                    "statistic": "median of 5 interleaved rounds (each a median)"},
-        "keras": {"accuracy": _accuracy(keras_logits, eval_labels)},
-        "formats": {},
-    }
+    report = _report_header(eval_images, latency_runs, _accuracy(keras_logits, eval_labels))
     os.makedirs(output_dir, exist_ok=True)
     runners = {}
+    lite_options = dict(num_calibration_images=num_calibration_images,
+                        int8_float_ops=int8_float_ops, int8_per_channel=int8_per_channel,
+                        keep_tensor_names=keep_tensor_names)
     for name in formats:
         path = os.path.join(output_dir, FILENAMES[name])
         if name == "saved_model":
@@ -88,20 +83,9 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
             logits = _saved_model_logits(path, eval_images)
             entry = {"latency_ms": None}
         else:
-            float_ops = tuple(int8_float_ops) if name == "tflite_int8" else ()
-            lite_report = export.tflite(
-                model, path, quantization=QUANTIZATION[name],
-                representative_data=representative_images, verify_images=eval_images[:32],
-                num_calibration_images=num_calibration_images, float_ops=float_ops,
-                per_channel=int8_per_channel or name != "tflite_int8",
-                keep_tensor_names=keep_tensor_names)
-            runners[name] = export.TFLiteModel(path, num_threads=LATENCY_THREADS)
+            runners[name], entry = _write_tflite(model, name, path, representative_images,
+                                                 eval_images, **lite_options)
             logits = runners[name](eval_images)
-            entry = {"quantization": QUANTIZATION[name] or "float32", "ops": lite_report["ops"],
-                     "latency_ms": None}
-            if name == "tflite_int8":
-                entry["float_ops"] = list(float_ops)
-                entry["per_channel"] = int8_per_channel
         report["formats"][name] = {
             "file": FILENAMES[name],
             "size_bytes": _size(path),
@@ -117,6 +101,37 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
                        (json.dumps(report, indent=2) + "\n").encode())
     return report
+
+
+def _report_header(eval_images, latency_runs: int, keras_accuracy) -> dict:
+    """export.json before the formats: the input contract, the evaluation and timing setup."""
+    return {
+        "input": {"shape": list(eval_images.shape[1:]), "dtype": "float32",
+                  "range": [0, 255], "layout": "NHWC RGB"},
+        "eval_examples": int(len(eval_images)),
+        "latency": {"batch_size": 1, "threads": LATENCY_THREADS, "runs": latency_runs,
+                    "statistic": "median of 5 interleaved rounds (each a median)"},
+        "keras": {"accuracy": keras_accuracy},
+        "formats": {},
+    }
+
+
+def _write_tflite(model, name, path, representative_images, eval_images, *,
+                  num_calibration_images, int8_float_ops, int8_per_channel, keep_tensor_names):
+    """Writes the TFLite format `name`; returns (its LiteRT runner, its export.json entry)."""
+    from vit_keras import export
+
+    float_ops = tuple(int8_float_ops) if name == "tflite_int8" else ()
+    lite_report = export.tflite(
+        model, path, quantization=QUANTIZATION[name], representative_data=representative_images,
+        verify_images=eval_images[:32], num_calibration_images=num_calibration_images,
+        float_ops=float_ops, per_channel=int8_per_channel or name != "tflite_int8",
+        keep_tensor_names=keep_tensor_names)
+    entry = {"quantization": QUANTIZATION[name] or "float32", "ops": lite_report["ops"],
+             "latency_ms": None}
+    if name == "tflite_int8":
+        entry.update(float_ops=list(float_ops), per_channel=int8_per_channel)
+    return export.TFLiteModel(path, num_threads=LATENCY_THREADS), entry
 
 
 def _latencies(runners: dict, runs: int, rounds: int = 5) -> dict:
@@ -323,15 +338,15 @@ def _load_data(spec: str, image_hw, calibration_count: int = 300, eval_count: in
 def _load_preset_data(spec, image_hw, calibration_count, eval_count):
     """Calibration images from the spec's training split, evaluation images + labels from its
     held-out split (or none when it has none), resized as `vit train` resizes for evaluation."""
-    from training import data
+    from training import pipeline, sources
 
     height, width = image_hw
     if height != width:
         raise ValueError(f"--data {spec!r} resizes to square images; the model takes "
                          f"{height}x{width}: pass an .npz of images at that size instead")
-    calibration, _ = data.take_raw_images(data.load_source(spec, "train"), height,
+    calibration, _ = pipeline.take_raw_images(sources.load_source(spec, "train"), height,
                                           calibration_count)
-    if not data.has_natural_val(spec, val_split=0.1):
+    if not sources.has_natural_val(spec, val_split=0.1):
         return calibration, None, None
-    images, labels = data.take_raw_images(data.load_source(spec, "val"), height, eval_count)
+    images, labels = pipeline.take_raw_images(sources.load_source(spec, "val"), height, eval_count)
     return calibration, images, labels

@@ -141,13 +141,8 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     if len(names) != len(pixels):
         raise ValueError(f"got {len(names)} image_names for {len(pixels)} images")
 
-    attentions = analysis.attention_maps(model, inputs)
-    has_class_token = config.classifier == "token"
-    rollout = analysis.rollout_from_attention(
-        attentions, has_class_token, discard_ratio=discard_ratio,
-        head_fusion=head_fusion).reshape(-1, *config.grid_size)
-    distances = analysis.mean_attention_distance_from_attention(
-        attentions, config.grid_size, config.patch_size, has_class_token)
+    rollout, distances = _attention_figures_data(model, config, inputs, discard_ratio,
+                                                 head_fusion)
     similarity = analysis.position_embedding_similarity(model)
     kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
     limit = min(config.hidden_size, config.patch_size ** 2 * config.channels)
@@ -172,11 +167,7 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
         "predicted_class": predicted,
         "rollout": {"discard_ratio": discard_ratio, "head_fusion": head_fusion,
                     "maps": rollout.round(5).tolist()},
-        "mean_attention_distance_px": {
-            "per_head": distances.round(3).tolist(),
-            "per_layer_mean": distances.mean(axis=1).round(3).tolist(),
-            "class_token": "excluded; patch weights renormalised over patches",
-        },
+        "mean_attention_distance_px": _distance_summary(distances),
         "position_embedding_similarity": _similarity_summary(similarity),
         "embedding_filters": {"components": len(filters),
                               "explained_variance": explained.round(5).tolist()},
@@ -186,6 +177,27 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     json_path = os.path.join(output_dir, "inspect.json")
     _write_json(json_path, summary)
     return dict(summary, json=json_path)
+
+
+def _distance_summary(distances) -> dict:
+    return {"per_head": distances.round(3).tolist(),
+            "per_layer_mean": distances.mean(axis=1).round(3).tolist(),
+            "class_token": "excluded; patch weights renormalised over patches"}
+
+
+def _attention_figures_data(model, config, inputs, discard_ratio, head_fusion):
+    """(rollout maps [n, rows, cols], mean attention distances [layers, heads]) from one pass."""
+    from vit_keras import analysis
+
+    attentions = analysis.attention_maps(model, inputs)
+    has_class_token = config.classifier == "token"
+    patch_tokens = analysis.patch_token_slice(config)
+    rollout = analysis.rollout_from_attention(
+        attentions, has_class_token, discard_ratio=discard_ratio, head_fusion=head_fusion,
+        patch_tokens=patch_tokens).reshape(-1, *config.grid_size)
+    distances = analysis.mean_attention_distance_from_attention(
+        attentions, config.grid_size, config.patch_size, has_class_token, patch_tokens)
+    return rollout, distances
 
 
 def _similarity_summary(similarity) -> dict:

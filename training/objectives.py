@@ -1,135 +1,173 @@
-"""The non-classification objectives of `vit train`: masked patch prediction pre-training
-(`objective='mpp'`) and DeiT distillation (`objective='distill'`).
+"""What a run trains for: each objective supplies its model, its loss and its outputs.
 
-Both reuse the data, recipe and outputs of the supervised loop on one device, without its
-backups and strategies:
+`training.run.Run` does everything else the same way for all of them (strategy, data, plan,
+precision, optimizer, backups and `--resume`, the NaN stop, history, best weights, evaluation,
+export and inspection):
 
-- mpp: trains `vit_keras.masked_patch.MaskedPatchPretrainer` on the images (labels unused) and
-  writes `encoder.npz` (the pre-trained encoder as an official-layout checkpoint); fine-tune
-  with `vit train --config mpp_digits_finetune --weights <output>/encoder.npz`.
-- distill: trains a `distilled=True` ViT with `vit_keras.deit.DistillationTrainer` against the
-  `teacher` `.keras` model and writes `model.keras` (the student, heads averaged).
+- `classify` (supervised): a `VisionTransformer` with softmax cross-entropy.
+- `mpp` (masked patch prediction, paper 4.6): `vit_keras.masked_patch.MaskedPatchPretrainer`
+  on the images (labels unused); writes `encoder.npz` (the pre-trained encoder as an
+  official-layout checkpoint) to fine-tune from with `--weights`.
+- `distill` (DeiT): a `distilled=True` ViT trained by `vit_keras.deit.DistillationTrainer`
+  against the `teacher` `.keras` model.
+
+The losses live in the models' `compute_loss` (keras.ops), so `fit` trains all three alike.
 """
 
 from __future__ import annotations
 
 import os
-import time
 
-from training import configs, loop
+import keras
+import numpy as np
 
+import vit_keras
+from training import recipe
+from vit_keras import ViTConfig, atomic
 
-def _setup(preset: configs.Preset, data_dir: str | None):
-    import keras
-
-    from training import augment, data
-
-    keras.mixed_precision.set_global_policy(loop.resolve_precision(preset, on_tpu=False))
-    keras.utils.set_random_seed(preset.seed)
-    train_source, val_source = loop.open_data(preset, data_dir)
-    plan = loop.make_plan(preset, loop.count_examples(train_source), replicas=1)
-    train_ds = data.train_dataset(
-        train_source, preset.image_size, plan.step_batch, epochs=preset.epochs,
-        seed=preset.seed, crop=preset.train_crop, crop_area_min=preset.crop_area_min,
-        pad=preset.pad, augment=augment.build_augment(preset),
-        steps_per_epoch=plan.steps_per_epoch, shuffle_buffer=preset.shuffle_buffer)
-    val_ds = None
-    if val_source is not None:
-        val_ds = data.eval_dataset(val_source, preset.image_size, plan.step_batch,
-                                   num_classes=train_source.num_classes)
-    return train_source, train_ds, val_ds, plan
+OBJECTIVES = ("classify", "mpp", "distill")
 
 
-def _finish(output: str, metrics: dict, started: float, preset, config) -> None:
-    from training import outputs
-
-    outputs.write_json(os.path.join(output, "config.json"),
-                       {"preset": preset.to_dict(), "model": config.to_dict()})
-    metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
-    outputs.write_json(os.path.join(output, "metrics.json"), metrics)
-    loop.log(outputs.summary_table([(key, str(value)) for key, value in metrics.items()]))
-
-
-def pretrain_mpp(preset: configs.Preset, output: str, data_dir: str | None = None,
-                 verbose: int = 0) -> int:
-    """Masked patch prediction pre-training; writes encoder.npz and metrics.json."""
-    import tensorflow as tf
-
-    import vit_keras
-    from vit_keras import masked_patch
-    from training import recipe
-
-    started = time.perf_counter()
-    train_source, train_ds, val_ds, plan = _setup(preset, data_dir)
-    config = loop.model_config(preset, train_source.num_classes)
-    loop.log(f"vit train (mpp): {preset.epochs} epochs x {plan.steps_per_epoch} steps, "
-             f"{config.num_patches} patches, {2 ** (3 * config.channels)} colour classes")
-    trainer = masked_patch.MaskedPatchPretrainer(config, seed=preset.seed)
-    trainer.compile(optimizer=recipe.make_optimizer(preset, plan.updates_per_epoch))
-    images_only = train_ds.map(lambda images, labels: images)
-    history = trainer.fit(images_only, epochs=preset.epochs, steps_per_epoch=plan.steps_per_epoch,
-                          verbose=verbose)
-    metrics = {"preset": preset.name, "objective": "mpp",
-               "train_mpp_loss": round(float(history.history["loss"][-1]), 4),
-               "train_mpp_accuracy": round(float(history.history["accuracy"][-1]), 4)}
-    if val_ds is not None:
-        results = trainer.evaluate(val_ds.map(lambda images, labels: images), verbose=0,
-                                   return_dict=True)
-        metrics.update(val_mpp_loss=round(float(results["loss"]), 4),
-                       val_mpp_accuracy=round(float(results["accuracy"]), 4))
-    tf.io.gfile.makedirs(output)
-    classifier = masked_patch.to_classifier(trainer.network, config)
-    vit_keras.checkpoints.save_npz(classifier, os.path.join(output, "encoder.npz"))
-    _finish(output, metrics, started, preset, config)
-    return 0
+def float32_copy(model: keras.Model, config: ViTConfig) -> keras.Model:
+    """A float32, uncompiled `VisionTransformer(config)` holding `model`'s weights."""
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        copy = vit_keras.VisionTransformer(config)
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+    copy.set_weights([np.asarray(weight) for weight in model.get_weights()])
+    return copy
 
 
-def train_distilled(preset: configs.Preset, output: str, data_dir: str | None = None,
-                    verbose: int = 0) -> int:
-    """DeiT hard-label distillation from `preset.teacher`; writes model.keras, metrics.json."""
-    import keras
-    import tensorflow as tf
+class Classification:
+    """Supervised classification: the ViT itself, softmax cross-entropy, top-1/top-5."""
 
-    import vit_keras
-    from vit_keras.deit import DistillationTrainer
-    from training import recipe
+    name = "classify"
+    metric_label = "top-1"
+    metric_key = "val_top1"
+    exports = True
 
-    if not preset.teacher:
-        raise ValueError("objective 'distill' needs a teacher: --set teacher=PATH.keras (any "
-                         "Keras classifier of [-1, 1] images, e.g. a model.keras of vit train)")
-    started = time.perf_counter()
-    train_source, train_ds, val_ds, plan = _setup(preset, data_dir)
-    teacher = keras.saving.load_model(preset.teacher, safe_mode=True)
-    config = loop.model_config(preset, train_source.num_classes).replace(distilled=True)
-    student = vit_keras.VisionTransformer(config)
-    if preset.weights:
-        loop.load_pretrained(student, preset.weights)
-    trainer = DistillationTrainer(student, teacher, label_smoothing=preset.label_smoothing)
-    trainer.compile(optimizer=recipe.make_optimizer(preset, plan.updates_per_epoch),
-                    metrics=recipe.make_metrics(config.num_classes))
-    trainer.fit(train_ds, epochs=preset.epochs, steps_per_epoch=plan.steps_per_epoch,
-                verbose=verbose)
-    metrics = {"preset": preset.name, "objective": "distill", "teacher": preset.teacher}
-    if val_ds is not None:
-        results = trainer.evaluate(val_ds, verbose=0, return_dict=True)
-        metrics["val_top1"] = round(float(results["accuracy"]), 4)
-        teacher_hits = keras.metrics.CategoricalAccuracy()
-        for images, labels in val_ds:
-            teacher_hits.update_state(labels, teacher(images, training=False))
-        metrics["teacher_val_top1"] = round(float(teacher_hits.result()), 4)
-    tf.io.gfile.makedirs(output)
-    loop.save_model(loop.clean_copy(student, config), os.path.join(output, "model.keras"))
-    _finish(output, metrics, started, preset, config)
-    return 0
+    def __init__(self, preset):
+        self.preset = preset
+
+    def model_config(self, num_classes: int) -> ViTConfig:
+        """The classifier's config for data with `num_classes` classes."""
+        return self.preset.model.replace(num_classes=num_classes)
+
+    def build(self, config: ViTConfig) -> keras.Model:
+        """The trained model (called inside the strategy scope)."""
+        model = vit_keras.VisionTransformer(config)
+        self._load_weights(model)
+        return model
+
+    def _load_weights(self, model) -> None:
+        if self.preset.weights:  # head skipped when its shape differs, posemb resized
+            vit_keras.load_weights(model, self.preset.weights, skip_head=None)
+
+    def compile_args(self, config: ViTConfig) -> dict:
+        """The loss and metrics `compile` gets."""
+        return {"loss": recipe.make_loss(self.preset),
+                "metrics": recipe.make_metrics(config.num_classes)}
+
+    def classifier(self, model: keras.Model, config: ViTConfig) -> keras.Model:
+        """The float32 classifier `model.keras` holds and exports get."""
+        return float32_copy(model, config)
+
+    def write_extras(self, classifier: keras.Model, output: str) -> None:
+        """Files only this objective writes (none)."""
+
+    def evaluate_extras(self, model, val_dataset) -> dict:
+        """metrics.json entries measured beyond `evaluate` (none)."""
+        return {}
+
+    def report(self, results: dict) -> dict:
+        """metrics.json entries from `evaluate`'s results on the validation data."""
+        return {"val_top1": float(results["accuracy"]), "val_loss": float(results["loss"]),
+                "val_top5": float(results["top5"]) if "top5" in results else None}
 
 
-def run(preset: configs.Preset, output: str | None = None, data_dir: str | None = None,
-        verbose: int = 0) -> int:
-    """Runs the preset's objective ('mpp' or 'distill')."""
-    output = output or os.path.join("saved_models", preset.name)
-    if preset.objective == "mpp":
-        return pretrain_mpp(preset, output, data_dir, verbose)
-    if preset.objective == "distill":
-        return train_distilled(preset, output, data_dir, verbose)
-    raise ValueError(f"objective must be 'classify', 'mpp' or 'distill', got "
-                     f"{preset.objective!r}")
+class MaskedPatchPrediction(Classification):
+    """Self-supervised pre-training: predict the mean colour of corrupted patches."""
+
+    name = "mpp"
+    metric_label = "masked-patch colour top-1"
+    metric_key = "val_mpp_accuracy"
+    exports = False  # the head is untrained: fine-tune the encoder first
+
+    def build(self, config: ViTConfig) -> keras.Model:
+        if self.preset.weights:
+            raise ValueError("objective 'mpp' pre-trains from scratch; got --weights "
+                             f"{self.preset.weights!r}: drop it, or fine-tune with 'classify'")
+        from vit_keras.masked_patch import MaskedPatchPretrainer
+
+        return MaskedPatchPretrainer(config, seed=self.preset.seed)
+
+    def compile_args(self, config: ViTConfig) -> dict:
+        return {}  # the loss and the patch accuracy are the pretrainer's own
+
+    def classifier(self, model, config):
+        from vit_keras.masked_patch import to_classifier
+
+        return float32_copy(to_classifier(model.network, config), config)
+
+    def write_extras(self, classifier, output):
+        vit_keras.checkpoints.save_npz(classifier, os.path.join(output, "encoder.npz"))
+
+    def report(self, results):
+        return {"val_mpp_accuracy": float(results["accuracy"]),
+                "val_mpp_loss": float(results["loss"])}
+
+
+class Distillation(Classification):
+    """DeiT hard-label distillation of a `distilled=True` student from `preset.teacher`."""
+
+    name = "distill"
+
+    def __init__(self, preset):
+        if not preset.teacher:
+            raise ValueError("objective 'distill' needs a teacher: --set teacher=PATH.keras (any "
+                             "Keras classifier of [-1, 1] images, e.g. a model.keras of vit "
+                             "train)")
+        if not atomic.exists(preset.teacher):
+            raise ValueError(f"teacher {preset.teacher!r} does not exist: expected a .keras "
+                             "model file")
+        super().__init__(preset)
+
+    def model_config(self, num_classes):
+        return super().model_config(num_classes).replace(distilled=True)
+
+    def build(self, config):
+        from vit_keras.deit import DistillationTrainer
+
+        teacher = keras.saving.load_model(self.preset.teacher, safe_mode=True)
+        student = vit_keras.VisionTransformer(config)
+        self._load_weights(student)
+        return DistillationTrainer(student, teacher,
+                                   label_smoothing=self.preset.label_smoothing)
+
+    def compile_args(self, config):
+        return {"metrics": recipe.make_metrics(config.num_classes)}
+
+    def classifier(self, model, config):
+        return float32_copy(model.student, config)
+
+    def evaluate_extras(self, model, val_dataset):
+        """The teacher's top-1 on the same validation data, to compare the student with."""
+        hits = keras.metrics.CategoricalAccuracy()
+        for images, labels in val_dataset:
+            hits.update_state(labels, model.teacher(images, training=False))
+        return {"teacher_val_top1": float(hits.result())}
+
+    def report(self, results):
+        return {"val_top1": float(results["accuracy"]), "val_distill_loss":
+                float(results["loss"]),
+                "val_top5": float(results["top5"]) if "top5" in results else None}
+
+
+def get_objective(preset):
+    """The objective `preset.objective` names, set up for `preset`."""
+    table = {"classify": Classification, "mpp": MaskedPatchPrediction, "distill": Distillation}
+    if preset.objective not in table:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {preset.objective!r}")
+    return table[preset.objective](preset)

@@ -11,13 +11,11 @@ import tensorflow as tf
 
 from vit_keras import atomic
 
-from training.callbacks import atomic_write_text
-
 
 def write_labels(output_dir: str, class_names: list[str]) -> str:
     """`labels.txt`: one class name per line, line i = class i."""
     path = os.path.join(output_dir, "labels.txt")
-    atomic_write_text(path, "".join(f"{name}\n" for name in class_names))
+    atomic.write_bytes(path, "".join(f"{name}\n" for name in class_names).encode())
     return path
 
 
@@ -29,7 +27,7 @@ def read_labels(path: str) -> list[str]:
 
 def write_json(path: str, data: dict) -> None:
     """Indented JSON, written atomically."""
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    atomic.write_bytes(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode())
 
 
 def read_history(path: str) -> dict[str, list[float]]:

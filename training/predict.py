@@ -30,18 +30,18 @@ def read_images(paths: list[str], size: int):
     import numpy as np
     import tensorflow as tf
 
-    from training import data
+    from training import pipeline, sources
 
     images = []
     for path in paths:
-        why = data.check_image_file(path)
+        why = sources.check_image_file(path)
         if why:
             raise ValueError(f"{path} {why}")
         try:
-            image = data.decode_image(tf.io.read_file(path))
+            image = sources.decode_image(tf.io.read_file(path))
         except tf.errors.OpError as error:  # a file PIL accepts but TensorFlow cannot decode
             raise ValueError(f"{path} cannot be decoded ({error.message})") from None
-        images.append(data.resize(image, size).numpy())
+        images.append(pipeline.resize(image, size).numpy())
     return np.stack(images).astype(np.float32)
 
 
@@ -60,11 +60,11 @@ def predictor(args: argparse.Namespace):
         lite = TFLiteModel(args.tflite, num_threads=2)
         return (lambda images: np.asarray(lite(images))), lite.input_shape[0], args.tflite
 
-    from training import data
+    from training import pipeline
     from training.evaluate import load_model
 
     model = load_model(args.model)
-    return (lambda images: np.asarray(model(data.scale(images), training=False))), \
+    return (lambda images: np.asarray(model(pipeline.scale(images), training=False))), \
         int(model.input_shape[1]), args.model
 
 

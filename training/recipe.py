@@ -7,8 +7,8 @@ import math
 import keras
 from keras import ops
 
-# Variables never decayed: biases, LayerNorm scale/offset, position embedding and class token.
-NO_DECAY_NAMES = ("bias", "gamma", "beta", "pos_embedding", "cls")
+from vit_keras import keras_compat, no_weight_decay
+
 OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
 
@@ -63,27 +63,6 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "steps_per_update": self.steps_per_update}
 
 
-class _ClipAfterAllReduce:
-    """Gradient clipping on the replica-summed gradient (a mixin for Keras optimizers).
-
-    Keras 3 clips in `apply()` before its TensorFlow backend all-reduces the gradients, so under
-    a multi-replica strategy each replica would clip its own partial gradient and the global
-    norm would not be the global norm. Here the replicas' gradients are summed first, clipped,
-    then divided by the replica count, so the backend's sum gives exactly the clipped total:
-    the update equals the single-device update at the same global batch.
-    """
-
-    def _clip_gradients(self, grads):
-        import tensorflow as tf
-
-        context = tf.distribute.get_replica_context()
-        replicas = context.num_replicas_in_sync if context is not None else 1
-        if replicas == 1 or not (self.clipnorm or self.global_clipnorm or self.clipvalue):
-            return super()._clip_gradients(grads)
-        total = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        return [grad / replicas for grad in super()._clip_gradients(total)]
-
-
 class _FusedAdamUpdate:
     """Adam's per-variable update as one TensorFlow kernel (a mixin for Keras Adam and AdamW).
 
@@ -95,18 +74,18 @@ class _FusedAdamUpdate:
     """
 
     def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad or keras.backend.backend() != "tensorflow":
+            return super().update_step(gradient, variable, learning_rate)
         import tensorflow as tf
 
-        if (self.amsgrad or keras.backend.backend() != "tensorflow"
-                or isinstance(gradient, tf.IndexedSlices)):
+        if isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
         step = ops.cast(self.iterations + 1, dtype)
-        index = self._get_variable_index(variable)
+        momentum, velocity = keras_compat.adam_slots(self, variable)
         beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
         tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(self._momentums[index]),
-            v=_handle(self._velocities[index]),
+            var=_handle(variable), m=_handle(momentum), v=_handle(velocity),
             beta1_power=ops.power(beta_1, step), beta2_power=ops.power(beta_2, step),
             lr=ops.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
             epsilon=ops.cast(self.epsilon, dtype), grad=ops.cast(gradient, dtype))
@@ -120,18 +99,18 @@ def _handle(variable):
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class AdamW(_FusedAdamUpdate, _ClipAfterAllReduce, keras.optimizers.AdamW):
+class AdamW(_FusedAdamUpdate, keras_compat.ClipAfterAllReduce, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class Adam(_FusedAdamUpdate, _ClipAfterAllReduce, keras.optimizers.Adam):
+class Adam(_FusedAdamUpdate, keras_compat.ClipAfterAllReduce, keras.optimizers.Adam):
     """`keras.optimizers.Adam` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
-    """`keras.optimizers.SGD` clipping the all-reduced gradient (see `_ClipAfterAllReduce`)."""
+class SGD(keras_compat.ClipAfterAllReduce, keras.optimizers.SGD):
+    """`keras.optimizers.SGD` clipping the all-reduced gradient (see `keras_compat.ClipAfterAllReduce`)."""
 
 
 def make_schedule(preset, steps_per_epoch: int) -> WarmupDecay:
@@ -142,13 +121,19 @@ def make_schedule(preset, steps_per_epoch: int) -> WarmupDecay:
                        steps_per_update=max(1, preset.grad_accum_steps))
 
 
-def make_optimizer(preset, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+def make_optimizer(preset, steps_per_epoch: int,
+                   model: keras.Model) -> keras.optimizers.Optimizer:
     """AdamW / Adam / SGD-momentum with the schedule, global-norm clipping, weight decay kept off
-    biases, LayerNorm, posemb and cls, and gradient accumulation when `grad_accum_steps` > 1.
+    what the model exempts (`vit_keras.no_weight_decay`), and gradient accumulation when
+    `grad_accum_steps` > 1.
 
     Args:
         preset: a `training.configs.Preset`.
         steps_per_epoch: optimizer steps per epoch.
+        model: the model it will train (built); its exempt weights are never decayed.
+
+    Returns:
+        The optimizer, not yet built.
     """
     if preset.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {preset.optimizer!r}")
@@ -165,14 +150,13 @@ def make_optimizer(preset, steps_per_epoch: int) -> keras.optimizers.Optimizer:
     decay = preset.weight_decay or None
     if preset.optimizer == "adamw":
         optimizer = AdamW(weight_decay=preset.weight_decay, beta_1=preset.beta1,
-                                           beta_2=preset.beta2, **common)
+                          beta_2=preset.beta2, **common)
     elif preset.optimizer == "adam":
         # Adam with decoupled decay when asked (the paper's pre-training uses wd 0.1 with Adam).
-        optimizer = Adam(beta_1=preset.beta1, beta_2=preset.beta2,
-                                          weight_decay=decay, **common)
+        optimizer = Adam(beta_1=preset.beta1, beta_2=preset.beta2, weight_decay=decay, **common)
     else:
         optimizer = SGD(momentum=preset.momentum, weight_decay=decay, **common)
-    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY_NAMES))
+    optimizer.exclude_from_weight_decay(var_list=no_weight_decay(model))
     return optimizer
 
 

@@ -4,13 +4,16 @@ Examples:
   vit train                                         # digits_tiny, offline, a few minutes on CPU
   vit train --config cifar10_scratch --data-dir ~/tensorflow_datasets
   vit train --data folder:~/flowers --model S/16 --image-size 224 --set val_split=0.1
+  vit train --data folder:~/train --val-data folder:~/test   # trains on all of ~/train
   vit train --config finetune_384 --data tfds:oxford_iiit_pet --weights ViT-B_16.npz
   vit train --resume                                # continue a killed run where it stopped
   vit train --set lr=3e-3 --set translate=0.1       # override any preset field
+  vit train --set model.classifier=map --set model.num_register_tokens=4   # any model option
 
 Outputs go to saved_models/<preset>/ (or --output DIR, local or gs://): model.keras,
 labels.txt, metrics.json, history.csv, curves.png, config.json, best.weights.h5, logs/
-(TensorBoard) and backup/ (resumable state, removed when the run completes).
+(TensorBoard), backup/ (resumable state, removed when the run completes), the exports and
+inspect/. Every objective (classify, mpp, distill) runs through the same pipeline.
 """
 
 from __future__ import annotations
@@ -18,14 +21,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from training import configs
 
 _FLAG_FIELDS = {  # command-line flag -> preset field
-    "data": "data", "val_data": "val_data", "model": "model", "image_size": "image_size",
-    "epochs": "epochs", "batch_size": "batch_size", "lr": "lr", "weights": "weights",
-    "seed": "seed",
+    "data": "data", "val_data": "val_data", "epochs": "epochs", "batch_size": "batch_size",
+    "lr": "lr", "weights": "weights", "seed": "seed",
 }
 
 
@@ -35,12 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="preset to start from (default: %(default)s)")
     parser.add_argument("--data", help="training data: digits | folder:PATH | "
                         "tfds:NAME[:SPLIT] | tfrecord:GLOB")
-    parser.add_argument("--val-data", help="validation data spec (default: the source's "
-                        "held-out split)")
+    parser.add_argument("--val-data", help="validation data spec; when given, the training "
+                        "data keeps all of its examples (default: the source's held-out split)")
     parser.add_argument("--data-dir", help="tfds data_dir (local or gs://)")
-    parser.add_argument("--model", help="ViT variant (Ti/16, S/16, B/16, B/32, L/16, ...) or "
-                        "'custom' (shape from the preset / --set)")
-    parser.add_argument("--image-size", type=int, help="model resolution in pixels")
+    parser.add_argument("--model", help="take the architecture of a ViT variant (Ti/16, S/16, "
+                        "B/16, B/32, L/16, R50+B/16, ...): patch size, width, depth, heads, MLP, "
+                        "ResNet; the preset's other model options stay (default: the preset's "
+                        "model)")
+    parser.add_argument("--image-size", type=int, help="model resolution in pixels (sets "
+                        "model.image_size)")
     parser.add_argument("--epochs", type=int, help="number of epochs")
     parser.add_argument("--batch-size", type=int, help="GLOBAL batch size (all replicas, all "
                         "accumulation steps)")
@@ -60,8 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue from the backup in the output folder")
     parser.add_argument("--seed", type=int, help="random seed (folder hold-out, init, shuffle, augmentation)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a preset field (repeatable), e.g. --set translate=0.1; "
-                        "fields: " + ", ".join(configs.field_names()))
+                        help="override a preset field or, as model.FIELD=VALUE, a model option "
+                        "(repeatable), e.g. --set translate=0.1 --set model.drop_path_rate=0.1; "
+                        "every key is listed below")
+    parser.epilog = _fields_epilog()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--no-export", action="store_true",
                         help="skip the SavedModel/TFLite export at the end")
     parser.add_argument("--no-inspect", action="store_true",
@@ -70,16 +77,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Keras fit verbosity (0: one line per epoch from vit)")
 
 
+def _fields_epilog() -> str:
+    """Every --set key with its description, from the Preset and ViTConfig docstrings."""
+    from vit_keras import ViTConfig
+
+    def listing(names, docs, prefix=""):
+        return "\n".join(f"  {prefix}{name:<26} {docs.get(name, '')}" for name in names)
+
+    model_names = [name[len(configs.MODEL_PREFIX):] for name in configs.model_field_names()]
+    preset_names = [name for name in configs.field_names() if name != "model"]
+    return ("preset fields (--set KEY=VALUE):\n"
+            + listing(preset_names, configs.field_help(configs.Preset))
+            + "\n\nmodel options (--set model.FIELD=VALUE; num_classes comes from the data; "
+            "'none' for an unset optional value; image_size '224' or '224x320'; resnet_layers "
+            "'3,4,9'):\n"
+            + listing(model_names, configs.field_help(ViTConfig), configs.MODEL_PREFIX))
+
+
 def resolve_preset(args: argparse.Namespace) -> configs.Preset:
-    """The preset of `--config` with `--set` and the explicit flags applied (flags win)."""
+    """The preset of `--config`, then `--model`'s variant, then `--set`, then the other flags."""
     preset = configs.get_preset(args.config)
+    if args.model:
+        preset = preset.with_variant(args.model)
     preset = configs.apply_overrides(preset, args.set)
     changes = {field: getattr(args, flag) for flag, field in _FLAG_FIELDS.items()
                if getattr(args, flag, None) is not None}
     if args.mixed_precision:
         changes["mixed_precision"] = "" if args.mixed_precision == "float32" else \
             args.mixed_precision
-    return preset.replace(**changes)
+    preset = preset.replace(**changes)
+    if args.image_size is not None:
+        preset = preset.replace_model(image_size=args.image_size)
+    return preset
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,18 +119,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"vit train: {error}", file=sys.stderr)
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's INFO lines out
-    from training import loop
+    from training import run as training_run
 
     try:
-        if preset.objective != "classify":  # mpp pre-training / DeiT distillation
-            from training import objectives
-
-            return objectives.run(preset, output=args.output, data_dir=args.data_dir,
-                                  verbose=args.verbose)
-        return loop.train(preset, output=args.output, resume=args.resume,
-                          strategy_name=args.strategy, tpu=args.tpu, data_dir=args.data_dir,
-                          export=not args.no_export, inspect=not args.no_inspect,
-                          verbose=args.verbose)
+        return training_run.train(preset, output=args.output, resume=args.resume,
+                                  strategy_name=args.strategy, tpu=args.tpu,
+                                  data_dir=args.data_dir, export=not args.no_export,
+                                  inspect=not args.no_inspect, verbose=args.verbose)
     except (ValueError, RuntimeError) as error:
         print(f"vit train: error: {error}", file=sys.stderr)
         return 1

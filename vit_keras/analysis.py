@@ -34,17 +34,16 @@ class AttentionProbe(keras.Model):
     def __init__(self, model: keras.Model, **kwargs):
         super().__init__(name=kwargs.pop("name", f"{model.name}_attention_probe"), **kwargs)
         config = config_from_model(model)
-        self.embedding = model.get_layer("embedding")
-        self.class_token = model.get_layer("cls") if config.classifier == "token" else None
-        self.position_embedding = model.get_layer("posembed_input")
+        # The model's own layers from the image to the first block's input: patch embedding
+        # (through the ResNet of hybrids), class/distillation tokens, position embedding of
+        # any kind and registers, exactly as the model composes them.
+        self.tokens = keras.Model(model.inputs, model.get_layer("encoderblock_0").input,
+                                  name="tokens")
         self.blocks = [model.get_layer(f"encoderblock_{i}") for i in range(config.num_layers)]
 
     def call(self, images):
         """Images [batch, h, w, c] -> attention [layers, batch, heads, tokens, tokens], float32."""
-        tokens = self.embedding(images)
-        if self.class_token is not None:
-            tokens = self.class_token(tokens)
-        tokens = self.position_embedding(tokens)
+        tokens = self.tokens(images, training=False)
         scores = []
         for block in self.blocks:
             tokens, block_scores = block(tokens, training=False, return_attention_scores=True)
@@ -86,7 +85,8 @@ def _check_images(model, images) -> np.ndarray:
 
 
 def rollout_from_attention(attentions, has_class_token: bool = True,
-                           discard_ratio: float = 0.0, head_fusion: str = "mean") -> np.ndarray:
+                           discard_ratio: float = 0.0, head_fusion: str = "mean",
+                           patch_tokens: slice | None = None) -> np.ndarray:
     """Attention rollout (Abnar & Zuidema, 2020) from per-block attention probabilities.
 
     For each block: fuse the heads, zero the weakest `discard_ratio` fraction of the fused
@@ -99,10 +99,13 @@ def rollout_from_attention(attentions, has_class_token: bool = True,
             the patches; without one it is the mean row (what the pooled average looks at).
         discard_ratio: fraction in [0, 1) of the smallest fused weights set to zero.
         head_fusion: 'mean', 'max' or 'min' over heads.
+        patch_tokens: where the patch tokens are in the sequence (default: every token after
+            the class token); see `patch_token_slice`.
 
     Returns:
         [batch, patches] float32 rollout weights of the patch tokens.
     """
+    patch_tokens = patch_tokens or slice(1 if has_class_token else 0, None)
     if head_fusion not in HEAD_FUSIONS:
         raise ValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
     if not 0.0 <= discard_ratio < 1.0:
@@ -120,8 +123,15 @@ def rollout_from_attention(attentions, has_class_token: bool = True,
     if result is None:
         raise ValueError("attentions must hold at least one block's attention")
     if has_class_token:
-        return result[:, 0, 1:].astype(np.float32)
-    return result.mean(axis=1).astype(np.float32)
+        return result[:, 0, patch_tokens].astype(np.float32)
+    return result.mean(axis=1)[:, patch_tokens].astype(np.float32)
+
+
+def patch_token_slice(config) -> slice:
+    """Where a model's patch tokens sit in its sequence: after the class and distillation
+    tokens, before any registers."""
+    start = config.num_prefix_tokens
+    return slice(start, start + config.num_patches)
 
 
 def _discard_weakest(fused: np.ndarray, ratio: float) -> np.ndarray:
@@ -149,7 +159,8 @@ def attention_rollout(model: keras.Model, images, discard_ratio: float = 0.0,
     config = config_from_model(model)
     weights = rollout_from_attention(attention_maps(model, images),
                                      has_class_token=config.classifier == "token",
-                                     discard_ratio=discard_ratio, head_fusion=head_fusion)
+                                     discard_ratio=discard_ratio, head_fusion=head_fusion,
+                                     patch_tokens=patch_token_slice(config))
     return weights.reshape(-1, *config.grid_size)
 
 
@@ -205,7 +216,8 @@ def patch_centre_distances(grid_size: tuple[int, int], patch_size: int) -> np.nd
 
 def mean_attention_distance_from_attention(attentions, grid_size: tuple[int, int],
                                            patch_size: int,
-                                           has_class_token: bool = True) -> np.ndarray:
+                                           has_class_token: bool = True,
+                                           patch_tokens: slice | None = None) -> np.ndarray:
     """Mean attention distance per head from per-block attention probabilities.
 
     For each patch query: the attention-weighted mean of the pixel distances to the patch keys;
@@ -219,15 +231,17 @@ def mean_attention_distance_from_attention(attentions, grid_size: tuple[int, int
         grid_size: (rows, cols) of the patch grid.
         patch_size: patch side in pixels.
         has_class_token: token 0 is a class token.
+        patch_tokens: where the patch tokens are in the sequence (default: every token after
+            the class token); see `patch_token_slice`.
 
     Returns:
         [layers, heads] float32 distances in pixels.
     """
     distances = patch_centre_distances(grid_size, patch_size)
-    start = 1 if has_class_token else 0
+    patches = patch_tokens or slice(1 if has_class_token else 0, None)
     result = []
     for attention in attentions:
-        attention = np.asarray(attention, dtype=np.float64)[..., start:, start:]
+        attention = np.asarray(attention, dtype=np.float64)[..., patches, patches]
         if attention.shape[-1] != distances.shape[0]:
             raise ValueError(f"attention over {attention.shape[-1]} patch tokens does not match "
                              f"the {grid_size[0]}x{grid_size[1]} patch grid")
@@ -251,7 +265,7 @@ def mean_attention_distance(model: keras.Model, images) -> np.ndarray:
     config = config_from_model(model)
     return mean_attention_distance_from_attention(
         attention_maps(model, images), config.grid_size, config.patch_size,
-        has_class_token=config.classifier == "token")
+        has_class_token=config.classifier == "token", patch_tokens=patch_token_slice(config))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,29 +1,70 @@
 """Atomic writes: a file or directory either lands complete under its final name or not at all.
 
 Files and directories are written to a temporary sibling in the same directory, then renamed.
-`tf.io.gfile` handles the renames so remote paths (gs://...) work too; there a directory rename
-copies, so it is only atomic on local disks.
+Local paths use the operating system; remote paths (gs://...) go through `tf.io.gfile`, where a
+directory rename copies, so it is only atomic on local disks. TensorFlow is imported only for
+remote paths. Keras model and weights files are written by `save_model` / `save_weights`, the
+one saver every part of the project uses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 
-import tensorflow as tf
+
+def is_remote(path: str) -> bool:
+    """Whether `path` is a URL-style path (gs://, s3://, ...) that needs `tf.io.gfile`."""
+    return "://" in path
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
 
 
 def _temporary_sibling(path: str) -> str:
     parent, name = os.path.split(path.rstrip("/"))
-    return os.path.join(parent, f".{name}.tmp-{uuid.uuid4().hex[:8]}")
+    # The name keeps its extension: Keras checks it ('.keras', '.weights.h5').
+    return os.path.join(parent, f".tmp-{uuid.uuid4().hex[:8]}-{name}")
 
 
-def _remove(path: str) -> None:
-    if tf.io.gfile.isdir(path):
-        tf.io.gfile.rmtree(path)
-    elif tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
+def makedirs(path: str) -> None:
+    """Creates the directory `path` and its parents (local or remote); no error if it exists."""
+    if is_remote(path):
+        _gfile().makedirs(path)
+    elif path:
+        os.makedirs(path, exist_ok=True)
+
+
+def exists(path: str) -> bool:
+    """Whether `path` exists (local or remote)."""
+    return _gfile().exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def remove(path: str) -> None:
+    """Deletes the file or directory tree `path` if it exists (local or remote)."""
+    if is_remote(path):
+        gfile = _gfile()
+        if gfile.isdir(path):
+            gfile.rmtree(path)
+        elif gfile.exists(path):
+            gfile.remove(path)
+    elif os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _rename(source: str, destination: str) -> None:
+    if is_remote(destination):
+        _gfile().rename(source, destination, overwrite=True)
+    else:
+        os.replace(source, destination)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -33,17 +74,13 @@ def write_bytes(path: str, data: bytes) -> None:
         path: destination file; its directory is created if missing.
         data: the file contents.
     """
-    parent = os.path.dirname(path)
-    if parent:
-        tf.io.gfile.makedirs(parent)
-    temporary = _temporary_sibling(path)
-    try:
-        with tf.io.gfile.GFile(temporary, "wb") as handle:
-            handle.write(data)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-    except BaseException:
-        _remove(temporary)
-        raise
+    with staged_path(path) as temporary:
+        if is_remote(temporary):
+            with _gfile().GFile(temporary, "wb") as handle:
+                handle.write(data)
+        else:
+            with open(temporary, "wb") as handle:
+                handle.write(data)
 
 
 @contextlib.contextmanager
@@ -59,32 +96,61 @@ def staged_path(path: str):
     Yields:
         The temporary path (not yet created).
     """
-    parent = os.path.dirname(path.rstrip("/"))
-    if parent:
-        tf.io.gfile.makedirs(parent)
+    makedirs(os.path.dirname(path.rstrip("/")))
     temporary = _temporary_sibling(path)
     try:
         yield temporary
         _publish(temporary, path)
     except BaseException:
-        _remove(temporary)
+        remove(temporary)
         raise
 
 
 def _publish(temporary: str, path: str) -> None:
-    if not tf.io.gfile.isdir(temporary):
-        tf.io.gfile.rename(temporary, path, overwrite=True)
+    is_dir = _gfile().isdir(temporary) if is_remote(temporary) else os.path.isdir(temporary)
+    if not is_dir:
+        _rename(temporary, path)
         return
     # A directory cannot be renamed over an existing one: move the old one aside first.
     previous = None
-    if tf.io.gfile.exists(path):
+    if exists(path):
         previous = _temporary_sibling(path)
-        tf.io.gfile.rename(path, previous)
+        _rename(path, previous)
     try:
-        tf.io.gfile.rename(temporary, path)
+        _rename(temporary, path)
     except BaseException:
         if previous is not None:
-            tf.io.gfile.rename(previous, path)
+            _rename(previous, path)
         raise
     if previous is not None:
-        _remove(previous)
+        remove(previous)
+
+
+@contextlib.contextmanager
+def _local_staging(path: str):
+    """Yields a local file name with `path`'s extension to write; publishes it atomically.
+
+    Keras and h5py write local files only, so a remote `path` is written locally first, then
+    copied to a temporary remote sibling and renamed.
+    """
+    if not is_remote(path):
+        with staged_path(path) as temporary:
+            yield temporary
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        local = os.path.join(directory, os.path.basename(path))
+        yield local
+        with staged_path(path) as temporary:
+            _gfile().copy(local, temporary, overwrite=True)
+
+
+def save_model(model, path: str) -> None:
+    """`model.save(path)` (a `.keras` file), atomically, locally or remotely."""
+    with _local_staging(path) as local:
+        model.save(local)
+
+
+def save_weights(model, path: str) -> None:
+    """`model.save_weights(path)` (a `.weights.h5` file), atomically, locally or remotely."""
+    with _local_staging(path) as local:
+        model.save_weights(local)

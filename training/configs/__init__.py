@@ -1,9 +1,11 @@
 """Named experiment presets: one `Preset` dataclass, one module per preset, one registry.
 
 A preset is the whole recipe of a run (data, model, optimiser, schedule, augmentation, logging).
-`vit train --config NAME` starts from one; command-line flags and `--set key=value` override
-single fields. Add a preset by writing `training/configs/<name>.py` with a `PRESET = Preset(...)`
-and listing its name in `PRESET_NAMES`.
+Its `model` is a `vit_keras.ViTConfig`, so every model option is a preset option too, spelled
+`model.FIELD`. `vit train --config NAME` starts from one; command-line flags and
+`--set key=value` / `--set model.FIELD=value` override single fields. Add a preset by writing
+`training/configs/<name>.py` with a `PRESET = Preset(...)` and listing its name in
+`PRESET_NAMES`.
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import types
+import typing
 from typing import Any
+
+from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
 PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
                 "mpp_digits", "mpp_digits_finetune", "deit_distill")
 DEFAULT_PRESET = "digits_tiny"
+MODEL_PREFIX = "model."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,14 +35,9 @@ class Preset:
         val_data: validation data spec; '' picks the source's natural held-out split (digits:
             the 20% test split, tfds: `validation` else `test`, folder: `val_split`).
         val_split: fraction of a `folder:` source held out for validation (stratified, seeded).
-        model: a `vit_keras.VARIANTS` name (`S/16`, `B/16`, ...) or 'custom' (fields below).
-        image_size: model resolution in pixels (square).
-        patch_size, hidden_size, mlp_dim, num_heads, num_layers: the custom model's shape
-            (used only when `model` is 'custom').
-        classifier: 'token' or 'gap' pooling.
-        representation_size: width of the pre_logits layer (0 = none).
-        head_bias_init: initial head bias (-10 was used for pre-training).
-        dropout_rate, attention_dropout_rate: model regularisation.
+        model: the `vit_keras.ViTConfig` of the model (set a field with `--set model.FIELD=...`,
+            take a named variant's shape with `--model S/16`); `num_classes` comes from the
+            data.
         weights: pre-trained weights to start from ('' = random init); the head is replaced.
         epochs: passes over the training data.
         batch_size: GLOBAL batch size (per-replica batch x replicas x accumulation steps).
@@ -44,8 +46,9 @@ class Preset:
         optimizer: 'adamw', 'adam' or 'sgd' (momentum).
         lr: peak learning rate (after warmup).
         beta1, beta2: Adam moments; momentum: SGD momentum.
-        weight_decay: decoupled weight decay (AdamW, SGD), never on biases, LayerNorm, the
-            position embedding or the class token.
+        weight_decay: decoupled weight decay (AdamW, Adam, SGD), never on the weights the model
+            exempts (`vit_keras.no_weight_decay`: biases, norms, tokens, position embeddings,
+            the MAP probe, layer-scale gammas).
         schedule: 'cosine' or 'linear' decay after warmup; 'constant' keeps the peak.
         warmup_steps: linear warmup steps (optimizer steps); warmup_epochs adds whole epochs.
         min_lr: learning rate at the end of the decay.
@@ -75,26 +78,13 @@ class Preset:
             from `teacher`).
         teacher: 'distill' only: a `.keras` model mapping the same [-1, 1] images to class
             scores.
-        drop_path_rate: stochastic depth rate of the last block (0 = off).
-        posemb: 'learn', 'sincos2d' or 'learn2d' position embedding.
     """
 
     name: str = "custom"
     data: str = "digits"
     val_data: str = ""
     val_split: float = 0.1
-    model: str = "custom"
-    image_size: int = 224
-    patch_size: int = 16
-    hidden_size: int = 192
-    mlp_dim: int = 768
-    num_heads: int = 3
-    num_layers: int = 12
-    classifier: str = "token"
-    representation_size: int = 0
-    head_bias_init: float = 0.0
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float = 0.0
+    model: ViTConfig = ViTConfig()
     weights: str = ""
     epochs: int = 10
     batch_size: int = 128
@@ -132,8 +122,6 @@ class Preset:
     shuffle_buffer: int = 10_000
     objective: str = "classify"
     teacher: str = ""
-    drop_path_rate: float = 0.0
-    posemb: str = "learn"
 
     def replace(self, **changes) -> "Preset":
         """A copy with `changes` applied; unknown field names raise ValueError."""
@@ -143,14 +131,33 @@ class Preset:
                              f"{list(field_names())}")
         return dataclasses.replace(self, **changes)
 
+    def replace_model(self, **changes) -> "Preset":
+        """A copy whose `model` has `changes` applied (validated by `ViTConfig`)."""
+        return dataclasses.replace(self, model=self.model.replace(**changes))
+
+    def with_variant(self, name: str) -> "Preset":
+        """A copy whose model takes the architecture of the variant `name` ('S/16', 'B/16',
+        'R50+B/16', ...): its `ARCHITECTURE_FIELDS`. The model's other options (image size,
+        pooling, dropout, stochastic depth, position embedding, ...) stay the preset's."""
+        variant = get_variant(name)
+        return self.replace_model(**{field: getattr(variant, field)
+                                     for field in ARCHITECTURE_FIELDS})
+
     def to_dict(self) -> dict:
-        """A JSON-friendly dict of every field."""
-        return dataclasses.asdict(self)
+        """A JSON-friendly dict of every field (`model` as `ViTConfig.to_dict`)."""
+        data = {field: getattr(self, field) for field in field_names()}
+        data["model"] = self.model.to_dict()
+        return data
 
 
 def field_names() -> tuple[str, ...]:
     """The names of every `Preset` field, in declaration order."""
     return tuple(field.name for field in dataclasses.fields(Preset))
+
+
+def model_field_names() -> tuple[str, ...]:
+    """The `ViTConfig` fields, as `--set model.FIELD` spells them."""
+    return tuple(MODEL_PREFIX + field.name for field in dataclasses.fields(ViTConfig))
 
 
 def get_preset(name: str) -> Preset:
@@ -160,48 +167,102 @@ def get_preset(name: str) -> Preset:
     return importlib.import_module(f"training.configs.{name}").PRESET
 
 
-def parse_value(text: str, like: Any) -> Any:
-    """Converts the string `text` to the type of the current value `like`."""
-    if isinstance(like, bool):
-        lowered = text.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
+def parse_value(text: str, kind: Any) -> Any:
+    """Converts the command-line string `text` to the annotated type `kind`.
+
+    Understands bool, int, float, str, `X | None` ('none' or '' = None), `tuple[int, ...]`
+    ('3,4,9'; '' = ()) and `int | tuple[int, int]` ('224' or '224x320').
+    """
+    text = text.strip()
+    options = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
+    if type(None) in options:
+        if text.lower() in ("none", ""):
+            return None
+        options = tuple(option for option in options if option is not type(None))
+    errors = []
+    for option in options:
+        try:
+            return _parse_one(text, option)
+        except ValueError as error:
+            errors.append(str(error))
+    raise ValueError(" or ".join(errors))
+
+
+def _parse_one(text: str, kind: Any) -> Any:
+    if kind is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
             return True
-        if lowered in ("0", "false", "no", "off"):
+        if text.lower() in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"expected a boolean (true/false), got {text!r}")
-    if isinstance(like, int):
+    if typing.get_origin(kind) is tuple:
+        parts = [part for part in text.replace("x", ",").split(",") if part.strip()]
+        return tuple(_parse_one(part.strip(), int) for part in parts)
+    if kind in (int, float):
         try:
-            return int(text)
+            return kind(text)
         except ValueError:
-            raise ValueError(f"expected an integer, got {text!r}") from None
-    if isinstance(like, float):
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"expected a number, got {text!r}") from None
+            noun = "an integer" if kind is int else "a number"
+            raise ValueError(f"expected {noun}, got {text!r}") from None
     return text
 
 
 def apply_overrides(preset: Preset, assignments: list[str]) -> Preset:
-    """Applies `key=value` strings (from `--set`) to `preset`, typed like the current values.
+    """Applies `key=value` strings (from `--set`) to `preset`, typed like the fields.
+
+    `model.FIELD=value` sets a field of the preset's `ViTConfig`; other keys set preset fields.
 
     Raises:
         ValueError: on a malformed assignment, an unknown key or a value of the wrong type.
     """
-    changes = {}
-    current = preset.to_dict()
+    changes, model_changes = {}, {}
+    preset_types, model_types = typing.get_type_hints(Preset), typing.get_type_hints(ViTConfig)
     for assignment in assignments:
         key, sep, value = assignment.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ValueError(f"--set expects key=value, got {assignment!r}")
-        if key not in current:
-            raise ValueError(f"--set: unknown key {key!r}; expected one of {list(current)}")
+        if key.startswith(MODEL_PREFIX):
+            field, types_, target = key[len(MODEL_PREFIX):], model_types, model_changes
+        else:
+            field, types_, target = key, preset_types, changes
+        if field not in types_ or field == "model":
+            raise ValueError(_unknown_key_message(key, model_types))
         try:
-            changes[key] = parse_value(value, current[key])
+            target[field] = parse_value(value, types_[field])
         except ValueError as error:
             raise ValueError(f"--set {key}: {error}") from None
-    return preset.replace(**changes)
+    if "num_classes" in model_changes:
+        raise ValueError("--set model.num_classes: the number of classes comes from the data")
+    preset = preset.replace(**changes)
+    return preset.replace_model(**model_changes) if model_changes else preset
+
+
+def _unknown_key_message(key: str, model_types: dict) -> str:
+    if key in model_types:
+        return f"--set: {key!r} is a model option: write --set model.{key}=..."
+    return (f"--set: unknown key {key!r}; expected one of {list(field_names())} or "
+            f"model.FIELD with FIELD one of {list(model_types)}")
+
+
+def field_help(cls) -> dict[str, str]:
+    """The one-line description of each field, read from the 'Attributes:' section of
+    `cls`'s docstring (entries 'name: text' or 'name1, name2: text')."""
+    doc = (cls.__doc__ or "").split("Attributes:", 1)[-1]
+    entries, current = {}, None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        head, sep, text = stripped.partition(": ")
+        names = [name.strip() for name in head.split(",")]
+        if sep and line.startswith(" " * 8) and not line.startswith(" " * 12) and all(
+                name.isidentifier() for name in names):
+            current = names
+            for name in names:
+                entries[name] = text
+        elif current and stripped:
+            for name in current:
+                entries[name] += " " + stripped
+    return entries
 
 
 def describe(preset: Preset) -> str:

@@ -6,19 +6,13 @@ patches (64 tokens) with mean pooling.
 """
 
 from training.configs import Preset
+from vit_keras import ViTConfig
 
 PRESET = Preset(
     name="cifar10_scratch",
     data="tfds:cifar10",
-    model="custom",
-    image_size=32,
-    patch_size=4,
-    hidden_size=192,
-    mlp_dim=768,
-    num_heads=3,
-    num_layers=9,
-    classifier="gap",
-    dropout_rate=0.0,
+    model=ViTConfig(image_size=32, patch_size=4, hidden_size=192, mlp_dim=768, num_heads=3,
+                    num_layers=9, num_classes=10, classifier="gap"),
     epochs=200,
     batch_size=256,
     optimizer="adamw",

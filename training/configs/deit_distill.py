@@ -15,6 +15,5 @@ from training.configs.digits_tiny import PRESET as DIGITS
 PRESET = DIGITS.replace(
     name="deit_distill",
     objective="distill",
-    classifier="token",
-    drop_path_rate=0.1,
+    model=DIGITS.model.replace(classifier="token", drop_path_rate=0.1),
 )

@@ -8,19 +8,13 @@ the gap to an RBF SVM (98.9%).
 """
 
 from training.configs import Preset
+from vit_keras import ViTConfig
 
 PRESET = Preset(
     name="digits_tiny",
     data="digits",
-    model="custom",
-    image_size=16,
-    patch_size=4,
-    hidden_size=64,
-    mlp_dim=128,
-    num_heads=4,
-    num_layers=4,
-    classifier="gap",
-    drop_path_rate=0.1,
+    model=ViTConfig(image_size=16, patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4,
+                    num_layers=4, num_classes=10, classifier="gap", drop_path_rate=0.1),
     epochs=80,  # 60 is enough on some seeds; 80 holds the default seed above 98.9% with margin
     batch_size=64,
     optimizer="adamw",

@@ -8,13 +8,12 @@ is replaced and the position embeddings are resized to the 24x24 grid. Default d
 """
 
 from training.configs import Preset
+from vit_keras import get_variant
 
 PRESET = Preset(
     name="finetune_384",
     data="tfds:cifar10",
-    model="B/16",
-    image_size=384,
-    classifier="token",
+    model=get_variant("B/16", image_size=384, num_classes=10),
     epochs=10,
     batch_size=512,
     grad_accum_steps=8,

@@ -1,19 +1,18 @@
 """imagenet_s16: big_vision's plain ViT-S/16 on ImageNet-1k (76.5% top-1 in 90 epochs).
 
 Adam 1e-3 (decoupled wd 1e-4), batch 1024, 10k warmup steps then cosine, clip 1.0, inception
-crop + flip, RandAugment (2, 10), MixUp 0.2, mean pooling. (big_vision also uses fixed 2-D
-sin-cos position embeddings; this library keeps learned ones.) Needs the data:
+crop + flip, RandAugment (2, 10), MixUp 0.2, mean pooling and fixed 2-D sin-cos position
+embeddings, as big_vision. Needs the data:
 `--data tfds:imagenet2012 --data-dir gs://...` or `--data folder:/data/imagenet/train`.
 """
 
 from training.configs import Preset
+from vit_keras import get_variant
 
 PRESET = Preset(
     name="imagenet_s16",
     data="tfds:imagenet2012",
-    model="S/16",
-    image_size=224,
-    classifier="gap",
+    model=get_variant("S/16", classifier="gap", posemb="sincos2d"),
     epochs=90,
     batch_size=1024,
     optimizer="adam",

@@ -6,16 +6,13 @@ Needs the data (e.g. `--data tfrecord:gs://bucket/imagenet21k/train-*`).
 """
 
 from training.configs import Preset
+from vit_keras import get_variant
 
 PRESET = Preset(
     name="pretrain_b16",
     data="tfds:imagenet2012",
-    model="B/16",
-    image_size=224,
-    classifier="token",
-    representation_size=768,
-    head_bias_init=-10.0,
-    dropout_rate=0.1,
+    model=get_variant("B/16", num_classes=21843, representation_size=768, head_bias_init=-10.0,
+                      dropout_rate=0.1),
     epochs=90,
     batch_size=4096,
     optimizer="adam",

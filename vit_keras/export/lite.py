@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras import atomic, export_forms
+from vit_keras import atomic, export_forms, keras_compat
 from vit_keras.export import graph
 from vit_keras.export.runtime import TFLiteModel
 
@@ -133,10 +133,7 @@ def _convert(concrete_function, quantization, representative_data, io_type,
              num_calibration_images, image_hw, float_ops=(), per_channel=True) -> bytes:
     # Freezing the weights into constants first: converting Keras 3 variables directly leaves
     # VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as uninitialised.
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2)
-
-    frozen = convert_variables_to_constants_v2(concrete_function)
+    frozen = keras_compat.freeze_concrete_function(concrete_function)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantization is not None:
@@ -146,8 +143,7 @@ def _convert(concrete_function, quantization, representative_data, io_type,
     elif quantization == "int8":
         images = list(_calibration_images(representative_data, image_hw, num_calibration_images))
         converter.representative_dataset = lambda: ([image] for image in images)
-        # The converter's only switch for per-tensor weight scales (a private attribute).
-        converter._experimental_disable_per_channel = not per_channel
+        keras_compat.set_per_channel(converter, per_channel)
         if not float_ops:
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             converter.inference_input_type = tf.as_dtype(io_type)

@@ -1,4 +1,4 @@
-"""tf.data sources (digits, image folder, tfds, TFRecord) and the one pipeline that feeds `fit`.
+"""Labelled image sources for `vit train`: digits, image folder, tfds, TFRecord.
 
 Data specs:
     `digits`             scikit-learn's bundled 8x8 digits (1797 images, offline); a stratified,
@@ -15,12 +15,6 @@ Bad files: a `folder:` source checks every file up front (signature and a PIL ve
 refuses to start, naming the bad files, because a run that dies hours in is the worst outcome.
 Records of a `tfrecord:`/`tfds:` source cannot be checked without reading the whole data set:
 a record whose image does not decode is skipped (TensorFlow logs a warning for each one).
-
-The pipeline (`train_dataset`, `eval_dataset`): decode -> crop/resize to the model resolution
--> batch -> augmentation (training) -> scale to [-1, 1] -> prefetch. Training batches are a pure
-function of (seed, epoch, step): each epoch is shuffled with its own seed and each batch is
-augmented with its own stateless seed, so a resumed run sees exactly the batches the
-uninterrupted run would have seen. Under a multi-worker strategy the dataset is sharded by data.
 """
 
 from __future__ import annotations
@@ -117,6 +111,68 @@ def has_natural_val(spec: str, val_split: float) -> bool:
     if kind == "folder":
         return val_split > 0
     return kind in ("digits", "tfds")
+
+
+@dataclasses.dataclass
+class TrainingData:
+    """The training source, the validation source (or None) and where validation comes from.
+
+    Attributes:
+        train: the examples trained on.
+        val: the examples validated on, or None.
+        val_origin: a few words on where `val` comes from (for the run header).
+    """
+
+    train: Source
+    val: Source | None
+    val_origin: str
+
+
+def open_training_data(data: str, val_data: str = "", val_split: float = 0.1, seed: int = 0,
+                       data_dir: str | None = None) -> TrainingData:
+    """Opens the training data and its validation data.
+
+    Given `val_data`, the training source keeps every one of its examples and `val_split` is
+    not used; otherwise a source with a natural held-out part gives it (digits: the 20% test
+    split, tfds: `validation` else `test`, folder: a stratified `val_split` hold-out).
+
+    Args:
+        data: the training data spec.
+        val_data: the validation data spec ('' = the training source's held-out part). A
+            digits or tfds spec without a split gives its held-out part; a folder or TFRecord
+            spec gives all of its examples.
+        val_split: fraction of a folder held out when no `val_data` is given.
+        seed: seed of the folder hold-out.
+        data_dir: tfds data_dir.
+
+    Returns:
+        A `TrainingData`.
+    """
+    if val_data:
+        train = load_source(data, "train", data_dir, 0.0, seed)
+        subset = "val" if parse_spec(val_data)[0] in ("digits", "tfds") else "train"
+        val = load_source(val_data, subset, data_dir, 0.0, seed)
+        origin = f"{val_data} (--val-data)"
+    elif has_natural_val(data, val_split):
+        train = load_source(data, "train", data_dir, val_split, seed)
+        val = load_source(data, "val", data_dir, val_split, seed)
+        origin = _held_out_origin(data, val_split)
+    else:
+        train, val = load_source(data, "train", data_dir, val_split, seed), None
+        origin = "none (give --val-data, or val_split > 0 for a folder)"
+    if val is not None and val.num_classes != train.num_classes:
+        raise ValueError(f"validation data has {val.num_classes} classes, training data "
+                         f"{train.num_classes}: expected the same classes")
+    return TrainingData(train, val, origin)
+
+
+def _held_out_origin(data: str, val_split: float) -> str:
+    kind, _ = parse_spec(data)
+    if kind == "digits":
+        return f"digits' {DIGITS_TEST_FRACTION:.0%} test split"
+    if kind == "folder":
+        return f"{val_split:.0%} of the training folder held out (val_split, stratified)"
+    return f"{data}'s held-out split"
 
 
 # --- digits -------------------------------------------------------------------------------------
@@ -345,172 +401,3 @@ def tfrecord_source(pattern: str) -> Source:
 
     return Source(spec=f"tfrecord:{pattern}", class_names=class_names, records=records,
                   decode=decode_image, num_examples=num_examples, ignore_errors=True)
-
-
-# --- the pipeline -------------------------------------------------------------------------------
-
-def resize(image: tf.Tensor, size: int) -> tf.Tensor:
-    """Any uint8/float image -> float32 [size, size, 3] in 0..255 (bilinear, half-pixel)."""
-    image = tf.image.resize(tf.cast(image, tf.float32), (size, size), method="bilinear",
-                            antialias=True)
-    return tf.clip_by_value(image, 0.0, 255.0)
-
-
-def inception_crop(image: tf.Tensor, size: int, area_min: float, seed: tf.Tensor) -> tf.Tensor:
-    """Random crop of 5-100%-style area and 3/4..4/3 aspect, resized to size x size."""
-    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
-        area_range=(area_min, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
-        min_object_covered=0.0, use_image_if_no_bounding_boxes=True)
-    return resize(tf.slice(image, begin, crop_size), size)
-
-
-def pad_crop(image: tf.Tensor, pad: int, seed: tf.Tensor) -> tf.Tensor:
-    """Zero-pads by `pad` pixels and randomly crops back to the input size."""
-    height, width = image.shape[0], image.shape[1]
-    padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
-    return tf.image.stateless_random_crop(padded, [height, width, 3], seed=seed)
-
-
-def scale(images: tf.Tensor) -> tf.Tensor:
-    """0..255 -> [-1, 1], the ViT input range."""
-    return images / 127.5 - 1.0
-
-
-def shuffled(source: Source, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
-    """The source's records in a random order that depends only on `seed` (stateless).
-
-    In-memory sources get a full permutation; streaming ones are shuffled within consecutive
-    blocks of `buffer` records (tfds and TFRecord shards are usually shuffled on disk already).
-    """
-    seed = tf.cast(seed, tf.int64)
-    if source.arrays is not None:
-        records, labels = source.arrays
-        order = tf.argsort(tf.random.stateless_uniform([len(labels)], seed))
-        return tf.data.Dataset.from_tensor_slices((tf.gather(records, order),
-                                                   tf.gather(labels, order)))
-
-    def permute(block, batch):
-        records, labels = batch
-        keys = tf.random.stateless_uniform(tf.shape(labels), tf.stack([seed[0] + 1,
-                                                                       seed[1] * 65_537 + block]))
-        order = tf.argsort(keys)
-        return tf.data.Dataset.from_tensor_slices((tf.gather(records, order),
-                                                   tf.gather(labels, order)))
-
-    return source.records().batch(max(1, buffer)).enumerate().flat_map(permute)
-
-
-def _with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    options = tf.data.Options()
-    options.deterministic = True
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return dataset.with_options(options)
-
-
-def train_dataset(source: Source, image_size: int, batch_size: int, *, epochs: int,
-                  seed: int = 0, crop: str = "resize", crop_area_min: float = 0.05,
-                  pad: int = 0, augment: Callable | None = None, num_classes: int | None = None,
-                  start_epoch: int = 0, start_step: int = 0, steps_per_epoch: int | None = None,
-                  shuffle_buffer: int = 10_000, drop_remainder: bool = True) -> tf.data.Dataset:
-    """Training batches `(images in [-1, 1], one-hot labels)` for epochs start_epoch..epochs-1.
-
-    Args:
-        source: the training `Source`.
-        image_size: model resolution.
-        batch_size: global batch size.
-        epochs: last epoch (exclusive).
-        seed: makes the whole stream reproducible.
-        crop: 'resize', 'inception' or 'pad_crop' (see `Preset.train_crop`).
-        crop_area_min, pad: parameters of the crops.
-        augment: batch-level augmentation `(images 0..255, one-hot labels, seed) -> same`
-            (see `training.augment`); None = none.
-        num_classes: one-hot depth (default: the source's class count).
-        start_epoch, start_step: where a resumed run picks up; batches before are skipped.
-        steps_per_epoch: batches per epoch (default: all full batches of one pass).
-        shuffle_buffer: shuffle buffer size in elements.
-        drop_remainder: drop a last partial batch (static shapes; needed for TPUs).
-
-    Returns:
-        A `tf.data.Dataset` of exactly (epochs - start_epoch) * steps_per_epoch - start_step
-        batches when steps_per_epoch is given.
-    """
-    if crop not in ("resize", "inception", "pad_crop"):
-        raise ValueError(f"train_crop must be 'resize', 'inception' or 'pad_crop', got {crop!r}")
-    depth = num_classes or source.num_classes
-    if source.num_examples:
-        shuffle_buffer = min(shuffle_buffer, source.num_examples)
-
-    def prepare(index, record, label, epoch):
-        element_seed = tf.stack([seed * 1_000_003 + epoch, 2 * index])  # even: elements
-        image = source.decode(record)
-        if crop == "inception":
-            image = inception_crop(image, image_size, crop_area_min, element_seed)
-        else:
-            image = resize(image, image_size)
-            if crop == "pad_crop" and pad > 0:
-                image = pad_crop(image, pad, element_seed)
-        return image, tf.one_hot(label, depth)
-
-    def one_epoch(epoch):
-        dataset = shuffled(source, shuffle_buffer, tf.stack([seed * 1_000_003 + 999_983, epoch]))
-        dataset = dataset.enumerate().map(lambda i, element: prepare(i, *element, epoch),
-                                          num_parallel_calls=tf.data.AUTOTUNE)
-        if source.ignore_errors:
-            dataset = dataset.ignore_errors(log_warning=True)
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-        if steps_per_epoch:
-            dataset = dataset.take(steps_per_epoch)
-        dataset = dataset.enumerate()
-        return dataset.map(lambda step, batch: (epoch, step, batch))
-
-    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(one_epoch)
-    dataset = dataset.skip(start_step)
-
-    def finish(epoch, step, batch):
-        images, labels = batch
-        if augment is not None:
-            batch_seed = tf.stack([seed * 1_000_003 + epoch, 2 * step + 1])  # odd: batches
-            images, labels = augment(images, labels, batch_seed)
-        return scale(images), labels
-
-    dataset = dataset.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
-    return _with_options(dataset.prefetch(tf.data.AUTOTUNE))
-
-
-def eval_images(source: Source, image_size: int) -> tf.data.Dataset:
-    """Unbatched `(image float32 0..255 [size, size, 3], label)` plain-resized, in source order."""
-    dataset = source.records().map(lambda record, label: (resize(source.decode(record),
-                                                                 image_size), label),
-                                   num_parallel_calls=tf.data.AUTOTUNE)
-    if source.ignore_errors:
-        dataset = dataset.ignore_errors(log_warning=True)
-    return dataset
-
-
-def eval_dataset(source: Source, image_size: int, batch_size: int,
-                 num_classes: int | None = None, drop_remainder: bool = False) -> tf.data.Dataset:
-    """Evaluation batches `(images in [-1, 1], one-hot labels)`: plain resize, no shuffling."""
-    depth = num_classes or source.num_classes
-    dataset = eval_images(source, image_size).batch(batch_size, drop_remainder=drop_remainder)
-    dataset = dataset.map(lambda images, labels: (scale(images), tf.one_hot(labels, depth)),
-                          num_parallel_calls=tf.data.AUTOTUNE)
-    return _with_options(dataset.prefetch(tf.data.AUTOTUNE))
-
-
-def take_raw_images(source: Source, image_size: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Up to `count` eval-resized images as float32 NHWC 0..255 numpy + int labels (for export)."""
-    images, labels = [], []
-    for image, label in eval_images(source, image_size).take(count).as_numpy_iterator():
-        images.append(image)
-        labels.append(label)
-    if not images:
-        return np.zeros((0, image_size, image_size, 3), np.float32), np.zeros((0,), np.int64)
-    return np.stack(images).astype(np.float32), np.asarray(labels, np.int64)
-
-
-def steps_per_epoch(num_examples: int, batch_size: int, drop_remainder: bool = True) -> int:
-    """Batches in one pass over `num_examples` examples (at least 1)."""
-    if drop_remainder:
-        return max(1, num_examples // batch_size)
-    return max(1, -(-num_examples // batch_size))

@@ -1,0 +1,369 @@
+"""The one training run behind `vit train`, for every objective: setup, build, fit, finish.
+
+`Run` does, in order: choose the strategy (first: it may reset the runtime), the precision and
+the seed; open the training and validation data; plan the batches; let the objective build its
+model inside the strategy scope and compile it with the recipe's optimizer; restore a backup
+(`--resume`); fit with the NaN stop, best weights, history, backups and TensorBoard; evaluate;
+write model.keras, labels, config, metrics and curves; export and inspect. The objective
+(`training.objectives`) supplies only the model, its loss and its outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from training import augment, callbacks, configs, distribute, objectives, outputs, pipeline
+from training import recipe, sources
+from vit_keras import atomic, keras_compat
+
+EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
+CALIBRATION_SAMPLES = 300  # int8 calibration images from the training split
+INSPECT_SAMPLES = 4
+
+
+def log(*parts, **kwargs) -> None:
+    """Prints a line and flushes (progress must show up when piped)."""
+    print(*parts, flush=True, **kwargs)
+
+
+@dataclasses.dataclass
+class Plan:
+    """Batch and step arithmetic of a run under a strategy."""
+
+    replicas: int
+    global_batch: int        # examples per optimizer update
+    step_batch: int          # examples per training step (global, all replicas)
+    per_replica_batch: int   # examples per replica per step
+    accum: int               # gradient accumulation steps
+    steps_per_epoch: int     # training steps (batches) per epoch
+    updates_per_epoch: int   # optimizer updates per epoch
+
+
+def make_plan(preset: configs.Preset, num_examples: int, replicas: int) -> Plan:
+    """Splits the global batch over accumulation steps and replicas; checks divisibility."""
+    accum = max(1, preset.grad_accum_steps)
+    if preset.batch_size % (accum * replicas):
+        raise ValueError(f"batch_size {preset.batch_size} must be divisible by "
+                         f"grad_accum_steps x replicas = {accum} x {replicas}")
+    step_batch = preset.batch_size // accum
+    if num_examples < step_batch:
+        raise ValueError(f"the training data has {num_examples} examples, fewer than one "
+                         f"batch of {step_batch}")
+    steps = (num_examples // step_batch) // accum * accum
+    return Plan(replicas=replicas, global_batch=preset.batch_size, step_batch=step_batch,
+                per_replica_batch=step_batch // replicas, accum=accum, steps_per_epoch=steps,
+                updates_per_epoch=steps // accum)
+
+
+def resolve_precision(preset: configs.Preset, on_tpu: bool) -> str:
+    """The Keras dtype policy name for the run."""
+    from training.hardware import fastest_policy
+
+    wanted = preset.mixed_precision
+    if on_tpu:
+        return "mixed_bfloat16"
+    if wanted == "auto":
+        return fastest_policy()
+    if wanted not in ("", "float32", "mixed_bfloat16", "mixed_float16"):
+        raise ValueError(f"mixed_precision must be '', 'auto', 'mixed_bfloat16' or "
+                         f"'mixed_float16', got {wanted!r}")
+    return wanted or "float32"
+
+
+def count_examples(source: sources.Source) -> int:
+    """Examples in `source` (one pass over its records when the size is not known)."""
+    if source.num_examples:
+        return source.num_examples
+    log(f"counting the examples of {source.spec} (one pass) ...")
+    return int(source.records().reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def describe_model(config) -> str:
+    """'S/16 224px' for a named variant's shape, else the custom shape, and the options."""
+    from vit_keras import VARIANTS, HYBRID_VARIANTS
+    from vit_keras.config import ARCHITECTURE_FIELDS
+
+    shape = {field: getattr(config, field) for field in ARCHITECTURE_FIELDS}
+    names = [name for name, variant in {**VARIANTS, **HYBRID_VARIANTS}.items()
+             if shape == {field: getattr(variant, field) for field in ARCHITECTURE_FIELDS}]
+    name = names[0] if names else (f"custom patch {config.patch_size} D={config.hidden_size} "
+                                   f"L={config.num_layers} heads={config.num_heads}")
+    height, width = config.image_hw
+    return f"{name} {height}x{width}px, {config.classifier} pooling, posemb {config.posemb}"
+
+
+class Run:
+    """One training job end to end (see the module docstring).
+
+    Args:
+        preset: the fully resolved preset.
+        output: output folder (default saved_models/<preset.name>); local or gs://.
+        resume: continue from `<output>/backup` when there is a backup.
+        strategy_name, tpu: see `training.distribute.get_strategy`.
+        data_dir: tfds data_dir.
+        export, inspect: run the export and the analysis at the end.
+        verbose: Keras fit verbosity (0 = one line per epoch from `EpochLog`).
+    """
+
+    def __init__(self, preset: configs.Preset, output: str | None = None, resume: bool = False,
+                 strategy_name: str = "auto", tpu: str | None = None,
+                 data_dir: str | None = None, export: bool = True, inspect: bool = True,
+                 verbose: int = 0):
+        self.preset = preset
+        self.objective = objectives.get_objective(preset)  # fails fast on a bad objective
+        self.output = output or os.path.join("saved_models", preset.name)
+        self.resume = resume
+        self.strategy_name, self.tpu, self.data_dir = strategy_name, tpu, data_dir
+        self.export, self.inspect, self.verbose = export, inspect, verbose
+        self.backup_dir = os.path.join(self.output, "backup")
+
+    def execute(self) -> int:
+        """Runs setup, build, fit and finish; returns 0."""
+        self.setup()
+        self.build()
+        state = self.restore()
+        self.fit(state)
+        self.finish(self.evaluate())
+        return 0
+
+    # --- setup ----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Strategy, precision, seed, folders, data, batch plan and model config."""
+        self.started = time.perf_counter()
+        self.strategy = distribute.get_strategy(self.strategy_name, self.tpu)
+        self.on_tpu = distribute.is_tpu(self.strategy)
+        self.chief = distribute.is_chief(self.strategy)
+        self.policy = resolve_precision(self.preset, self.on_tpu)
+        keras.mixed_precision.set_global_policy(self.policy)
+        keras.utils.set_random_seed(self.preset.seed)
+        self.write_dir = self.output if self.chief else os.path.join(
+            self.output, f".worker-{self.strategy.cluster_resolver.task_id}")
+        atomic.makedirs(self.write_dir)
+        preset = self.preset
+        self.data = sources.open_training_data(preset.data, preset.val_data, preset.val_split,
+                                               preset.seed, self.data_dir)
+        self.num_examples = count_examples(self.data.train)
+        self.plan = make_plan(preset, self.num_examples, self.strategy.num_replicas_in_sync)
+        self.config = self.objective.model_config(self.data.train.num_classes)
+        self._log_header()
+
+    def _log_header(self) -> None:
+        preset, plan, data = self.preset, self.plan, self.data
+        accumulated = f" (accumulated {plan.accum}x{plan.step_batch})" if plan.accum > 1 else ""
+        log(f"vit train: preset {preset.name}, objective {self.objective.name}, model "
+            f"{describe_model(self.config)}, {distribute.strategy_name(self.strategy)} "
+            f"x{plan.replicas}, batch {plan.global_batch}{accumulated}, {preset.epochs} epochs "
+            f"x {plan.steps_per_epoch} steps, {self.policy}")
+        validation = "none" if data.val is None else (
+            f"{data.val.num_examples or 'uncounted'} examples")
+        log(f"data: train {self.num_examples} examples of {preset.data} "
+            f"({data.train.num_classes} classes); validation {validation} from "
+            f"{data.val_origin}")
+
+    # --- build ----------------------------------------------------------------------------
+
+    def build(self) -> None:
+        """The objective's model and the recipe's optimizer, built in the strategy scope."""
+        steps_per_execution = self.preset.steps_per_execution
+        if self.on_tpu and steps_per_execution == 1:
+            steps_per_execution = min(64, self.plan.steps_per_epoch)
+        with self.strategy.scope():
+            model = self.objective.build(self.config)
+            optimizer = recipe.make_optimizer(self.preset, self.plan.updates_per_epoch, model)
+            model.compile(optimizer=optimizer, steps_per_execution=steps_per_execution,
+                          **self.objective.compile_args(self.config))
+            model.optimizer.build(model.trainable_variables)
+        if self.strategy is not tf.distribute.get_strategy():
+            batch = self.plan.per_replica_batch
+            sample = (np.zeros((batch, *self.config.image_hw, self.config.channels), np.float32),
+                      np.zeros((batch, self.config.num_classes), np.float32))
+            keras_compat.build_without_peeking(model, sample)
+            if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+                keras_compat.vector_logs(model)
+        self.model = model
+
+    def restore(self) -> dict | None:
+        """The backup state to continue from (`--resume`), or None for a fresh start."""
+        if not self.resume:
+            if self.chief and atomic.exists(self.backup_dir):
+                atomic.remove(self.backup_dir)  # a fresh run does not inherit an old backup
+            return None
+        state = callbacks.restore_backup(self.model, self.backup_dir)
+        if state is None:
+            log(f"--resume: no backup in {self.backup_dir}; starting from scratch")
+        else:
+            log(f"--resume: continuing at epoch {state['epoch'] + 1}, step {state['step']} "
+                f"(global step {state['global_step']})")
+        return state
+
+    # --- fit ------------------------------------------------------------------------------
+
+    def _train_stream(self, first_epoch: int, first_step: int):
+        preset, plan = self.preset, self.plan
+        return pipeline.train_dataset(
+            self.data.train, self.config.image_hw, plan.step_batch, epochs=preset.epochs,
+            seed=preset.seed, crop=preset.train_crop, crop_area_min=preset.crop_area_min,
+            pad=preset.pad, augment=augment.build_augment(preset), start_epoch=first_epoch,
+            start_step=first_step, steps_per_epoch=plan.steps_per_epoch,
+            shuffle_buffer=preset.shuffle_buffer)
+
+    def _val_stream(self):
+        if self.data.val is None:
+            return None
+        return pipeline.eval_dataset(self.data.val, self.config.image_hw, self.plan.step_batch,
+                                     num_classes=self.data.train.num_classes,
+                                     drop_remainder=self.on_tpu)
+
+    def _callbacks(self, state: dict | None) -> list:
+        start_step = state["step"] if state else 0
+        steps = self.plan.steps_per_epoch
+        self.best = callbacks.BestModel(os.path.join(self.write_dir, "best.weights.h5"),
+                                        write=self.chief)
+        self.best.restore(state)
+        backup = callbacks.ResumableBackup(self.backup_dir, steps, self.preset.backup_every,
+                                           write=self.chief, step_offset=start_step,
+                                           best_model=self.best)
+        finite = callbacks.StopOnNonFinite(steps, step_offset=start_step,
+                                           backup_dir=self.backup_dir if self.chief else "")
+        history = keras.callbacks.CSVLogger(os.path.join(self.write_dir, "history.csv"),
+                                            append=bool(state))
+        # `finite` first: a NaN step is never backed up. The backup last: an epoch's history row
+        # and best weights are on disk before its backup marks it done, so a kill in between
+        # reruns the epoch on --resume instead of losing them.
+        chosen = [finite, self.best, history, backup,
+                  keras.callbacks.TensorBoard(os.path.join(self.write_dir, "logs"))]
+        if self.verbose == 0:
+            chosen.append(callbacks.EpochLog(self.preset.epochs))
+        return chosen
+
+    def fit(self, state: dict | None) -> None:
+        """Trains from `state` (or the start) to the last epoch."""
+        preset, plan = self.preset, self.plan
+        start_epoch, start_step = (state["epoch"], state["step"]) if state else (0, 0)
+        self.val_dataset = self._val_stream()
+        fit_callbacks = self._callbacks(state)
+        common = dict(validation_data=self.val_dataset, callbacks=fit_callbacks,
+                      verbose=self.verbose, shuffle=False)
+        started = time.perf_counter()
+        epoch = start_epoch
+        if start_step and epoch < preset.epochs:  # finish the interrupted epoch first
+            self.model.fit(self._train_stream(epoch, start_step), epochs=epoch + 1,
+                           initial_epoch=epoch, steps_per_epoch=plan.steps_per_epoch - start_step,
+                           **common)
+            epoch += 1
+        if epoch < preset.epochs:
+            self.model.fit(self._train_stream(epoch, 0), epochs=preset.epochs,
+                           initial_epoch=epoch, steps_per_epoch=plan.steps_per_epoch,
+                           validation_freq=validation_epochs(preset, epoch), **common)
+        self.train_seconds = time.perf_counter() - started
+        done_before = start_epoch * plan.steps_per_epoch + start_step
+        self.trained_images = (preset.epochs * plan.steps_per_epoch - done_before) * \
+            plan.step_batch
+
+    # --- finish ---------------------------------------------------------------------------
+
+    def evaluate(self) -> dict:
+        """The run's metrics.json: what was trained, how fast, and the validation scores."""
+        preset, plan = self.preset, self.plan
+        metrics = {"preset": preset.name, "objective": self.objective.name,
+                   "data": preset.data, "val_data": self.data.val_origin,
+                   "num_train_examples": self.num_examples, "epochs": preset.epochs,
+                   "global_batch": plan.global_batch, "replicas": plan.replicas,
+                   "strategy": distribute.strategy_name(self.strategy),
+                   "precision": self.policy, "train_seconds": round(self.train_seconds, 2),
+                   "train_images_per_second": round(
+                       self.trained_images / max(self.train_seconds, 1e-9), 1),
+                   "best_val_accuracy": self.best.best, "best_epoch": self.best.best_epoch}
+        if self.val_dataset is not None:
+            results = self.model.evaluate(self.val_dataset, verbose=0, return_dict=True)
+            metrics.update(self.objective.report(results))
+            metrics.update(self.objective.evaluate_extras(self.model, self.val_dataset))
+            metrics["val_examples"] = self.data.val.num_examples
+        return metrics
+
+    def finish(self, metrics: dict) -> None:
+        """Writes the run's files (chief) or the worker's final weights, exports, inspects."""
+        classifier = self.objective.classifier(self.model, self.config)
+        if not self.chief:  # non-chief workers keep their final weights in their scratch folder
+            atomic.save_weights(classifier, os.path.join(self.write_dir, "final.weights.h5"))
+            return
+        output = self.output
+        atomic.save_model(classifier, os.path.join(output, "model.keras"))
+        self.objective.write_extras(classifier, output)
+        outputs.write_labels(output, self.data.train.class_names)
+        outputs.write_json(os.path.join(output, "config.json"),
+                           {"preset": self.preset.to_dict(), "model": self.config.to_dict()})
+        outputs.plot_curves(outputs.read_history(os.path.join(output, "history.csv")),
+                            os.path.join(output, "curves.png"))
+        metrics["wall_seconds"] = round(time.perf_counter() - self.started, 2)
+        outputs.write_json(os.path.join(output, "metrics.json"), metrics)
+        log(outputs.summary_table(summary_rows(metrics, output, self.objective)))
+        self._export_and_inspect(classifier)
+        if atomic.exists(self.backup_dir):
+            atomic.remove(self.backup_dir)
+
+    def _export_and_inspect(self, classifier) -> None:
+        """SavedModel/TFLite export and the attention/embedding analysis, on raw images."""
+        export = self.export and self.objective.exports
+        if self.export and not self.objective.exports:
+            log(f"export: skipped for objective {self.objective.name} (its head is untrained; "
+                "fine-tune the encoder, then export)")
+        if not (export or self.inspect):
+            return
+        size = self.config.image_hw
+        images, labels = pipeline.take_raw_images(self.data.val or self.data.train, size,
+                                                  EVAL_SAMPLES)
+        if export:
+            from training.export import export_model
+
+            calibration, _ = pipeline.take_raw_images(self.data.train, size, CALIBRATION_SAMPLES)
+            export_model(classifier, self.output, representative_images=calibration,
+                         eval_images=images, eval_labels=labels)
+        if self.inspect:
+            from training.inspect import inspect_model
+
+            inspect_model(classifier, images[:INSPECT_SAMPLES],
+                          os.path.join(self.output, "inspect"))
+
+
+def train(preset: configs.Preset, **options) -> int:
+    """Runs one training job end to end; returns 0 on success (see `Run` for `options`)."""
+    return Run(preset, **options).execute()
+
+
+def validation_epochs(preset: configs.Preset, first_epoch: int) -> list[int]:
+    """1-based epochs that validate: every `eval_every` and always the last."""
+    every = max(1, preset.eval_every)
+    chosen = [e for e in range(first_epoch + 1, preset.epochs + 1) if e % every == 0]
+    if preset.epochs not in chosen:
+        chosen.append(preset.epochs)
+    return chosen
+
+
+def summary_rows(metrics: dict, output: str, objective) -> list[tuple[str, str]]:
+    """The result table printed at the end of a run."""
+    def percent(key):
+        value = metrics.get(key)
+        return "n/a" if value is None else f"{100 * value:.2f}%"
+
+    loss_key = next((key for key in metrics if key.startswith("val_") and
+                     key.endswith("loss")), None)
+    label = objective.metric_label
+    rows = [(f"{label} (val/test)", percent(objective.metric_key))]
+    if "val_top5" in metrics:
+        rows.append(("top-5 (val/test)", percent("val_top5")))
+    rows += [("loss (val/test)", "n/a" if loss_key is None else f"{metrics[loss_key]:.4f}"),
+             (f"best val {label}",
+              f"{percent('best_val_accuracy')} (epoch {metrics['best_epoch']})"),
+             ("train time", f"{metrics['train_seconds']:.1f} s"),
+             ("wall time", f"{metrics['wall_seconds']:.1f} s"),
+             ("train img/s", f"{metrics['train_images_per_second']:.0f}"),
+             ("output", output)]
+    return rows
