@@ -84,20 +84,20 @@ def test_matches_timm_deit():
     assert np.abs(np.asarray(model(images)) - reference).max() < 2e-5
 
 
-@pytest.mark.slow  # a real `vit train` run (XLA-compiled fit): ~45 s on 2 busy cores
-def test_deit_distill_command(tmp_path):
-    from training import configs, objectives
+def test_deit_distill_preset_trains_a_student(tmp_path):
+    from training import configs, run
 
     teacher_path = str(tmp_path / "teacher.keras")
-    _teacher(10, size=16).save(teacher_path)
+    _teacher(10, size=8).save(teacher_path)
     preset = configs.get_preset("deit_distill").replace(
-        teacher=teacher_path, epochs=1, batch_size=128, hidden_size=32, mlp_dim=32,
-        num_layers=1, translate=0.0, rotate=0.0, zoom=0.0)
-    assert objectives.run(preset, output=str(tmp_path / "out")) == 0
+        teacher=teacher_path, epochs=1, batch_size=128, translate=0.0, rotate=0.0,
+        zoom=0.0).replace_model(image_size=8, hidden_size=32, mlp_dim=32, num_layers=1)
+    assert run.train(preset, output=str(tmp_path / "out"), strategy_name="default",
+                     export=False, inspect=False) == 0
     with open(tmp_path / "out" / "metrics.json") as file:
         metrics = json.load(file)
     assert 0.0 <= metrics["val_top1"] <= 1.0 and "teacher_val_top1" in metrics
     student = keras.saving.load_model(str(tmp_path / "out" / "model.keras"), safe_mode=True)
     assert vit_keras.config_from_model(student).distilled
     with pytest.raises(ValueError, match="needs a teacher"):
-        objectives.run(preset.replace(teacher=""), output=str(tmp_path / "none"))
+        run.train(preset.replace(teacher=""), output=str(tmp_path / "none"))

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import assert_builtin_tflite_ops, random_pixels, randomize_weights
 
 from vit_keras import VisionTransformer, export, preprocess_input
 from vit_keras import atomic
@@ -12,14 +13,8 @@ from vit_keras import atomic
 def _classifier(config, **kwargs):
     """A tiny ViT whose head is not the zero init, so logits differ between images."""
     model = VisionTransformer(config, **kwargs)
-    rng = np.random.default_rng(1)
-    for weight in model.get_layer("head").weights:
-        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
+    randomize_weights(model.get_layer("head"), seed=1, stddev=0.3)
     return model
-
-
-def _images(count, size=32, seed=0):
-    return np.random.default_rng(seed).uniform(0, 255, (count, size, size, 3)).astype("float32")
 
 
 @pytest.mark.parametrize("quantization,bound", [(None, 1e-4), ("fp16", 1e-2),
@@ -27,12 +22,12 @@ def _images(count, size=32, seed=0):
 def test_each_precision_loads_in_litert_with_builtin_ops(tiny_config, tmp_path, quantization,
                                                          bound):
     model = _classifier(tiny_config)
-    images = _images(48)
+    images = random_pixels(tiny_config, batch=48)
     path = str(tmp_path / "model.tflite")
     report = export.tflite(model, path, quantization=quantization, representative_data=images)
     lite = export.TFLiteModel(path)
     assert lite.input_shape == (32, 32, 3) and lite.num_classes == 5
-    assert not any(op.startswith("Flex") or op == "CUSTOM" for op in lite.ops)
+    assert_builtin_tflite_ops(lite.ops)
     assert report["ops"] == export.check_builtin_ops(open(path, "rb").read())
     assert report["size_bytes"] == len(open(path, "rb").read())
     logits = lite(images[:4])
@@ -65,7 +60,7 @@ def test_exact_erf_gelu_also_converts_to_builtins(tiny_config, tmp_path):
 
 def test_softmax_model_exports_logits(tiny_config, tmp_path):
     model = _classifier(tiny_config, classifier_activation="softmax")
-    images = _images(4)
+    images = random_pixels(tiny_config, batch=4)
     export.tflite(model, str(tmp_path / "m.tflite"))
     logits = export.TFLiteModel(str(tmp_path / "m.tflite"))(images)
     probabilities = model(preprocess_input(images)).numpy()
@@ -80,7 +75,7 @@ def test_mixed_precision_model_exports_as_float32(tiny_config, tmp_path):
     mixed = VisionTransformer(tiny_config)
     mixed.set_weights(float_model.get_weights())
     keras.mixed_precision.set_global_policy("float32")
-    images = _images(8)
+    images = random_pixels(tiny_config, batch=8)
     report = export.tflite(mixed, str(tmp_path / "m.tflite"), verify_images=images)
     assert report["max_abs_logit_diff"] <= 1e-4  # against the float32 copy it converts
     float_logits = float_model(preprocess_input(images)).numpy()
@@ -107,7 +102,7 @@ def test_non_builtin_operators_are_refused(tmp_path):
 
 def test_runner_checks_shapes_and_batches(tiny_config, tmp_path):
     model = _classifier(tiny_config)
-    images = _images(3)
+    images = random_pixels(tiny_config, batch=3)
     export.tflite(model, str(tmp_path / "fixed.tflite"), verify_images=images)
     export.tflite(model, str(tmp_path / "dynamic.tflite"), batch_size=None, verify_images=images)
     fixed = export.TFLiteModel(str(tmp_path / "fixed.tflite"))
@@ -126,7 +121,7 @@ def test_failed_write_leaves_nothing_under_the_final_name(tmp_path, monkeypatch)
     def broken_rename(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(tf.io.gfile, "rename", broken_rename)
+    monkeypatch.setattr(atomic.os, "replace", broken_rename)
     with pytest.raises(OSError, match="disk full"):
         atomic.write_bytes(str(target), b"new contents")
     assert target.read_bytes() == b"previous"
@@ -143,7 +138,7 @@ def _op_input_dtypes(path, op_name):
 
 def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tmp_path):
     model = _classifier(tiny_config)
-    images = _images(32)
+    images = random_pixels(tiny_config, batch=32)
     paths = {name: str(tmp_path / f"{name}.tflite") for name in ("full", "mixed", "int_io")}
     full = export.tflite(model, paths["full"], quantization="int8", representative_data=images)
     assert {"QUANTIZE", "DEQUANTIZE"} <= set(full["ops"])  # float32 I/O around an int8 graph
@@ -180,10 +175,10 @@ def test_models_with_options_export_to_builtin_tflite(tiny_config, tmp_path, opt
     import dataclasses
 
     model = _classifier(dataclasses.replace(tiny_config, **options))
-    images = _images(8)
+    images = random_pixels(tiny_config, batch=8)
     path = str(tmp_path / "model.tflite")
     report = export.tflite(model, path, verify_images=images)
-    assert not any(op.startswith("Flex") or op == "CUSTOM" for op in report["ops"])
+    assert_builtin_tflite_ops(report["ops"])
     assert report["max_abs_logit_diff"] <= 1e-4 and report["top1_agreement"] == 1.0
     # LayerNorm and the hybrid's GroupNorm leave no float island in a full-integer file (the
     # export raises if any operator stays float).
@@ -198,7 +193,7 @@ def test_int8_unrolls_large_attention_heads_into_fully_connected(tiny_config, tm
     config = dataclasses.replace(tiny_config, image_size=64, hidden_size=32, num_heads=2,
                                  classifier="gap")
     model = _classifier(config)
-    images = _images(16, size=64)
+    images = random_pixels(config, batch=16)
     report = export.tflite(model, str(tmp_path / "model.tflite"), quantization="int8",
                            representative_data=images)
     assert "BATCH_MATMUL" not in report["ops"] and "FULLY_CONNECTED" in report["ops"]
@@ -220,7 +215,7 @@ def test_int8_export_refuses_operators_left_in_float(tmp_path):
     path = tmp_path / "model.tflite"
     with pytest.raises(ValueError, match=r"full-integer graph.*\['NEG'\].*float_ops"):
         export.tflite(model, str(path), quantization="int8",
-                      representative_data=_images(8, size=8))
+                      representative_data=random_pixels(8, batch=8))
     assert not path.exists()
 
 
@@ -228,7 +223,7 @@ def test_tensor_names_are_dropped_unless_kept_and_per_tensor_scales(tiny_config,
     from ai_edge_litert.interpreter import Interpreter
 
     model = _classifier(tiny_config)
-    images = _images(16)
+    images = random_pixels(tiny_config, batch=16)
     stripped = export.tflite(model, str(tmp_path / "stripped.tflite"))
     named = export.tflite(model, str(tmp_path / "named.tflite"), keep_tensor_names=True)
     assert stripped["size_bytes"] < named["size_bytes"]

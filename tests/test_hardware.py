@@ -1,6 +1,6 @@
 """`training.hardware`: the dtype policy picked for the hardware found."""
 
-from training import configs, hardware, loop
+from training import configs, hardware, run
 
 
 def test_cpu_bfloat16_flags_are_read_from_cpuinfo(tmp_path):
@@ -24,7 +24,7 @@ def test_auto_precision_uses_the_fastest_policy(monkeypatch):
     preset = configs.get_preset("imagenet_s16")
     assert preset.mixed_precision == "auto"
     monkeypatch.setattr(hardware, "cpu_has_bfloat16", lambda: False)
-    assert loop.resolve_precision(preset, on_tpu=False) == "float32"
+    assert run.resolve_precision(preset, on_tpu=False) == "float32"
     monkeypatch.setattr(hardware, "cpu_has_bfloat16", lambda: True)
-    assert loop.resolve_precision(preset, on_tpu=False) == "mixed_bfloat16"
-    assert loop.resolve_precision(preset, on_tpu=True) == "mixed_bfloat16"
+    assert run.resolve_precision(preset, on_tpu=False) == "mixed_bfloat16"
+    assert run.resolve_precision(preset, on_tpu=True) == "mixed_bfloat16"

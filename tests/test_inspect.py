@@ -101,3 +101,27 @@ def test_plots_reject_bad_shapes_and_leave_no_temp_files(tmp_path):
     plots.plot_filters(np.random.default_rng(0).normal(size=(3, 4, 4, 1)),
                        str(tmp_path / "f.png"))
     assert os.listdir(tmp_path) == ["f.png"]
+
+
+@pytest.mark.parametrize("options", [
+    dict(distilled=True), dict(num_register_tokens=2, posemb="sincos2d", classifier="gap"),
+    dict(posemb="learn2d", classifier="map"), dict(resnet_layers=(1,), patch_size=1)],
+    ids=["deit", "registers+sincos", "learn2d+map", "hybrid"])
+def test_attention_maps_cover_every_token_of_every_option(tiny_config, options):
+    """The probe composes tokens as the model does: one row per token of `config.seq_len`."""
+    from vit_keras import analysis
+
+    config = tiny_config.replace(**options)
+    model = VisionTransformer(config)
+    images = _pixels(config, 2) / 127.5 - 1.0
+    maps = analysis.attention_maps(model, images)
+    assert len(maps) == config.num_layers
+    for block in maps:
+        assert block.shape == (2, config.num_heads, config.seq_len, config.seq_len)
+        np.testing.assert_allclose(block.sum(axis=-1), 1.0, atol=1e-5)
+    tokens = analysis.AttentionProbe(model).tokens(images)
+    reference = model.get_layer("encoderblock_0").input
+    assert tokens.shape[1] == reference.shape[1] == config.seq_len
+    assert analysis.attention_rollout(model, images).shape == (2, *config.grid_size)
+    assert analysis.mean_attention_distance(model, images).shape == (config.num_layers,
+                                                                     config.num_heads)

@@ -73,19 +73,24 @@ def test_pretrain_step_and_transfer_to_a_classifier(tiny_config):
         mpp.build_network(tiny_config.replace(resnet_layers=(), patch_size=1))
 
 
-@pytest.mark.slow  # a real `vit train` run (XLA-compiled fit): ~45 s on 2 busy cores
-def test_mpp_command_writes_an_encoder_to_fine_tune(tmp_path):
-    from training import configs, objectives
+def test_mpp_encoder_fine_tunes_through_weights(tmp_path):
+    """The encoder.npz an mpp run writes loads into the fine-tuning preset's classifier."""
+    import vit_keras
+    from training import configs, run
 
-    preset = configs.get_preset("mpp_digits").replace(
-        epochs=1, batch_size=256, hidden_size=32, mlp_dim=32, num_layers=1)
-    assert objectives.run(preset, output=str(tmp_path)) == 0
+    tiny = dict(image_size=8, hidden_size=32, mlp_dim=32, num_layers=1)
+    preset = configs.get_preset("mpp_digits").replace(epochs=1, batch_size=256).replace_model(
+        **tiny)
+    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                     inspect=False) == 0
     with open(tmp_path / "metrics.json") as file:
         metrics = json.load(file)
     assert 0.0 <= metrics["val_mpp_accuracy"] <= 1.0
-    from training import loop
-
-    config = loop.model_config(configs.get_preset("mpp_digits_finetune").replace(
-        hidden_size=32, mlp_dim=32, num_layers=1), 10)
-    model = VisionTransformer(config)
-    loop.load_pretrained(model, str(tmp_path / "encoder.npz"))
+    finetune = configs.get_preset("mpp_digits_finetune").replace_model(**tiny)
+    model = VisionTransformer(finetune.model)
+    vit_keras.load_weights(model, str(tmp_path / "encoder.npz"))
+    encoder = keras.saving.load_model(str(tmp_path / "model.keras"), safe_mode=True)
+    for name in ("embedding", "encoderblock_0", "encoder_norm"):
+        for got, want in zip(model.get_layer(name).get_weights(),
+                             encoder.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(got, want)

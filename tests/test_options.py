@@ -3,10 +3,11 @@ identity at inference, and option models round-trip (.keras safe_mode, get_confi
 
 import numpy as np
 import pytest
+from helpers import (assert_builtin_tflite_ops, random_images, randomize_weights,
+                     run_model_saving_test)
 
 import keras
-import vit_keras
-from vit_keras import ViTConfig, VisionTransformer, config_from_model, export
+from vit_keras import VisionTransformer, config_from_model, export
 from vit_keras.layers import DropPath
 from vit_keras.posemb import sincos2d
 
@@ -23,17 +24,9 @@ ON = {
 }
 
 
-def _images(config, seed=0):
-    height, width = config.image_hw
-    return np.random.default_rng(seed).uniform(-1, 1, (2, height, width, 3)).astype("float32")
-
-
 def _randomize_heads(model):
-    rng = np.random.default_rng(3)
-    for layer in model.layers:
-        if layer.name.startswith("head"):
-            for weight in layer.weights:
-                weight.assign(rng.normal(0, 0.5, weight.shape).astype("float32"))
+    heads = [layer for layer in model.layers if layer.name.startswith("head")]
+    randomize_weights([weight for layer in heads for weight in layer.weights], seed=3, stddev=0.5)
 
 
 def _copy_shared(source, target):
@@ -55,7 +48,7 @@ def test_options_default_off(tiny_config):
 def test_each_option_changes_the_forward_pass(tiny_config):
     base = VisionTransformer(tiny_config)
     _randomize_heads(base)
-    images = _images(tiny_config)
+    images = random_images(tiny_config)
     reference = np.asarray(base(images))
     for name, changes in ON.items():
         option = VisionTransformer(tiny_config.replace(**changes))
@@ -73,7 +66,7 @@ def test_layer_scale_of_one_is_the_identity(tiny_config):
     _randomize_heads(base)
     scaled = VisionTransformer(tiny_config.replace(layer_scale_init=1.0))
     _copy_shared(base, scaled)
-    images = _images(tiny_config)
+    images = random_images(tiny_config)
     np.testing.assert_allclose(np.asarray(scaled(images)), np.asarray(base(images)), atol=1e-6)
 
 
@@ -121,16 +114,11 @@ def test_round_trips_and_exports(tiny_config, tmp_path, name):
     config = tiny_config.replace(**ROUND_TRIP[name])
     model = VisionTransformer(config)
     _randomize_heads(model)
-    images = _images(config)
+    images = random_images(config)
     expected = np.asarray(model(images))
     assert config_from_model(model) == config
-    clone = keras.Model.from_config(model.get_config())
-    clone.set_weights(model.get_weights())
-    np.testing.assert_allclose(np.asarray(clone(images)), expected, atol=1e-6)
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(np.asarray(loaded(images)), expected, atol=1e-6)
+    # from_config clone and .keras (safe_mode) file: same config, weights and outputs.
+    loaded = run_model_saving_test(model, images, tmp_path)
     assert config_from_model(loaded) == config
 
     pixels = (images + 1.0) * 127.5
@@ -142,5 +130,27 @@ def test_round_trips_and_exports(tiny_config, tmp_path, name):
         logits = served(images=tf.constant(pixels))["logits"].numpy()
         np.testing.assert_allclose(logits, expected, atol=1e-4)
     report = export.tflite(model, str(tmp_path / "model.tflite"), verify_images=pixels)
-    assert not any(op.startswith("Flex") or op == "CUSTOM" for op in report["ops"])
+    assert_builtin_tflite_ops(report["ops"])
     assert report["max_abs_logit_diff"] <= 1e-4
+
+
+def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_config, tmp_path):
+    """`import vit_keras` alone registers every layer a saved model may hold."""
+    import subprocess
+    import sys
+
+    import vit_keras
+
+    options = [dict(distilled=True), dict(posemb="sincos2d"), dict(posemb="learn2d"),
+               dict(classifier="map", num_register_tokens=1), dict(resnet_layers=(1,),
+                                                                  patch_size=1)]
+    for index, option in enumerate(options):
+        vit_keras.VisionTransformer(tiny_config.replace(**option)).save(tmp_path / f"{index}.keras")
+    script = ("import glob, sys, keras, vit_keras\n"
+              "for path in sorted(glob.glob(sys.argv[1] + '/*.keras')):\n"
+              "    keras.saving.load_model(path, safe_mode=True)\n"
+              "print('loaded', len(glob.glob(sys.argv[1] + '/*.keras')))\n")
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"loaded {len(options)}" in result.stdout

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from training import augment, data
+from training import augment, pipeline, sources
 from training.configs import Preset
 
 
@@ -23,21 +23,21 @@ def _write_folder(root, per_class=3, classes=("cat", "dog"), size=(12, 10)):
 
 
 def test_digits_split_is_stratified_and_fixed():
-    train_x, train_y = data.digits_arrays("train")
-    test_x, test_y = data.digits_arrays("test")
+    train_x, train_y = sources.digits_arrays("train")
+    test_x, test_y = sources.digits_arrays("test")
     assert train_x.shape == (1437, 8, 8, 3) and test_x.shape == (360, 8, 8, 3)
     assert train_x.dtype == np.uint8 and train_x.max() == 255
     assert np.bincount(test_y).min() >= 35            # every class held out ~20%
-    np.testing.assert_array_equal(data.digits_arrays("test")[1], test_y)
+    np.testing.assert_array_equal(sources.digits_arrays("test")[1], test_y)
 
 
 def test_folder_source_lists_classes_and_holds_out_a_stratified_split(tmp_path):
     root = _write_folder(tmp_path / "images", per_class=5)
-    train = data.load_source(f"folder:{root}", "train", val_split=0.2)
-    val = data.load_source(f"folder:{root}", "val", val_split=0.2)
+    train = sources.load_source(f"folder:{root}", "train", val_split=0.2)
+    val = sources.load_source(f"folder:{root}", "val", val_split=0.2)
     assert train.class_names == ["cat", "dog"]
     assert (train.num_examples, val.num_examples) == (8, 2)
-    batches = list(data.eval_dataset(val, 16, batch_size=4))
+    batches = list(pipeline.eval_dataset(val, 16, batch_size=4))
     images, labels = batches[0]
     assert images.shape == (2, 16, 16, 3)
     assert float(tf.reduce_min(images)) >= -1.0 and float(tf.reduce_max(images)) <= 1.0
@@ -49,7 +49,7 @@ def test_folder_source_rejects_corrupt_files_up_front_naming_them(tmp_path):
     (root / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     (root / "dog" / "notes.png").write_text("hello")
     with pytest.raises(ValueError) as error:
-        data.load_source(f"folder:{root}")
+        sources.load_source(f"folder:{root}")
     message = str(error.value)
     assert "2 of 8 image files" in message
     assert "broken.jpg" in message and "notes.png" in message
@@ -73,39 +73,39 @@ def _write_tfrecord(path, count=6, classes=3, corrupt=()):
 
 def test_tfrecord_source_reads_features_and_skips_undecodable_records(tmp_path):
     _write_tfrecord(tmp_path / "train-0.tfrecord", count=6, corrupt=(2,))
-    source = data.load_source(f"tfrecord:{tmp_path}/train-*.tfrecord")
+    source = sources.load_source(f"tfrecord:{tmp_path}/train-*.tfrecord")
     assert source.num_classes == 3 and source.num_examples == 6
-    labels = [int(label) for _, label in data.eval_images(source, 8)]
+    labels = [int(label) for _, label in pipeline.eval_images(source, 8)]
     assert labels == [0, 1, 0, 1, 2]                   # record 2 skipped, the run goes on
     (tmp_path / "labels.txt").write_text("a\nb\nc\nd\n")
-    assert data.load_source(f"tfrecord:{tmp_path}/*.tfrecord").class_names == list("abcd")
+    assert sources.load_source(f"tfrecord:{tmp_path}/*.tfrecord").class_names == list("abcd")
     with pytest.raises(ValueError, match="matches no files"):
-        data.load_source(f"tfrecord:{tmp_path}/none-*")
+        sources.load_source(f"tfrecord:{tmp_path}/none-*")
 
 
 def test_tfds_source_with_mock_data():
     import tensorflow_datasets as tfds
 
     with tfds.testing.mock_data(num_examples=12):
-        train = data.load_source("tfds:mnist", "train")
-        val = data.load_source("tfds:mnist", "val")
+        train = sources.load_source("tfds:mnist", "train")
+        val = sources.load_source("tfds:mnist", "val")
         assert train.num_classes == 10
-        images, labels = next(iter(data.eval_dataset(val, 16, batch_size=5)))
+        images, labels = next(iter(pipeline.eval_dataset(val, 16, batch_size=5)))
         assert images.shape == (5, 16, 16, 3) and labels.shape == (5, 10)
-        batches = list(data.train_dataset(train, 16, 4, epochs=1, steps_per_epoch=3))
+        batches = list(pipeline.train_dataset(train, 16, 4, epochs=1, steps_per_epoch=3))
         assert len(batches) == 3
 
 
 def test_train_stream_is_seeded_and_resumable():
-    source = data.digits_source("train")
+    source = sources.digits_source("train")
     preset = Preset(translate=0.1, rotate=0.05, mixup_alpha=0.2)
     kwargs = dict(epochs=2, seed=3, augment=augment.build_augment(preset), steps_per_epoch=4,
                   crop="pad_crop", pad=2)
-    full = [b for b in data.train_dataset(source, 16, 8, **kwargs)]
-    again = [b for b in data.train_dataset(source, 16, 8, **kwargs)]
-    resumed = [b for b in data.train_dataset(source, 16, 8, start_epoch=1, start_step=1,
+    full = [b for b in pipeline.train_dataset(source, 16, 8, **kwargs)]
+    again = [b for b in pipeline.train_dataset(source, 16, 8, **kwargs)]
+    resumed = [b for b in pipeline.train_dataset(source, 16, 8, start_epoch=1, start_step=1,
                                              **kwargs)]
-    other_seed = next(iter(data.train_dataset(source, 16, 8, **{**kwargs, "seed": 4})))
+    other_seed = next(iter(pipeline.train_dataset(source, 16, 8, **{**kwargs, "seed": 4})))
     assert len(full) == 8 and len(resumed) == 3
     for (x1, y1), (x2, y2) in zip(full, again):
         np.testing.assert_array_equal(x1, x2)
@@ -134,6 +134,27 @@ def test_augment_layers_run_in_tf_data_with_per_batch_seeds():
 
 def test_bad_specs_are_rejected():
     with pytest.raises(ValueError, match="data spec"):
-        data.parse_spec("imagenet")
+        sources.parse_spec("imagenet")
     with pytest.raises(ValueError, match="not a directory"):
-        data.load_source("folder:/does/not/exist")
+        sources.load_source("folder:/does/not/exist")
+
+
+def test_val_data_keeps_every_training_example(tmp_path):
+    """Given --val-data, the training folder is not split: val_split applies only without it."""
+    train_root = _write_folder(tmp_path / "train", per_class=5)
+    test_root = _write_folder(tmp_path / "test", per_class=3)
+    given = sources.open_training_data(f"folder:{train_root}", f"folder:{test_root}",
+                                       val_split=0.2)
+    assert given.train.num_examples == 10 and given.val.num_examples == 6
+    assert "--val-data" in given.val_origin
+    held_out = sources.open_training_data(f"folder:{train_root}", val_split=0.2)
+    assert (held_out.train.num_examples, held_out.val.num_examples) == (8, 2)
+    assert "held out" in held_out.val_origin
+    none = sources.open_training_data(f"folder:{train_root}", val_split=0.0)
+    assert none.val is None and none.train.num_examples == 10
+
+
+def test_validation_with_other_classes_is_refused(tmp_path):
+    train_root = _write_folder(tmp_path / "train", per_class=2)
+    with pytest.raises(ValueError, match="validation data has 10 classes, training data 2"):
+        sources.open_training_data(f"folder:{train_root}", "digits")

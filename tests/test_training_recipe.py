@@ -59,26 +59,14 @@ def test_gradient_accumulation_equals_the_large_batch(name):
         preset = Preset(optimizer=name, lr=0.05, weight_decay=0.1, epochs=1, warmup_steps=1,
                         grad_accum_steps=accum, clipnorm=0.5, label_smoothing=0.1)
         model = _tiny_model()
-        model.compile(recipe.make_optimizer(preset, steps_per_epoch=2), recipe.make_loss(preset))
+        model.compile(recipe.make_optimizer(preset, steps_per_epoch=2, model=model),
+                      recipe.make_loss(preset))
         model.fit(np.concatenate([x, x[::-1]]), np.concatenate([y, y[::-1]]), batch_size=batch,
                   epochs=1, shuffle=False, verbose=0)
         assert int(model.optimizer.iterations) == 2
         weights[accum] = model.get_weights()
     for large, accumulated in zip(weights[1], weights[4]):
         np.testing.assert_allclose(large, accumulated, rtol=1e-5, atol=1e-6)
-
-
-def test_weight_decay_skips_biases_norms_posemb_and_cls(tiny_config):
-    import vit_keras
-
-    model = vit_keras.VisionTransformer(tiny_config)
-    optimizer = recipe.make_optimizer(Preset(weight_decay=0.1), steps_per_epoch=10)
-    optimizer.build(model.trainable_variables)
-    decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
-    assert "posembed_input/pos_embedding" not in decayed and "cls/cls" not in decayed
-    assert not any(path.endswith(("bias", "gamma", "beta")) for path in decayed)
-    assert "embedding/kernel" in decayed and "head/kernel" in decayed
-    assert any("query_kernel" in path for path in decayed)
 
 
 def test_presets_load_and_overrides_are_typed():
@@ -89,7 +77,64 @@ def test_presets_load_and_overrides_are_typed():
     assert (preset.lr, preset.epochs, preset.flip, preset.data) == (0.01, 3, True, "folder:/x")
     with pytest.raises(ValueError, match="unknown key"):
         apply_overrides(preset, ["learning_rate=1"])
+    with pytest.raises(ValueError, match="unknown key"):
+        apply_overrides(preset, ["model.depth=1"])
     with pytest.raises(ValueError, match="expected an integer"):
         apply_overrides(preset, ["epochs=many"])
     with pytest.raises(ValueError, match="key=value"):
         apply_overrides(preset, ["epochs"])
+
+
+def test_every_model_option_is_settable_and_typed():
+    preset = apply_overrides(get_preset("digits_tiny"), [
+        "model.classifier=map", "model.num_register_tokens=4", "model.layer_scale_init=1e-4",
+        "model.representation_size=32", "model.image_size=16x24", "model.gelu_approximate=false",
+        "model.posemb=sincos2d", "model.drop_path_rate=0.2"])
+    model = preset.model
+    assert (model.classifier, model.num_register_tokens, model.layer_scale_init) == \
+        ("map", 4, 1e-4)
+    assert (model.representation_size, model.image_size, model.gelu_approximate) == \
+        (32, (16, 24), False)
+    assert apply_overrides(preset, ["model.representation_size=none"]).model \
+        .representation_size is None
+    hybrid = apply_overrides(preset, ["model.resnet_layers=1,1", "model.patch_size=1",
+                                      "model.image_size=16"])
+    assert hybrid.model.resnet_layers == (1, 1)
+    with pytest.raises(ValueError, match="model option: write --set model.hidden_size"):
+        apply_overrides(preset, ["hidden_size=32"])
+    with pytest.raises(ValueError, match="classifier must be one of"):
+        apply_overrides(preset, ["model.classifier=cls"])       # ViTConfig validates
+    with pytest.raises(ValueError, match="comes from the data"):
+        apply_overrides(preset, ["model.num_classes=3"])
+    with pytest.raises(ValueError, match="expected an integer"):
+        apply_overrides(preset, ["model.num_layers=deep"])
+
+
+def test_model_flag_takes_a_variants_shape_and_keeps_the_presets_options():
+    import dataclasses
+
+    from training import train
+    from vit_keras import ViTConfig, get_variant
+
+    parser = __import__("argparse").ArgumentParser()
+    train.add_arguments(parser)
+    preset = train.resolve_preset(parser.parse_args(
+        ["--model", "S/16", "--image-size", "64", "--set", "model.num_layers=2"]))
+    s16 = get_variant("S/16")
+    assert (preset.model.hidden_size, preset.model.num_heads, preset.model.patch_size) == \
+        (s16.hidden_size, s16.num_heads, 16)
+    assert preset.model.num_layers == 2 and preset.model.image_size == 64
+    assert preset.model.classifier == "gap" and preset.model.drop_path_rate == 0.1  # digits_tiny
+    help_text = parser.format_help()
+    for field in dataclasses.fields(ViTConfig):                 # every option is documented
+        assert f"model.{field.name}" in help_text, field.name
+    for name in ("label_smoothing", "val_split", "objective"):
+        assert name in help_text
+
+
+def test_preset_to_dict_nests_the_model_config():
+    from vit_keras import ViTConfig
+
+    data = get_preset("finetune_384").to_dict()
+    assert data["model"]["image_size"] == 384 and data["optimizer"] == "sgd"
+    assert ViTConfig.from_dict(data["model"]) == get_preset("finetune_384").model

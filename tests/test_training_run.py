@@ -15,13 +15,15 @@ import time
 import numpy as np
 import pytest
 from localhost import free_ports
-from training import cli, loop
+from training import cli, run
 from training.configs import get_preset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny custom ViT on digits: a few steps take well under a second.
-TINY = ["--set", "image_size=8", "--set", "patch_size=4", "--set", "hidden_size=16",
-        "--set", "mlp_dim=32", "--set", "num_heads=2", "--set", "num_layers=1",
+TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+                  num_layers=1)
+TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
+        "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
         "--set", "translate=0.1", "--set", "eval_every=1"]
 
 
@@ -44,13 +46,17 @@ def _weights(path):
     return keras.saving.load_model(path, compile=False).get_weights()
 
 
-def test_default_preset_short_run_beats_chance(tmp_path):
+def test_default_preset_short_run_beats_chance(tmp_path, capsys):
     # digits_tiny shrunk to seconds: 8 px, 16 tokens, 2 blocks, 4 epochs.
     preset = get_preset("digits_tiny").replace(
-        epochs=8, image_size=8, patch_size=2, hidden_size=32, mlp_dim=64, num_layers=2,
-        lr=5e-3, warmup_epochs=1, translate=0.0, rotate=0.0, zoom=0.0, eval_every=8)
-    assert loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
-                      inspect=False) == 0
+        epochs=8, lr=5e-3, warmup_epochs=1, translate=0.0, rotate=0.0, zoom=0.0,
+        eval_every=8).replace_model(image_size=8, patch_size=2, hidden_size=32, mlp_dim=64,
+                                    num_layers=2)
+    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                     inspect=False) == 0
+    header = capsys.readouterr().out
+    assert "data: train 1437 examples of digits (10 classes); validation 360 examples from " \
+        "digits' 20% test split" in header
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["val_top1"] > 0.6                     # chance is 0.1
     assert (tmp_path / "labels.txt").read_text().split() == [str(i) for i in range(10)]
@@ -69,9 +75,7 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
     it resumes with nothing to train and still has every history row and the best weights."""
     from training import callbacks, outputs
 
-    preset = get_preset("digits_tiny").replace(
-        epochs=2, image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
-        num_layers=1, eval_every=1)
+    preset = get_preset("digits_tiny").replace(epochs=2, eval_every=1).replace_model(**TINY_MODEL)
     original = callbacks.ResumableBackup.on_epoch_end
 
     def backup_then_die(self, epoch, logs=None):
@@ -81,12 +85,12 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
 
     monkeypatch.setattr(callbacks.ResumableBackup, "on_epoch_end", backup_then_die)
     with pytest.raises(_Killed):
-        loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
-                   inspect=False)
+        run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                  inspect=False)
     monkeypatch.undo()
     assert (tmp_path / "best.weights.h5").exists()
-    assert loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
-                      inspect=False, resume=True) == 0
+    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                     inspect=False, resume=True) == 0
     history = outputs.read_history(str(tmp_path / "history.csv"))
     assert history["epoch"] == [0, 1]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -98,13 +102,11 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
 def test_evaluate_and_predict_commands(tmp_path, capsys):
     from PIL import Image
 
-    from training import data
+    from training import sources
 
-    preset = get_preset("digits_tiny").replace(
-        epochs=1, image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
-        num_layers=1, eval_every=1)
-    assert loop.train(preset, output=str(tmp_path), strategy_name="default", export=False,
-                      inspect=False) == 0
+    preset = get_preset("digits_tiny").replace(epochs=1, eval_every=1).replace_model(**TINY_MODEL)
+    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+                     inspect=False) == 0
     capsys.readouterr()
     model = str(tmp_path / "model.keras")
     assert cli.main(["evaluate", "--model", model, "--data", "digits",
@@ -118,7 +120,7 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     few_shot = json.loads((tmp_path / "few_shot.json").read_text())["few_shot"]
     assert sorted(few_shot) == ["1", "10"]
     assert few_shot["10"] > 0.3  # chance is 0.1; frozen features of a 1-epoch model
-    image, label = data.digits_arrays("test")[0][0], data.digits_arrays("test")[1][0]
+    image, label = sources.digits_arrays("test")[0][0], sources.digits_arrays("test")[1][0]
     Image.fromarray(image).save(tmp_path / "digit.png")
     capsys.readouterr()
     assert cli.main(["predict", str(tmp_path / "digit.png"), "--model", model,
@@ -146,25 +148,27 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras, vit_keras
-    from training import data, keras_compat, recipe
+    from training import pipeline, recipe, sources
     from training.configs import Preset
+    from vit_keras import keras_compat
     # SGD: Adam's m / sqrt(v) would amplify float32 noise in near-zero gradients. The global
     # clip (1.0) is active in the last steps: it must see the summed gradient, not each replica's.
     preset = Preset(optimizer="sgd", lr=0.1, epochs=1, warmup_steps=1, weight_decay=1e-4,
                     label_smoothing=0.1, clipnorm=1.0)
     config = vit_keras.ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
                                  num_heads=2, num_layers=1, num_classes=10)
-    source = data.digits_source("train")
+    source = sources.digits_source("train")
     results = {}
     for name, strategy in (("default", tf.distribute.get_strategy()),
                            ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
         keras.utils.set_random_seed(0)
         with strategy.scope():
             model = vit_keras.VisionTransformer(config)
-            model.compile(recipe.make_optimizer(preset, 4), recipe.make_loss(preset))
+            model.compile(recipe.make_optimizer(preset, 4, model), recipe.make_loss(preset))
         if name == "mirrored":  # as `vit train` does: no batch consumed to build metrics
-            keras_compat.build_without_peeking(model, (8, 8, 3), 10, 16)
-        dataset = data.train_dataset(source, 8, 32, epochs=1, seed=0, steps_per_epoch=4)
+            keras_compat.build_without_peeking(
+                model, (np.zeros((16, 8, 8, 3), "float32"), np.zeros((16, 10), "float32")))
+        dataset = pipeline.train_dataset(source, 8, 32, epochs=1, seed=0, steps_per_epoch=4)
         model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)
         results[name] = (strategy.num_replicas_in_sync, model.get_weights())
     (n1, w1), (n2, w2) = results["default"], results["mirrored"]

@@ -20,8 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EPOCHS = 3
 COMMON = ["train", "--epochs", str(EPOCHS), "--batch-size", "32", "--seed", "1",
           "--no-inspect", "--strategy", "default",
-          "--set", "image_size=8", "--set", "patch_size=4", "--set", "hidden_size=16",
-          "--set", "mlp_dim=32", "--set", "num_heads=2", "--set", "num_layers=1",
+          "--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
+          "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
           "--set", "eval_every=1", "--set", "backup_every=4"]
 
 

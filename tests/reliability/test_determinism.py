@@ -6,13 +6,14 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
-from training import loop
+from training import run
 from training.configs import get_preset
 
 # digits on a 1-block, 8 px ViT with dropout and augmentation on: ~11 steps, a few seconds.
 PRESET = get_preset("digits_tiny").replace(
-    epochs=1, batch_size=128, image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
-    num_heads=2, num_layers=1, dropout_rate=0.1, translate=0.1, eval_every=1)
+    epochs=1, batch_size=128, translate=0.1, eval_every=1).replace_model(
+    image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1,
+    dropout_rate=0.1)
 
 
 @pytest.fixture
@@ -24,8 +25,8 @@ def op_determinism():
 
 def _train(output, seed):
     keras.backend.clear_session()
-    assert loop.train(PRESET.replace(seed=seed), output=str(output), strategy_name="default",
-                      export=False, inspect=False) == 0
+    assert run.train(PRESET.replace(seed=seed), output=str(output), strategy_name="default",
+                     export=False, inspect=False) == 0
     model = keras.saving.load_model(str(output / "model.keras"), compile=False)
     return model.get_weights()
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import vit_keras
-from training import data, predict
+from training import predict, sources
 
 # VIT_FUZZ_EXAMPLES=500 pytest tests/reliability explores further (random, not derandomized).
 EXAMPLES = int(os.environ.get("VIT_FUZZ_EXAMPLES", "0"))
@@ -67,12 +67,12 @@ def test_image_files_are_refused_or_decode(tmp_path, payload):
     path = tmp_path / "cls" / "x.png"
     path.parent.mkdir(exist_ok=True)
     path.write_bytes(payload)
-    why = data.check_image_file(str(path))
+    why = sources.check_image_file(str(path))
     if why is None:
-        assert data.decode_image(tf.io.read_file(str(path))).shape[-1] == 3
+        assert sources.decode_image(tf.io.read_file(str(path))).shape[-1] == 3
         return
     with pytest.raises(ValueError, match="x.png"):
-        data.folder_source(str(tmp_path), "train", 0.0, 0)
+        sources.folder_source(str(tmp_path), "train", 0.0, 0)
     with pytest.raises(ValueError, match="x.png"):
         predict.read_images([str(path)], 8)
 
@@ -83,9 +83,9 @@ def test_decompression_bomb_is_refused_with_the_limit(tmp_path, width, height):
     path.parent.mkdir()
     path.write_bytes(_png_bomb(width, height))
     assert path.stat().st_size < 100_000
-    limit = str(data.MAX_IMAGE_PIXELS)
+    limit = str(sources.MAX_IMAGE_PIXELS)
     with pytest.raises(ValueError, match=f"bomb.png:? is too large.*limit is {limit}"):
-        data.folder_source(str(tmp_path), "train", 0.0, 0)
+        sources.folder_source(str(tmp_path), "train", 0.0, 0)
     with pytest.raises(ValueError, match=f"bomb.png:? is too large.*limit is {limit}"):
         predict.read_images([str(path)], 8)
 

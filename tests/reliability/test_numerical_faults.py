@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import callbacks, data, loop
+from training import callbacks, pipeline, run
 from training.configs import get_preset
 
 POISONED_STEP = 7  # 1-based global step whose batch holds NaN pixels
 # digits on a 1-block, 8 px ViT: 2 epochs of 8 steps run in a few seconds.
 PRESET = get_preset("digits_tiny").replace(
-    epochs=2, batch_size=128, image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
-    num_heads=2, num_layers=1, translate=0.0, rotate=0.0, zoom=0.0, eval_every=2,
-    backup_every=3)
+    epochs=2, batch_size=128, translate=0.0, rotate=0.0, zoom=0.0, eval_every=2,
+    backup_every=3).replace_model(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
+                                  num_heads=2, num_layers=1)
 
 
 def _poisoned(train_dataset, step):
-    """`data.train_dataset` whose `step`-th batch (1-based, counting from the start) is NaN."""
+    """`pipeline.train_dataset` whose `step`-th batch (1-based, counting from the start) is NaN."""
     def poisoned_dataset(*args, **kwargs):
         dataset = train_dataset(*args, **kwargs)
         first = kwargs.get("start_epoch", 0) * kwargs["steps_per_epoch"] + kwargs.get(
@@ -39,10 +39,10 @@ def _poisoned(train_dataset, step):
 
 def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypatch):
     output = str(tmp_path)
-    monkeypatch.setattr(data, "train_dataset", _poisoned(data.train_dataset, POISONED_STEP))
+    monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, POISONED_STEP))
     with pytest.raises(callbacks.NonFiniteLossError, match=rf"global step {POISONED_STEP}\)") \
             as stopped:
-        loop.train(PRESET, output=output, strategy_name="default", export=False, inspect=False)
+        run.train(PRESET, output=output, strategy_name="default", export=False, inspect=False)
     assert "last good backup (global step 6)" in str(stopped.value)
     assert not (tmp_path / "model.keras").exists()
     state = json.loads((tmp_path / "backup" / "state.json").read_text())
@@ -57,8 +57,8 @@ def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypa
 
     monkeypatch.undo()  # the data is fixed: resume finishes the run
     keras.backend.clear_session()
-    assert loop.train(PRESET, output=output, resume=True, strategy_name="default",
-                      export=False, inspect=False) == 0
+    assert run.train(PRESET, output=output, resume=True, strategy_name="default",
+                     export=False, inspect=False) == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert math.isfinite(metrics["val_loss"])
 
@@ -66,7 +66,7 @@ def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypa
 def test_cli_reports_the_step_and_exits_1(tmp_path, monkeypatch, capsys):
     from training import train
 
-    monkeypatch.setattr(data, "train_dataset", _poisoned(data.train_dataset, 2))
+    monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, 2))
     monkeypatch.setattr(train, "resolve_preset", lambda args: PRESET)
     parser = argparse.ArgumentParser()
     train.add_arguments(parser)

@@ -111,7 +111,7 @@ def test_cli_refuses_unsafe_files(tmp_path, capsys):
 
     from PIL import Image
 
-    from training import loop, predict
+    from training import predict
 
     marker = tmp_path / "pwned"
     _lambda_model(str(tmp_path / "evil.keras"), marker)
@@ -126,5 +126,5 @@ def test_cli_refuses_unsafe_files(tmp_path, capsys):
         image_size=8, patch_size=4, hidden_size=8, mlp_dim=8, num_heads=1, num_layers=1,
         num_classes=2))
     with pytest.raises(ValueError, match="pickled objects are refused"):
-        loop.load_pretrained(model, str(tmp_path / "evil.npz"))
+        vit_keras.load_weights(model, str(tmp_path / "evil.npz"))
     assert not marker.exists()

@@ -16,8 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EPOCHS = 3
 ARGS = ["train", "--strategy", "multi_worker", "--epochs", str(EPOCHS), "--batch-size", "32",
         "--no-export", "--no-inspect", "--seed", "2",
-        "--set", "image_size=8", "--set", "patch_size=4", "--set", "hidden_size=16",
-        "--set", "mlp_dim=32", "--set", "num_heads=2", "--set", "num_layers=1",
+        "--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
+        "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
         "--set", "eval_every=3", "--set", "backup_every=5"]
 
 

@@ -1,0 +1,86 @@
+"""The private Keras/TensorFlow internals `vit_keras.keras_compat` relies on are still there and
+still shaped as expected: a Keras or TensorFlow upgrade that changes one fails here, loudly,
+instead of training silently wrong."""
+
+import inspect
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from vit_keras import keras_compat
+
+
+def test_installed_keras_is_the_tested_one():
+    assert keras_compat.keras_minor() == keras_compat.TESTED_KERAS, (
+        f"Keras {keras.__version__} is installed; keras_compat was checked on "
+        f"{keras_compat.TESTED_KERAS}: re-check every work-around, then update TESTED_KERAS "
+        "and the keras pin in pyproject.toml")
+
+
+def test_pin_admits_only_the_tested_keras():
+    import pathlib
+    import tomllib
+
+    pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    major, minor = keras_compat.TESTED_KERAS
+    assert f"keras>={major}.{minor},<{major}.{minor + 1}" in dependencies
+
+
+@pytest.mark.parametrize("owner, name, parameters", [
+    (keras.Model, "_symbolic_build", ["self", "iterator", "data_batch"]),
+    (keras.Model, "_maybe_symbolic_build", ["self", "iterator", "data_batch"]),
+    (keras.optimizers.Optimizer, "_clip_gradients", ["self", "grads"]),
+    (keras.optimizers.Adam, "_get_variable_index", ["self", "variable"]),
+    (keras.layers.Layer, "_flatten_layers", ["self", "include_self", "recursive"]),
+])
+def test_private_methods_keep_their_signatures(owner, name, parameters):
+    assert list(inspect.signature(getattr(owner, name)).parameters) == parameters
+
+
+def test_adam_slots_are_the_moment_variables():
+    variable = keras.Variable(np.ones((3,), "float32"))
+    optimizer = keras.optimizers.Adam(learning_rate=0.1)
+    optimizer.build([variable])
+    optimizer.apply([keras.ops.convert_to_tensor([1.0, 2.0, 3.0])], [variable])
+    momentum, velocity = keras_compat.adam_slots(optimizer, variable)
+    np.testing.assert_allclose(np.asarray(momentum), [0.1, 0.2, 0.3], rtol=1e-6)    # (1-b1) g
+    np.testing.assert_allclose(np.asarray(velocity), [1e-3, 4e-3, 9e-3], rtol=1e-5)  # (1-b2) g^2
+
+
+def test_nested_layers_reach_inside_preprocessing_layers():
+    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=2)
+    nested = keras_compat.nested_layers(layer)
+    assert nested[0] is layer and len(nested) > 1
+
+
+def test_build_without_peeking_builds_from_the_given_batch():
+    """`fit` calls `_maybe_symbolic_build(iterator=...)`; the replacement never reads it."""
+    model = keras.Sequential([keras.layers.Dense(2)])             # not built yet
+    model.compile("sgd", "mse", metrics=["mae"])
+    keras_compat.build_without_peeking(model, (np.zeros((2, 4), "float32"),
+                                               np.zeros((2, 2), "float32")))
+    model._maybe_symbolic_build(iterator=iter(()))                # an empty iterator: unread
+    assert model.built and [w.shape for w in model.weights] == [(4, 2), (2,)]
+    assert model._compile_metrics.built
+
+
+def test_tflite_converter_internals():
+    factor = tf.Variable(2.0)
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 2], tf.float32)])
+    def double(x):
+        return x * factor
+
+    frozen = keras_compat.freeze_concrete_function(double.get_concrete_function())
+    assert not frozen.graph.variables
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    keras_compat.set_per_channel(converter, False)
+    assert converter._experimental_disable_per_channel is True
+
+
+def test_a_missing_internal_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="private API .* no longer has it"):
+        keras_compat.check(keras.Model, "_no_such_internal")

@@ -1,0 +1,149 @@
+"""Masked patch prediction and DeiT distillation go through the one `vit train` pipeline: under
+MirroredStrategy over two logical CPUs, a run killed with SIGKILL and resumed ends with the
+weights of the uninterrupted run, and writes the same outputs as a classification run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# `vit train` in a process whose CPU is split into two logical devices before TensorFlow starts.
+TWO_CPU_VIT = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from training import cli
+    sys.exit(cli.main(sys.argv[1:]))
+""")
+TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4",
+        "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
+        "--set", "model.num_heads=2", "--set", "model.num_layers=1",
+        "--epochs", "2", "--batch-size", "32", "--strategy", "mirrored", "--no-export",
+        "--set", "backup_every=4", "--set", "eval_every=1", "--seed", "3"]
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def _vit(args, **kwargs):
+    return subprocess.Popen([sys.executable, "-c", TWO_CPU_VIT, "train", *args], env=_env(),
+                            cwd=REPO, **kwargs)
+
+
+def _kill_after_a_backup(args, output, min_step=10):
+    """Starts `vit train`, SIGKILLs it once a mid-run backup exists; returns that backup."""
+    victim = _vit([*args, "--output", str(output)], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+    state_file = output / "backup" / "state.json"
+    deadline = time.time() + 180
+    while time.time() < deadline and victim.poll() is None:
+        if state_file.exists() and json.loads(state_file.read_text())["global_step"] >= min_step:
+            break
+        time.sleep(0.01)
+    assert victim.poll() is None, "the run ended before it could be killed"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not (output / "model.keras").exists()
+    return json.loads(state_file.read_text())
+
+
+def _weights(path):
+    import keras
+
+    import vit_keras  # noqa: F401  (registers the layers)
+
+    return keras.saving.load_model(str(path), safe_mode=True, compile=False).get_weights()
+
+
+def _killed_and_resumed_equals_uninterrupted(tmp_path, args):
+    reference = _vit([*args, "--output", str(tmp_path / "ref")], stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True)
+    victim_dir = tmp_path / "victim"
+    state = _kill_after_a_backup(args, victim_dir)
+    resumed = _vit([*args, "--output", str(victim_dir), "--resume"], stdout=subprocess.PIPE,
+                   stderr=subprocess.STDOUT, text=True)
+    resumed_log = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, resumed_log[-3000:]
+    assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in resumed_log
+    assert "MirroredStrategy x2" in resumed_log
+    reference_log = reference.communicate(timeout=300)[0]
+    assert reference.returncode == 0, reference_log[-3000:]
+    for a, b in zip(_weights(tmp_path / "ref" / "model.keras"),
+                    _weights(victim_dir / "model.keras")):
+        np.testing.assert_allclose(a, b, atol=1e-5)      # same batches, same updates
+    for name in ("metrics.json", "history.csv", "config.json", "best.weights.h5", "labels.txt"):
+        assert (victim_dir / name).exists(), name
+    assert not (victim_dir / "backup").exists()
+    history = (victim_dir / "history.csv").read_text().splitlines()
+    assert len(history) == 3                              # header + one row per epoch
+    return json.loads((victim_dir / "metrics.json").read_text())
+
+
+def test_mpp_mirrored_killed_and_resumed(tmp_path):
+    args = ["--config", "mpp_digits", *TINY, "--set", "model.classifier=token"]
+    metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, args)
+    assert metrics["objective"] == "mpp" and metrics["replicas"] == 2
+    assert 0.0 <= metrics["val_mpp_accuracy"] <= 1.0
+    assert (tmp_path / "victim" / "encoder.npz").exists()
+    assert (tmp_path / "victim" / "inspect" / "inspect.json").exists()
+
+
+def test_deit_mirrored_killed_and_resumed(tmp_path):
+    import keras
+
+    teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
+                                keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    teacher.save(tmp_path / "teacher.keras")
+    args = ["--config", "deit_distill", *TINY, "--set", f"teacher={tmp_path / 'teacher.keras'}"]
+    metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, args)
+    assert metrics["objective"] == "distill" and metrics["replicas"] == 2
+    assert 0.0 <= metrics["val_top1"] <= 1.0 and "teacher_val_top1" in metrics
+    import vit_keras
+
+    student = keras.saving.load_model(str(tmp_path / "victim" / "model.keras"), safe_mode=True)
+    assert vit_keras.config_from_model(student).distilled
+
+
+def test_distill_without_a_teacher_fails_before_training(capsys):
+    from training import cli
+
+    assert cli.main(["train", "--config", "deit_distill", "--no-export"]) == 1
+    assert "needs a teacher" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("objective", ["mpp", "distill"])
+def test_objectives_stop_on_a_nan_loss(tmp_path, monkeypatch, objective):
+    """The NaN stop guards every objective: a poisoned batch ends the run at its step."""
+    import keras
+
+    from training import callbacks, pipeline, run
+    from training.configs import get_preset
+
+    teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                keras.layers.Dense(10)])
+    teacher.save(tmp_path / "teacher.keras")
+    preset = get_preset("mpp_digits" if objective == "mpp" else "deit_distill").replace(
+        epochs=1, batch_size=128, teacher=str(tmp_path / "teacher.keras"), translate=0.0,
+        zoom=0.0).replace_model(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
+                                num_heads=2, num_layers=1)
+    original = pipeline.train_dataset
+
+    def poisoned(*args, **kwargs):
+        return original(*args, **kwargs).map(lambda images, labels: (images * np.nan, labels))
+
+    monkeypatch.setattr(pipeline, "train_dataset", poisoned)
+    with pytest.raises(callbacks.NonFiniteLossError, match=r"global step 1\)"):
+        run.train(preset, output=str(tmp_path / "out"), strategy_name="default", export=False,
+                  inspect=False)
+    assert not (tmp_path / "out" / "model.keras").exists()
