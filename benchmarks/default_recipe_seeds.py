@@ -69,11 +69,14 @@ def main() -> None:
     parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 3],
                         help="random_state of each extra stratified 75/25 split")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--train-args", default="",
+                        help="extra `vit train` arguments for every run, e.g. '--epochs 150'")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as root:
         for index, seed in enumerate(args.seeds):
-            extra = [] if index == 0 else ["--no-export", "--no-inspect"]
+            extra = args.train_args.split() + ([] if index == 0 else ["--no-export",
+                                                                       "--no-inspect"])
             metrics = train(os.path.join(root, f"default-{seed}"), seed, extra)
             rows.append(("default 80/20", seed, metrics))
             print(f"default 80/20  seed {seed}: {100 * metrics['val_top1']:.2f}%  "
@@ -82,7 +85,7 @@ def main() -> None:
             train_dir, test_dir = write_split(root, split)
             metrics = train(os.path.join(root, f"split-{split}"), 0,
                             ["--data", f"folder:{train_dir}", "--val-data", f"folder:{test_dir}",
-                             "--no-export", "--no-inspect"])
+                             "--no-export", "--no-inspect", *args.train_args.split()])
             rows.append((f"75/25 split {split}", 0, metrics))
             print(f"75/25 split {split} seed 0: {100 * metrics['val_top1']:.2f}% "
                   f"(train {metrics['num_train_examples']}, test {metrics['val_examples']})",

@@ -74,3 +74,27 @@ def test_vit_export_command(tiny_config, tmp_path, capsys):
     assert report["formats"]["tflite_int8"]["per_channel"] is False
     assert report["eval_examples"] == 24 and report["keras"]["accuracy"] is not None
     assert (model_path.parent / "model_int8.tflite").exists()
+
+
+def test_vit_export_evaluates_on_the_runs_own_validation_data(tiny_config, tmp_path, capsys):
+    """A run trained with --val-data used all of its training folder: `vit export` reads the
+    config.json and evaluates on the --val-data images, never on training images."""
+    from PIL import Image
+
+    for name, count in (("train", 6), ("test", 4)):
+        for label in range(5):
+            folder = tmp_path / name / str(label)
+            folder.mkdir(parents=True)
+            for index in range(count):
+                Image.fromarray(random_pixels((8, 8), batch=1, seed=index)[0].astype("uint8")) \
+                    .save(folder / f"{index}.png")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _model(tiny_config).save(run_dir / "model.keras")
+    preset = {"data": f"folder:{tmp_path / 'train'}", "val_data": f"folder:{tmp_path / 'test'}",
+              "val_split": 0.1, "seed": 0}
+    (run_dir / "config.json").write_text(json.dumps({"preset": preset}))
+    assert cli.main(["export", "--model", str(run_dir / "model.keras"), "--formats", "tflite",
+                     "--latency-runs", "1"]) == 0
+    report = json.loads((run_dir / "export.json").read_text())
+    assert report["eval_examples"] == 20          # the 5 x 4 --val-data images, not training's

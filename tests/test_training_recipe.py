@@ -100,6 +100,9 @@ def test_every_model_option_is_settable_and_typed():
     hybrid = apply_overrides(preset, ["model.resnet_layers=1,1", "model.patch_size=1",
                                       "model.image_size=16"])
     assert hybrid.model.resnet_layers == (1, 1)
+    stem_only = apply_overrides(preset, ["model.resnet_layers=", "model.patch_size=1",
+                                         "model.image_size=16"])
+    assert stem_only.model.resnet_layers == ()                  # the hybrid's stem alone
     with pytest.raises(ValueError, match="model option: write --set model.hidden_size"):
         apply_overrides(preset, ["hidden_size=32"])
     with pytest.raises(ValueError, match="classifier must be one of"):

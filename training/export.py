@@ -258,14 +258,15 @@ def run(args) -> int:
     model = keras.saving.load_model(args.model, safe_mode=True)
     image_hw = graph.image_size(model)
     calibration = eval_images = eval_labels = None
-    data_spec = args.data or _training_data_spec(args.model)
+    trained_on = {} if args.data else _training_data(args.model)
+    data_spec = args.data or trained_on.get("data")
     if data_spec:
         if not args.data:
             print(f"vit export: calibrating and evaluating on {data_spec!r}, the data the model "
                   "was trained on (from its config.json)")
         try:
             calibration, eval_images, eval_labels = _load_data(
-                data_spec, image_hw, args.calibration_images, args.eval_images)
+                data_spec, image_hw, args.calibration_images, args.eval_images, trained_on)
         except ValueError as error:
             print(f"vit export: {error}", file=sys.stderr)
             return 2
@@ -309,17 +310,20 @@ def _percent(value) -> str:
     return "" if value is None else f"{100 * value:.2f}%"
 
 
-def _training_data_spec(model_path: str) -> str | None:
-    """The data spec in the config.json `vit train` wrote next to the model, if any."""
+def _training_data(model_path: str) -> dict:
+    """The data fields (data, val_data, val_split, seed) of the preset in the config.json
+    `vit train` wrote next to the model; {} when there is none."""
     path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")
     if not os.path.exists(path):
-        return None
+        return {}
     with open(path) as handle:
         preset = json.load(handle).get("preset", {})
-    return preset.get("data") or None
+    return {key: preset[key] for key in ("data", "val_data", "val_split", "seed")
+            if preset.get(key) not in (None, "")}
 
 
-def _load_data(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000):
+def _load_data(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000,
+               trained_on: dict | None = None):
     """(calibration images, eval images, eval labels) as float32 0..255 at `image_hw`."""
     import numpy as np
 
@@ -332,21 +336,19 @@ def _load_data(spec: str, image_hw, calibration_count: int = 300, eval_count: in
             labels = arrays["labels"] if "labels" in arrays else None
         eval_labels = None if labels is None else labels[:eval_count]
         return images[:calibration_count], images[:eval_count], eval_labels
-    return _load_preset_data(spec, image_hw, calibration_count, eval_count)
+    return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {})
 
 
-def _load_preset_data(spec, image_hw, calibration_count, eval_count):
-    """Calibration images from the spec's training split, evaluation images + labels from its
-    held-out split (or none when it has none), resized as `vit train` resizes for evaluation."""
+def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on):
+    """Calibration images from the training data, evaluation images + labels from its
+    validation data as the run chose them (`--val-data`, or the held-out part), resized as
+    `vit train` resizes for evaluation."""
     from training import pipeline, sources
 
-    height, width = image_hw
-    if height != width:
-        raise ValueError(f"--data {spec!r} resizes to square images; the model takes "
-                         f"{height}x{width}: pass an .npz of images at that size instead")
-    calibration, _ = pipeline.take_raw_images(sources.load_source(spec, "train"), height,
-                                          calibration_count)
-    if not sources.has_natural_val(spec, val_split=0.1):
+    data = sources.open_training_data(spec, trained_on.get("val_data", ""),
+                                      trained_on.get("val_split", 0.1), trained_on.get("seed", 0))
+    calibration, _ = pipeline.take_raw_images(data.train, image_hw, calibration_count)
+    if data.val is None:
         return calibration, None, None
-    images, labels = pipeline.take_raw_images(sources.load_source(spec, "val"), height, eval_count)
+    images, labels = pipeline.take_raw_images(data.val, image_hw, eval_count)
     return calibration, images, labels

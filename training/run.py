@@ -52,9 +52,9 @@ def make_plan(preset: configs.Preset, num_examples: int, replicas: int) -> Plan:
         raise ValueError(f"batch_size {preset.batch_size} must be divisible by "
                          f"grad_accum_steps x replicas = {accum} x {replicas}")
     step_batch = preset.batch_size // accum
-    if num_examples < step_batch:
+    if num_examples < preset.batch_size:
         raise ValueError(f"the training data has {num_examples} examples, fewer than one "
-                         f"batch of {step_batch}")
+                         f"batch of {preset.batch_size}")
     steps = (num_examples // step_batch) // accum * accum
     return Plan(replicas=replicas, global_batch=preset.batch_size, step_batch=step_batch,
                 per_replica_batch=step_batch // replicas, accum=accum, steps_per_epoch=steps,
@@ -256,7 +256,7 @@ class Run:
         if start_step and epoch < preset.epochs:  # finish the interrupted epoch first
             self.model.fit(self._train_stream(epoch, start_step), epochs=epoch + 1,
                            initial_epoch=epoch, steps_per_epoch=plan.steps_per_epoch - start_step,
-                           **common)
+                           validation_freq=validation_epochs(preset, epoch, epoch + 1), **common)
             epoch += 1
         if epoch < preset.epochs:
             self.model.fit(self._train_stream(epoch, 0), epochs=preset.epochs,
@@ -338,10 +338,15 @@ def train(preset: configs.Preset, **options) -> int:
     return Run(preset, **options).execute()
 
 
-def validation_epochs(preset: configs.Preset, first_epoch: int) -> list[int]:
-    """1-based epochs that validate: every `eval_every` and always the last."""
+def validation_epochs(preset: configs.Preset, first_epoch: int,
+                      last_epoch: int | None = None) -> list[int]:
+    """1-based epochs after `first_epoch` (up to `last_epoch`) that validate: every
+    `eval_every` and always the run's last."""
     every = max(1, preset.eval_every)
-    chosen = [e for e in range(first_epoch + 1, preset.epochs + 1) if e % every == 0]
+    last = preset.epochs if last_epoch is None else last_epoch
+    chosen = [e for e in range(first_epoch + 1, last + 1) if e % every == 0]
+    if last < preset.epochs:
+        return chosen
     if preset.epochs not in chosen:
         chosen.append(preset.epochs)
     return chosen

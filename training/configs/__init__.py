@@ -45,12 +45,14 @@ class Preset:
             batch_size / grad_accum_steps.
         optimizer: 'adamw', 'adam' or 'sgd' (momentum).
         lr: peak learning rate (after warmup).
-        beta1, beta2: Adam moments; momentum: SGD momentum.
+        beta1, beta2: Adam moments.
+        momentum: SGD momentum.
         weight_decay: decoupled weight decay (AdamW, Adam, SGD), never on the weights the model
             exempts (`vit_keras.no_weight_decay`: biases, norms, tokens, position embeddings,
             the MAP probe, layer-scale gammas).
         schedule: 'cosine' or 'linear' decay after warmup; 'constant' keeps the peak.
-        warmup_steps: linear warmup steps (optimizer steps); warmup_epochs adds whole epochs.
+        warmup_steps: linear warmup steps (optimizer steps).
+        warmup_epochs: linear warmup epochs, added to warmup_steps.
         min_lr: learning rate at the end of the decay.
         clipnorm: global gradient-norm clipping (0 = off).
         ema_momentum: keep an exponential moving average of the weights with this momentum
@@ -170,13 +172,13 @@ def get_preset(name: str) -> Preset:
 def parse_value(text: str, kind: Any) -> Any:
     """Converts the command-line string `text` to the annotated type `kind`.
 
-    Understands bool, int, float, str, `X | None` ('none' or '' = None), `tuple[int, ...]`
-    ('3,4,9'; '' = ()) and `int | tuple[int, int]` ('224' or '224x320').
+    Understands bool, int, float, str, `X | None` ('none' = None), `tuple[int, ...]`
+    ('3,4,9'; '' or '()' = ()) and `int | tuple[int, int]` ('224' or '224x320').
     """
     text = text.strip()
     options = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
     if type(None) in options:
-        if text.lower() in ("none", ""):
+        if text.lower() == "none":
             return None
         options = tuple(option for option in options if option is not type(None))
     errors = []
@@ -196,7 +198,7 @@ def _parse_one(text: str, kind: Any) -> Any:
             return False
         raise ValueError(f"expected a boolean (true/false), got {text!r}")
     if typing.get_origin(kind) is tuple:
-        parts = [part for part in text.replace("x", ",").split(",") if part.strip()]
+        parts = [part for part in text.strip("()").replace("x", ",").split(",") if part.strip()]
         return tuple(_parse_one(part.strip(), int) for part in parts)
     if kind in (int, float):
         try:
