@@ -18,9 +18,11 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EPOCHS = 3
+STEPS_PER_EPOCH = 1437 // 32  # digits' training split at batch 32
 COMMON = ["train", "--epochs", str(EPOCHS), "--batch-size", "32", "--seed", "1",
           "--no-inspect", "--strategy", "default",
-          "--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
+          "--set", "model.image_size=8", "--set", "model.patch_size=4",
+          "--set", "model.hidden_size=16",
           "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
           "--set", "eval_every=1", "--set", "backup_every=4"]
 
@@ -89,16 +91,30 @@ def check_consistent(output):
     return "training" if state_path.exists() else "startup"
 
 
+def _wait_for_step(process, output, step, deadline):
+    """Returns once a backup at global step >= `step` exists (or the run ended)."""
+    state = output / "backup" / "state.json"
+    while process.poll() is None and time.time() < deadline:
+        try:
+            if json.loads(state.read_text())["global_step"] >= step:
+                return
+        except (OSError, ValueError):  # replaced between the check and the read
+            pass
+        time.sleep(0.005)
+
+
 def _kill_when(process, output, target, rng):
     """Sends SIGKILL at the `target` moment; returns False when the run ended first.
 
-    Targets: 'random' (0-4 s into training), 'backup_write' (while a backup temp file exists),
-    'export' (0-2 s after model.keras appears: the SavedModel/TFLite writes).
+    Targets: 'random' (a random instant in the first half of training: after a random
+    backup, then up to 50 ms more), 'backup_write' (while a backup temp file exists), 'export'
+    (0-2 s after model.keras appears: the SavedModel/TFLite writes).
     """
     _wait_for_training(process, output)
     deadline = time.time() + 120
     if target == "random":
-        time.sleep(rng.uniform(0.0, 4.0))
+        _wait_for_step(process, output, rng.randint(4, EPOCHS * STEPS_PER_EPOCH // 2), deadline)
+        time.sleep(rng.uniform(0.0, 0.05))
     elif target == "backup_write":
         backup = output / "backup"
         while process.poll() is None and time.time() < deadline and not any(
