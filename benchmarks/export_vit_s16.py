@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import vit_keras  # noqa: E402
 from vit_keras import export  # noqa: E402
 
-REFERENCE = {  # keras-hub ViT-S/16, same converter + LiteRT, 2 threads, batch 1 (issue 5)
+REFERENCE = {  # keras-hub ViT-S/16, same converter + LiteRT, 2 threads, batch 1
     "fp32": (24.6, 88e6),
     "dynamic_int8": (15.3, 23e6),
     "fp16": (30.2, 44e6),

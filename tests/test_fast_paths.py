@@ -1,4 +1,4 @@
-"""The speed-ups of issue 7 keep the reference numbers.
+"""The training and inference fast paths keep the reference numbers.
 
 The training path (XLA-fused GELU with its own gradient), the inference path (MatMul + BiasAdd +
 GELU fused by grappler) and the one-kernel Adam update are each checked against a reference
