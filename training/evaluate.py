@@ -118,9 +118,8 @@ def run(args: argparse.Namespace) -> int:
     from training.outputs import write_json
 
     try:
-        kind, _ = sources.parse_spec(args.data)
-        subset = "val" if kind in ("digits", "tfds") else "train"
-        source = sources.load_source(args.data, subset, args.data_dir, val_split=0.0)
+        source = sources.load_source(args.data, sources.evaluation_subset(args.data),
+                                     args.data_dir, val_split=0.0)
         model = load_model(args.model)
         results = evaluate(model, source, args.batch_size)
         if args.few_shot is not None:

@@ -160,9 +160,9 @@ class Distillation(Classification):
         return {"teacher_val_top1": float(hits.result())}
 
     def report(self, results):
-        return {"val_top1": float(results["accuracy"]), "val_distill_loss":
-                float(results["loss"]),
-                "val_top5": float(results["top5"]) if "top5" in results else None}
+        report = super().report(results)
+        report["val_distill_loss"] = report.pop("val_loss")  # student and teacher terms
+        return report
 
 
 def get_objective(preset):

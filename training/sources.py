@@ -150,8 +150,7 @@ def open_training_data(data: str, val_data: str = "", val_split: float = 0.1, se
     """
     if val_data:
         train = load_source(data, "train", data_dir, 0.0, seed)
-        subset = "val" if parse_spec(val_data)[0] in ("digits", "tfds") else "train"
-        val = load_source(val_data, subset, data_dir, 0.0, seed)
+        val = load_source(val_data, evaluation_subset(val_data), data_dir, 0.0, seed)
         origin = f"{val_data} (--val-data)"
     elif has_natural_val(data, val_split):
         train = load_source(data, "train", data_dir, val_split, seed)
@@ -164,6 +163,12 @@ def open_training_data(data: str, val_data: str = "", val_split: float = 0.1, se
         raise ValueError(f"validation data has {val.num_classes} classes, training data "
                          f"{train.num_classes}: expected the same classes")
     return TrainingData(train, val, origin)
+
+
+def evaluation_subset(spec: str) -> str:
+    """The subset of `spec` that evaluates: digits and tfds without a split give their held-out
+    part ('val'); a folder or TFRecord spec gives all of its examples ('train')."""
+    return "val" if parse_spec(spec)[0] in ("digits", "tfds") else "train"
 
 
 def _held_out_origin(data: str, val_split: float) -> str:
