@@ -23,14 +23,15 @@ class DenseGeneralGlorotUniform(keras.initializers.Initializer):
     def __init__(self, num_input_axes=1, seed=None):
         self.num_input_axes = num_input_axes
         self.seed = seed
-        self._seed_generator = keras.random.SeedGenerator(seed) if seed is not None else None
 
     def __call__(self, shape, dtype=None):
         fan_in = math.prod(shape[: self.num_input_axes])
         fan_out = math.prod(shape[self.num_input_axes:])
         limit = math.sqrt(6.0 / (fan_in + fan_out))
-        seed = self._seed_generator if self._seed_generator is not None else None
-        return keras.random.uniform(shape, -limit, limit, dtype=dtype, seed=seed)
+        # Keras' own initializer draws an integer seed when none is given, which (unlike a global
+        # SeedGenerator) is allowed inside a JAX trace, where nested layers are built.
+        uniform = keras.initializers.RandomUniform(-limit, limit, seed=self.seed)
+        return uniform(shape, dtype=dtype)
 
     def get_config(self):
         return {"num_input_axes": self.num_input_axes, "seed": self.seed}
