@@ -187,6 +187,9 @@ class MaskedPatchPretrainer(keras.Model):
         Returns:
             {'logits': [batch, patches, classes], 'corruption': [batch, patches] int32}.
         """
+        # Eager training steps may hand over NumPy arrays, which cannot share a call with the
+        # backend tensor of the corruption.
+        images = ops.convert_to_tensor(images)
         corruption = sample_corruption(ops.shape(images)[0], self.config.num_patches,
                                        self.seed_generator, self.rate, self.mask_fraction,
                                        self.random_fraction)
