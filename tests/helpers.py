@@ -13,9 +13,18 @@ import tempfile
 
 import keras
 import numpy as np
+import pytest
 from keras import tree
 
 MIXED = "mixed_bfloat16"
+BACKEND = keras.backend.backend()
+
+# A test of something only TensorFlow has: its fused kernels, tf.function graphs, the TF
+# profiler, SavedModel/TFLite export, or the TF trainer's private internals.
+requires_tf = pytest.mark.skipif(
+    BACKEND != "tensorflow",
+    reason=f"TensorFlow-only (TF kernels, graphs, profiler, export or TF-trainer internals); "
+           f"this run uses the {BACKEND} backend")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,8 +104,12 @@ def assert_builtin_tflite_ops(operators):
 # Comparisons
 
 
-def _numpy(value):
+def to_numpy(value):
+    """A tensor or variable of any backend as a NumPy array (torch: detached from autograd)."""
     return keras.ops.convert_to_numpy(value)
+
+
+_numpy = to_numpy
 
 
 def assert_outputs_equal(actual, expected, atol=0.0, what="outputs"):
@@ -141,6 +154,68 @@ def _dtype(tensor):
 
 def _call(layer, input_data, call_kwargs, **extra):
     return layer(input_data, **{**call_kwargs, **extra})
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradients
+
+
+def value_and_gradients(function, variables=(), inputs=()):
+    """A scalar `function(*inputs)` and its gradients, on whichever backend Keras runs.
+
+    Args:
+        function: maps backend tensors made from `inputs` to a scalar; it may read any Keras
+            variable.
+        variables: Keras variables to differentiate with respect to.
+        inputs: float arrays to differentiate with respect to, passed to `function`.
+
+    Returns:
+        (value, gradients): the value as a NumPy scalar, and one NumPy gradient per variable,
+        then per input, in their dtypes. A gradient that nothing reaches is None on TensorFlow
+        and torch (JAX gives zeros).
+    """
+    variables, inputs = list(variables), list(inputs)
+    value, gradients = _GRADIENTS[BACKEND](function, variables, inputs)
+    return _numpy(value), [None if gradient is None else _numpy(gradient)
+                           for gradient in gradients]
+
+
+def _tensorflow_gradients(function, variables, inputs):
+    import tensorflow as tf
+
+    tensors = [tf.convert_to_tensor(value) for value in inputs]
+    with tf.GradientTape() as tape:
+        tape.watch(tensors)
+        value = function(*tensors)
+    return value, tape.gradient(value, variables + tensors)
+
+
+def _jax_gradients(function, variables, inputs):
+    import jax
+
+    def pure(values, tensors):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return function(*tensors)
+
+    values = [variable.value for variable in variables]
+    tensors = [keras.ops.convert_to_tensor(value) for value in inputs]
+    value, (for_variables, for_inputs) = jax.value_and_grad(pure, argnums=(0, 1))(values,
+                                                                                 tensors)
+    return value, [*for_variables, *for_inputs]
+
+
+def _torch_gradients(function, variables, inputs):
+    import torch
+
+    tensors = [keras.ops.convert_to_tensor(value).detach().requires_grad_(True)
+               for value in inputs]
+    value = function(*tensors)
+    sources = [variable.value for variable in variables] + tensors
+    return value, torch.autograd.grad(value, sources, allow_unused=True)
+
+
+_GRADIENTS = {"tensorflow": _tensorflow_gradients, "jax": _jax_gradients,
+              "torch": _torch_gradients}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,25 +274,31 @@ def _functional_model(layer, input_data, call_kwargs):
 
 
 def _check_training_step(layer, input_data, call_kwargs, expected_shapes):
-    """One `training=True` call under a gradient tape: the outputs keep their shapes and every
+    """One `training=True` call under autodiff: the outputs keep their shapes and every
     trainable weight and float input receives a finite gradient."""
-    import tensorflow as tf
+    leaves = tree.flatten(input_data)
+    floats = [index for index, value in enumerate(leaves) if _is_float(np.asarray(value).dtype)]
+    shapes = []
 
-    inputs = tree.map_structure(tf.convert_to_tensor, input_data)
-    watched = [value for value in tree.flatten(inputs) if _is_float(value.dtype)]
-    with tf.GradientTape() as tape:
-        tape.watch(watched)
-        outputs = _call(layer, inputs, call_kwargs, training=True)
-        loss = sum(tf.reduce_sum(tf.square(tf.cast(value, "float32")))
+    def loss(*float_inputs):
+        values = [keras.ops.convert_to_tensor(value) for value in leaves]
+        for index, value in zip(floats, float_inputs):
+            values[index] = value
+        outputs = _call(layer, tree.pack_sequence_as(input_data, values), call_kwargs,
+                        training=True)
+        shapes.append(_shapes(outputs))
+        return sum(keras.ops.sum(keras.ops.square(keras.ops.cast(value, "float32")))
                    for value in tree.flatten(outputs) if _is_float(value.dtype))
-    assert _shapes(outputs) == expected_shapes, f"{layer.name}: training changed the shapes"
-    assert np.isfinite(_numpy(loss)), f"{layer.name}: non-finite training outputs"
-    sources = list(layer.trainable_weights) + watched
+
+    value, gradients = value_and_gradients(loss, layer.trainable_weights,
+                                           [leaves[index] for index in floats])
+    assert shapes[-1] == expected_shapes, f"{layer.name}: training changed the shapes"
+    assert np.isfinite(value), f"{layer.name}: non-finite training outputs"
     names = [variable.path for variable in layer.trainable_weights]
-    names += [f"input {index}" for index in range(len(watched))]
-    for name, gradient in zip(names, tape.gradient(loss, sources)):
+    names += [f"input {index}" for index in range(len(floats))]
+    for name, gradient in zip(names, gradients):
         assert gradient is not None, f"{layer.name}: no gradient reaches {name}"
-        assert np.all(np.isfinite(_numpy(gradient))), f"{layer.name}: non-finite gradient {name}"
+        assert np.all(np.isfinite(gradient)), f"{layer.name}: non-finite gradient {name}"
 
 
 def _check_mixed_precision(layer_cls, init_kwargs, input_data, call_kwargs, expected_shapes,

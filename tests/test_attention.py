@@ -6,8 +6,7 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
-from helpers import run_layer_test
+from helpers import requires_tf, run_layer_test, to_numpy
 
 from vit_keras import VisionTransformer, export_forms, load_weights
 from vit_keras.attention import MultiHeadSelfAttention, _UNROLL_MIN_MACS_PER_HEAD
@@ -22,7 +21,7 @@ def _randomize(layer, seed=0, stddev=0.3):
 
 
 def _numpy(variable):
-    return np.asarray(variable.numpy(), dtype="float64")
+    return np.asarray(to_numpy(variable), dtype="float64")
 
 
 def _attention(queries, context, layer):
@@ -78,7 +77,7 @@ def test_layer_contract(layer_cls, init_kwargs, output_shape, trainable, tmp_pat
 def test_map_head_equals_numpy_attention_pooling():
     head = _built_map_head()
     tokens = _tokens((2, 7, 12))
-    np.testing.assert_allclose(head(tokens).numpy(), _map_head(tokens, head), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(head(tokens)), _map_head(tokens, head), atol=1e-5)
 
 
 def test_map_head_weights_read_like_big_vision():
@@ -102,7 +101,7 @@ def test_context_equal_to_the_inputs_is_self_attention():
     x = _tokens((2, 5, 8))
     layer.build(x.shape)
     _randomize(layer)
-    np.testing.assert_array_equal(layer(x, context=x).numpy(), layer(x).numpy())
+    np.testing.assert_array_equal(to_numpy(layer(x, context=x)), to_numpy(layer(x)))
 
 
 def test_cross_attention_equals_numpy():
@@ -111,24 +110,27 @@ def test_cross_attention_equals_numpy():
     layer.build(queries.shape)
     _randomize(layer)
     out, scores = layer(queries, context=context, return_attention_scores=True)
-    np.testing.assert_allclose(out.numpy(), _attention(queries, context, layer), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(out), _attention(queries, context, layer), atol=1e-5)
     assert scores.shape == (2, 2, 3, 6)
-    np.testing.assert_allclose(scores.numpy().sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(scores).sum(-1), 1.0, atol=1e-6)
 
 
+@requires_tf
 def test_cross_attention_of_integer_export_equals_the_plain_graph():
     """Large enough heads take the unrolled FULLY_CONNECTED form in cross-attention too."""
+    import tensorflow as tf
+
     layer = MultiHeadSelfAttention(num_heads=2)
     queries, context = _tokens((2, 8, 32), seed=1), _tokens((2, 256, 32), seed=2)
     assert 8 * 256 * 16 >= _UNROLL_MIN_MACS_PER_HEAD
     layer.build(queries.shape)
     _randomize(layer)
-    plain = layer(queries, context=context).numpy()
+    plain = to_numpy(layer(queries, context=context))
     with export_forms.tflite_form(integer=True):
         function = tf.function(lambda q, c: layer(q, context=c))
         graph = function.get_concrete_function(tf.TensorSpec(queries.shape),
                                                tf.TensorSpec(context.shape)).graph
-        unrolled = function(queries, context).numpy()
+        unrolled = to_numpy(function(queries, context))
     np.testing.assert_allclose(unrolled, plain, atol=1e-5)
     assert "BatchMatMulV2" not in [op.type for op in graph.get_operations()]
 
@@ -136,14 +138,14 @@ def test_cross_attention_of_integer_export_equals_the_plain_graph():
 def test_mixed_bfloat16_map_head_is_close_to_float32_with_a_float32_softmax():
     reference = _built_map_head()
     tokens = _tokens((2, 7, 12))
-    expected = reference(tokens).numpy()
+    expected = to_numpy(reference(tokens))
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     head = MAPHead(num_heads=3, mlp_dim=16)
     head.build((None, 7, 12))
     head.set_weights(reference.get_weights())
     pooled = head(tokens)
     assert pooled.dtype == "bfloat16" and head.probe.dtype == "float32"
-    np.testing.assert_allclose(np.asarray(pooled, "float32"), expected, atol=0.03)
+    np.testing.assert_allclose(to_numpy(pooled).astype("float32"), expected, atol=0.03)
     probe = keras.ops.broadcast_to(keras.ops.cast(head.probe, "bfloat16"), (2, 1, 12))
     _, scores = head.attention(probe, context=tokens, return_attention_scores=True)
     assert scores.dtype == "float32"
@@ -162,4 +164,4 @@ def test_big_vision_map_checkpoint_loads(tiny_config, tmp_path):
     target = VisionTransformer(config)
     load_weights(target, path)
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
-    np.testing.assert_array_equal(target(images).numpy(), source(images).numpy())
+    np.testing.assert_array_equal(to_numpy(target(images)), to_numpy(source(images)))

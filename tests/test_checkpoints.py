@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import random_images, randomize_weights
+from helpers import random_images, randomize_weights, to_numpy
 from safetensors.numpy import load_file, save_file
 
 import vit_keras
@@ -22,7 +22,7 @@ def random_model(config, seed=0, **kwargs):
 
 
 def weights_by_path(model):
-    return {variable.path: variable.numpy() for variable in model.weights}
+    return {variable.path: to_numpy(variable) for variable in model.weights}
 
 
 def read_npz(path):
@@ -46,7 +46,7 @@ def test_round_trip_is_exact(tiny_config, tmp_path, changes):
     for name in expected:
         assert np.array_equal(expected[name], loaded[name]), name
     images = random_images(source, seed=100)
-    assert np.array_equal(np.asarray(source(images)), np.asarray(target(images)))
+    assert np.array_equal(to_numpy(source(images)), to_numpy(target(images)))
     assert os.listdir(tmp_path) == ["model.npz"]  # the temp file was renamed away
 
 
@@ -146,7 +146,7 @@ def test_every_official_layout_gives_the_same_logits(tiny_config, tmp_path, layo
     target = vit_keras.VisionTransformer(config)
     load_weights(target, variant, skip_head=False)
     images = random_images(source, seed=100)
-    np.testing.assert_allclose(np.asarray(target(images)), np.asarray(source(images)),
+    np.testing.assert_allclose(to_numpy(target(images)), to_numpy(source(images)),
                                rtol=0, atol=1e-6)
 
 
@@ -158,7 +158,7 @@ def test_big_vision_file_resizes_at_a_new_resolution(tiny_config, tmp_path):
     np.savez(big_vision, **to_big_vision(read_npz(original)))
     target = vit_keras.VisionTransformer(tiny_config.replace(image_size=48))
     load_weights(target, big_vision)
-    posemb = target.get_layer("posembed_input").pos_embedding.numpy()
+    posemb = to_numpy(target.get_layer("posembed_input").pos_embedding)
     grid = resize_position_embedding(read_npz(original)[POSEMB][:, 1:], 6, False)
     assert np.array_equal(posemb[:, 1:], grid) and not posemb[0, 0].any()
 
@@ -171,11 +171,11 @@ def test_constructor_weights_at_a_new_resolution_resizes_the_posemb(tiny_config,
     save_npz(source, path)
     model = vit_keras.ViTTi16(weights=path, input_shape=(48, 64, 3), classes=5, patch_size=8,
                               hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2)
-    loaded = model.get_layer("posembed_input").pos_embedding.numpy()
-    original = source.get_layer("posembed_input").pos_embedding.numpy()
+    loaded = to_numpy(model.get_layer("posembed_input").pos_embedding)
+    original = to_numpy(source.get_layer("posembed_input").pos_embedding)
     assert np.array_equal(loaded, resize_position_embedding(original, (6, 8), True))
-    assert np.array_equal(model.get_layer("head").kernel.numpy(),
-                          source.get_layer("head").kernel.numpy())
+    assert np.array_equal(to_numpy(model.get_layer("head").kernel),
+                          to_numpy(source.get_layer("head").kernel))
 
 
 def test_non_square_checkpoint_grid_cannot_be_resized(tiny_config, tmp_path):
@@ -205,9 +205,9 @@ def test_new_classes_skip_the_head_with_a_log(tiny_config, saved, caplog):
     with caplog.at_level(logging.WARNING, logger="vit_keras.checkpoints"):
         load_weights(target, path)
     assert "head/kernel" in caplog.text and "head shapes differ" in caplog.text
-    assert not target.get_layer("head").kernel.numpy().any()  # still its zeros init
-    assert np.array_equal(target.get_layer("pre_logits").kernel.numpy(),
-                          source.get_layer("pre_logits").kernel.numpy())
+    assert not to_numpy(target.get_layer("head").kernel).any()  # still its zeros init
+    assert np.array_equal(to_numpy(target.get_layer("pre_logits").kernel),
+                          to_numpy(source.get_layer("pre_logits").kernel))
     with pytest.raises(ValueError, match=r"head/kernel: expected \(16, 3\), found \(16, 5\)"):
         load_weights(target, path, skip_head=False)
 
@@ -218,8 +218,8 @@ def test_model_without_pre_logits_drops_pre_logits_and_head(tiny_config, saved, 
     with caplog.at_level(logging.WARNING, logger="vit_keras.checkpoints"):
         load_weights(target, path)
     assert "pre_logits/kernel" in caplog.text and "drop-head" in caplog.text
-    assert np.array_equal(target.get_layer("embedding").kernel.numpy(),
-                          source.get_layer("embedding").kernel.numpy())
+    assert np.array_equal(to_numpy(target.get_layer("embedding").kernel),
+                          to_numpy(source.get_layer("embedding").kernel))
     with pytest.raises(ValueError, match=r"pre_logits/kernel: found \(32, 16\)"):
         load_weights(target, path, skip_head=False)
 
@@ -228,9 +228,9 @@ def test_skip_head_true_always_skips(tiny_config, saved):
     path, source = saved
     target = vit_keras.VisionTransformer(tiny_config.replace(representation_size=16))
     load_weights(target, path, skip_head=True)
-    assert not target.get_layer("head").kernel.numpy().any()
-    assert np.array_equal(target.get_layer("pre_logits").kernel.numpy(),
-                          source.get_layer("pre_logits").kernel.numpy())
+    assert not to_numpy(target.get_layer("head").kernel).any()
+    assert np.array_equal(to_numpy(target.get_layer("pre_logits").kernel),
+                          to_numpy(source.get_layer("pre_logits").kernel))
 
 
 def test_headless_model_loads_the_trunk(tiny_config, saved):
@@ -242,7 +242,7 @@ def test_headless_model_loads_the_trunk(tiny_config, saved):
     import keras
 
     trunk = keras.Model(source.inputs[0], source.get_layer("pre_logits").output)
-    np.testing.assert_allclose(np.asarray(target(images)), np.asarray(trunk(images)), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(target(images)), to_numpy(trunk(images)), atol=1e-6)
 
 
 def test_skip_head_must_be_a_bool_or_none(tiny_config, saved):
@@ -271,7 +271,7 @@ def test_timm_no_embed_class_layout(tmp_path):
     model = vit_keras.VisionTransformer(TIMM_TOKEN)
     load_weights(model, path, skip_head=False)
     images, logits = parity("timm_token")
-    assert np.abs(np.asarray(model(images)) - logits).max() <= 2e-5
+    assert np.abs(to_numpy(model(images)) - logits).max() <= 2e-5
 
 
 def test_timm_fc_norm_is_reported_as_unsupported(tmp_path):
@@ -308,4 +308,4 @@ def test_hugging_face_4x_names(tmp_path):
         num_classes=6))
     load_weights(model, path, skip_head=False)
     images, logits = parity("hf_classifier")
-    assert np.abs(np.asarray(model(images)) - logits).max() <= 2e-5
+    assert np.abs(to_numpy(model(images)) - logits).max() <= 2e-5

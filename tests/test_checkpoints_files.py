@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import to_numpy
 from safetensors.numpy import save_file
 
 import vit_keras
@@ -32,7 +33,7 @@ def write(tmp_path, name, data: bytes):
 
 
 def snapshot(model):
-    return [variable.numpy().copy() for variable in model.weights]
+    return [to_numpy(variable).copy() for variable in model.weights]
 
 
 def assert_fails(model, path, pattern):

@@ -3,7 +3,7 @@ TensorFlow's profiler on the traced model graph."""
 
 import keras
 import pytest
-import tensorflow as tf
+from helpers import requires_tf
 
 from vit_keras import VARIANTS, VisionTransformer, get_variant
 from vit_keras.complexity import count_params, estimate, format_table
@@ -14,6 +14,8 @@ MATMUL_OPS = ["MatMul", "BatchMatMulV2", "Conv2D"]
 
 def _profiled_flops(config, batch_size=1, op_types=None):
     """FLOPs TensorFlow's profiler counts in the traced forward graph of the model."""
+    import tensorflow as tf
+
     model = VisionTransformer(config)
     height, width = config.image_hw
     spec = tf.TensorSpec((batch_size, height, width, config.channels))
@@ -50,6 +52,7 @@ def test_macs_match_the_vit_table(name, gmacs):
     assert round(estimate(get_variant(name)).gmacs, 2) == gmacs
 
 
+@requires_tf
 @pytest.mark.parametrize("overrides, batch", [
     (dict(), 1),
     (dict(representation_size=16), 2),
@@ -61,6 +64,7 @@ def test_flops_equal_the_profiled_matmuls_of_the_graph(tiny_config, overrides, b
     assert executed.flops == _profiled_flops(config, batch, MATMUL_OPS)
 
 
+@requires_tf
 def test_flops_within_two_percent_of_the_whole_profiled_graph():
     # The profiler also counts bias adds, LayerNorm, softmax and GELU; they stay under 2%.
     config = get_variant("Ti/16")

@@ -7,7 +7,7 @@ import inspect
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from helpers import requires_tf, to_numpy
 
 from vit_keras import keras_compat
 
@@ -30,8 +30,10 @@ def test_pin_admits_only_the_tested_keras():
 
 
 @pytest.mark.parametrize("owner, name, parameters", [
-    (keras.Model, "_symbolic_build", ["self", "iterator", "data_batch"]),
-    (keras.Model, "_maybe_symbolic_build", ["self", "iterator", "data_batch"]),
+    pytest.param(keras.Model, "_symbolic_build", ["self", "iterator", "data_batch"],
+                 marks=requires_tf),
+    pytest.param(keras.Model, "_maybe_symbolic_build", ["self", "iterator", "data_batch"],
+                 marks=requires_tf),
     (keras.optimizers.Optimizer, "_clip_gradients", ["self", "grads"]),
     (keras.optimizers.Adam, "_get_variable_index", ["self", "variable"]),
     (keras.layers.Layer, "_flatten_layers", ["self", "include_self", "recursive"]),
@@ -46,8 +48,8 @@ def test_adam_slots_are_the_moment_variables():
     optimizer.build([variable])
     optimizer.apply([keras.ops.convert_to_tensor([1.0, 2.0, 3.0])], [variable])
     momentum, velocity = keras_compat.adam_slots(optimizer, variable)
-    np.testing.assert_allclose(np.asarray(momentum), [0.1, 0.2, 0.3], rtol=1e-6)    # (1-b1) g
-    np.testing.assert_allclose(np.asarray(velocity), [1e-3, 4e-3, 9e-3], rtol=1e-5)  # (1-b2) g^2
+    np.testing.assert_allclose(to_numpy(momentum), [0.1, 0.2, 0.3], rtol=1e-6)    # (1-b1) g
+    np.testing.assert_allclose(to_numpy(velocity), [1e-3, 4e-3, 9e-3], rtol=1e-5)  # (1-b2) g^2
 
 
 def test_nested_layers_reach_inside_preprocessing_layers():
@@ -56,6 +58,7 @@ def test_nested_layers_reach_inside_preprocessing_layers():
     assert nested[0] is layer and len(nested) > 1
 
 
+@requires_tf
 def test_build_without_peeking_builds_from_the_given_batch():
     """`fit` calls `_maybe_symbolic_build(iterator=...)`; the replacement never reads it."""
     model = keras.Sequential([keras.layers.Dense(2)])             # not built yet
@@ -67,7 +70,10 @@ def test_build_without_peeking_builds_from_the_given_batch():
     assert model._compile_metrics.built
 
 
+@requires_tf
 def test_tflite_converter_internals():
+    import tensorflow as tf
+
     factor = tf.Variable(2.0)
 
     @tf.function(input_signature=[tf.TensorSpec([1, 2], tf.float32)])

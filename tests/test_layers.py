@@ -5,7 +5,7 @@ import math
 import keras
 import numpy as np
 import pytest
-from helpers import random_images, run_layer_test
+from helpers import random_images, run_layer_test, to_numpy
 from keras import ops
 
 from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding
@@ -23,14 +23,14 @@ def _gelu_tanh(x):
 
 
 def _attention(x, layer):
-    q = np.einsum("btd,dnh->btnh", x, layer.query_kernel.numpy()) + layer.query_bias.numpy()
-    k = np.einsum("btd,dnh->btnh", x, layer.key_kernel.numpy()) + layer.key_bias.numpy()
-    v = np.einsum("btd,dnh->btnh", x, layer.value_kernel.numpy()) + layer.value_bias.numpy()
+    q = np.einsum("btd,dnh->btnh", x, to_numpy(layer.query_kernel)) + to_numpy(layer.query_bias)
+    k = np.einsum("btd,dnh->btnh", x, to_numpy(layer.key_kernel)) + to_numpy(layer.key_bias)
+    v = np.einsum("btd,dnh->btnh", x, to_numpy(layer.value_kernel)) + to_numpy(layer.value_bias)
     logits = np.einsum("btnh,bsnh->bnts", q / math.sqrt(q.shape[-1]), k)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     context = np.einsum("bnts,bsnh->btnh", probs, v)
-    return np.einsum("btnh,nhd->btd", context, layer.out_kernel.numpy()) + layer.out_bias.numpy()
+    return np.einsum("btnh,nhd->btd", context, to_numpy(layer.out_kernel)) + to_numpy(layer.out_bias)
 
 
 def test_patch_embedding_equals_flatten_plus_dense():
@@ -39,10 +39,10 @@ def test_patch_embedding_equals_flatten_plus_dense():
     layer = PatchEmbedding(hidden_size=8, patch_size=16)
     layer.build(images.shape)
     layer.bias.assign(rng.normal(size=8).astype("float32"))
-    out = layer(images).numpy()
+    out = to_numpy(layer(images))
     # Row-major patches, each flattened (row, col, channel) and multiplied by the kernel.
     patches = images.reshape(2, 2, 16, 3, 16, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 6, -1)
-    expected = patches @ layer.kernel.numpy().reshape(-1, 8) + layer.bias.numpy()
+    expected = patches @ to_numpy(layer.kernel).reshape(-1, 8) + to_numpy(layer.bias)
     np.testing.assert_allclose(out, expected, atol=1e-4)
 
 
@@ -54,9 +54,9 @@ def test_attention_matches_reference():
     for weight in layer.weights:
         weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
     out, scores = layer(x, return_attention_scores=True)
-    np.testing.assert_allclose(out.numpy(), _attention(x, layer), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(out), _attention(x, layer), atol=1e-5)
     assert scores.shape == (2, 3, 5, 5)
-    np.testing.assert_allclose(ops.sum(scores, -1).numpy(), 1.0, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(ops.sum(scores, -1)), 1.0, atol=1e-6)
 
 
 def test_encoder_block_is_pre_ln_with_official_epsilon_and_tanh_gelu():
@@ -67,14 +67,14 @@ def test_encoder_block_is_pre_ln_with_official_epsilon_and_tanh_gelu():
     for weight in block.weights:
         weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
     ln0, ln2 = block.layer_norm_0, block.layer_norm_2
-    h = x + _attention(_layer_norm(x, ln0.gamma.numpy(), ln0.beta.numpy()), block.attention)
-    y = _layer_norm(h, ln2.gamma.numpy(), ln2.beta.numpy())
+    h = x + _attention(_layer_norm(x, to_numpy(ln0.gamma), to_numpy(ln0.beta)), block.attention)
+    y = _layer_norm(h, to_numpy(ln2.gamma), to_numpy(ln2.beta))
     mlp = block.mlp
-    y = _gelu_tanh(y @ mlp.dense_0.kernel.numpy() + mlp.dense_0.bias.numpy())
-    y = y @ mlp.dense_1.kernel.numpy() + mlp.dense_1.bias.numpy()
-    np.testing.assert_allclose(block(x).numpy(), h + y, atol=1e-4)
+    y = _gelu_tanh(y @ to_numpy(mlp.dense_0.kernel) + to_numpy(mlp.dense_0.bias))
+    y = y @ to_numpy(mlp.dense_1.kernel) + to_numpy(mlp.dense_1.bias)
+    np.testing.assert_allclose(to_numpy(block(x)), h + y, atol=1e-4)
     out, scores = block(x, return_attention_scores=True)
-    np.testing.assert_allclose(out.numpy(), h + y, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(out), h + y, atol=1e-4)
     assert scores.shape == (2, 3, 5, 5)
 
 

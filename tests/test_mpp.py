@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import to_numpy
 
 import keras
 from vit_keras import VisionTransformer
@@ -12,7 +13,7 @@ from vit_keras import masked_patch as mpp
 
 
 def test_corruption_statistics():
-    corruption = np.asarray(mpp.sample_corruption(2000, 64, seed=3))
+    corruption = to_numpy(mpp.sample_corruption(2000, 64, seed=3))
     selected = corruption != mpp.NOT_SELECTED
     assert (selected.sum(axis=1) == 32).all()                       # exactly 50% per image
     positions = np.broadcast_to(np.arange(64), corruption.shape)
@@ -34,20 +35,20 @@ def test_colour_targets_on_a_hand_made_image():
     image[0, :, 4:, 0] = 0.5                                        # r = 0.5: level 4
     image[0, :2, 4:, 1] = 1.0                                       # g: half 1, half 0 -> 0.5
     image[0, :, 4:, 2] = 0.99                                       # b: level 7
-    targets = np.asarray(mpp.patch_color_targets(image * 2.0 - 1.0, 4))
+    targets = to_numpy(mpp.patch_color_targets(image * 2.0 - 1.0, 4))
     assert targets.shape == (1, 2) and targets.dtype == np.int32
     assert targets[0, 0] == 7 * 64 + 0 * 8 + 0                      # red: (7, 0, 0)
     assert targets[0, 1] == 4 * 64 + 4 * 8 + 7
     grey = np.full((1, 4, 4, 3), 0.3, "float32") * 2 - 1            # a grey patch: r = g = b
-    assert int(np.asarray(mpp.patch_color_targets(grey, 4))[0, 0]) == 2 * 64 + 2 * 8 + 2
+    assert int(to_numpy(mpp.patch_color_targets(grey, 4))[0, 0]) == 2 * 64 + 2 * 8 + 2
 
 
 def test_corruption_layer():
     layer = mpp.MaskedPatchCorruption()
     tokens = np.arange(2 * 4 * 3, dtype="float32").reshape(2, 4, 3)
     corruption = np.array([[-1, -2, 0, 3], [2, -1, -1, -2]], "int32")
-    out = np.asarray(layer([tokens, corruption]))
-    mask = np.asarray(layer.mask_token)[0, 0]
+    out = to_numpy(layer([tokens, corruption]))
+    mask = to_numpy(layer.mask_token)[0, 0]
     np.testing.assert_array_equal(out[0, 0], tokens[0, 0])          # not selected
     np.testing.assert_array_equal(out[0, 1], mask)                  # [mask]
     np.testing.assert_array_equal(out[0, 2], tokens[0, 0])          # patch 0's embedding
@@ -68,7 +69,7 @@ def test_pretrain_step_and_transfer_to_a_classifier(tiny_config):
         for got, want in zip(classifier.get_layer(name).get_weights(),
                              trainer.network.get_layer(name).get_weights()):
             np.testing.assert_array_equal(got, want)
-    assert not np.asarray(classifier.get_layer("head").kernel).any()
+    assert not to_numpy(classifier.get_layer("head").kernel).any()
     with pytest.raises(ValueError, match="plain ViT"):
         mpp.build_network(tiny_config.replace(resnet_layers=(), patch_size=1))
 
