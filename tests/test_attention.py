@@ -6,9 +6,10 @@ import math
 import keras
 import numpy as np
 import pytest
-from helpers import requires_tf, run_layer_test, to_numpy
+from helpers import dtype_name, requires_tf, run_layer_test, to_numpy, value_and_gradients
+from keras import ops
 
-from vit_keras import VisionTransformer, export_forms, load_weights
+from vit_keras import VisionTransformer, attention, export_forms, load_weights
 from vit_keras.attention import MultiHeadSelfAttention, _UNROLL_MIN_MACS_PER_HEAD
 from vit_keras.checkpoints import keys, official
 from vit_keras.heads import MAPHead
@@ -144,11 +145,11 @@ def test_mixed_bfloat16_map_head_is_close_to_float32_with_a_float32_softmax():
     head.build((None, 7, 12))
     head.set_weights(reference.get_weights())
     pooled = head(tokens)
-    assert pooled.dtype == "bfloat16" and head.probe.dtype == "float32"
+    assert dtype_name(pooled) == "bfloat16" and dtype_name(head.probe) == "float32"
     np.testing.assert_allclose(to_numpy(pooled).astype("float32"), expected, atol=0.03)
     probe = keras.ops.broadcast_to(keras.ops.cast(head.probe, "bfloat16"), (2, 1, 12))
     _, scores = head.attention(probe, context=tokens, return_attention_scores=True)
-    assert scores.dtype == "float32"
+    assert dtype_name(scores) == "float32"
 
 
 def test_big_vision_map_checkpoint_loads(tiny_config, tmp_path):
@@ -165,3 +166,44 @@ def test_big_vision_map_checkpoint_loads(tiny_config, tmp_path):
     load_weights(target, path)
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     np.testing.assert_array_equal(to_numpy(target(images)), to_numpy(source(images)))
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("queries, keys", [(17, None), (1, 17)], ids=["self", "cross"])
+def test_dot_product_attention_path_equals_the_plain_math(monkeypatch, policy, queries, keys):
+    """The one-op path JAX takes (`keras.ops.dot_product_attention`) gives the einsum path's
+    outputs and gradients, for self-attention and the MAP head's cross-attention, on every
+    backend (the choice is forced both ways here)."""
+    keras.mixed_precision.set_global_policy(policy)
+    layer = MultiHeadSelfAttention(num_heads=4)
+    inputs = [_tokens((2, queries, 32), seed=1)]
+    if keys is not None:
+        inputs.append(_tokens((2, keys, 32), seed=2))
+    layer.build(inputs[0].shape)
+    _randomize(layer)
+    fast_calls = []
+    fast_path = layer._dot_product_attention
+    monkeypatch.setattr(layer, "_dot_product_attention",
+                        lambda *args: fast_calls.append(1) or fast_path(*args))
+
+    def loss(*tensors):
+        outputs = layer(tensors[0], context=tensors[1] if keys else None, training=True)
+        return ops.sum(ops.square(ops.cast(outputs, "float32")))
+
+    results = []
+    for fast in (False, True):
+        monkeypatch.setattr(attention, "dot_product_attention_available", lambda: fast)
+        outputs = to_numpy(ops.cast(layer(*inputs[:1], context=inputs[1] if keys else None),
+                                    "float32"))
+        _, gradients = value_and_gradients(loss, layer.trainable_weights, inputs)
+        results.append([outputs, *gradients])
+    assert fast_calls, "the dot_product_attention path did not run"
+    # Relative to the largest value of its kind: the key bias's true gradient is zero (softmax
+    # ignores a shift of all logits), so its computed one is rounding noise of the others.
+    tolerance = 1e-5 if policy == "float32" else 2e-2
+    outputs_scale = max(1.0, np.abs(results[0][0].astype("float32")).max())
+    gradients_scale = max(1.0, max(np.abs(g.astype("float32")).max() for g in results[0][1:]))
+    for index, (plain, fast) in enumerate(zip(*results)):
+        scale = outputs_scale if index == 0 else gradients_scale
+        difference = np.abs(plain.astype("float32") - fast.astype("float32")).max()
+        assert difference <= tolerance * scale, f"result {index}: {difference} (scale {scale})"

@@ -15,6 +15,17 @@ from vit_keras.linear import dense_last_axis
 _UNROLL_MIN_MACS_PER_HEAD = 2**15
 
 
+def dot_product_attention_available() -> bool:
+    """Whether attention may run as one `keras.ops.dot_product_attention`: on JAX.
+
+    There Keras picks cuDNN flash attention on recent NVIDIA GPUs and Splash attention on TPUs
+    where the shapes and dtypes allow, and XLA's own attention otherwise; logits and softmax
+    stay float32 under mixed precision. TensorFlow keeps the einsum form, which its fused
+    softmax, grappler and TFLite export expect.
+    """
+    return keras.backend.backend() == "jax"
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class MultiHeadSelfAttention(keras.layers.Layer):
     """The official `MultiHeadDotProductAttention`: self-attention, or cross-attention when
@@ -24,7 +35,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `{query,key,value}_kernel` (D, heads, head_dim), `{query,key,value}_bias` (heads, head_dim),
     `out_kernel` (heads, head_dim, D), `out_bias` (D,). Queries are scaled by 1/sqrt(head_dim).
     The softmax runs in float32 under mixed precision; when training in half precision on
-    TensorFlow the scaling and softmax are one fused kernel (`activations.scaled_softmax`).
+    TensorFlow the scaling and softmax are one fused kernel (`activations.scaled_softmax`). On
+    JAX, when no dropout acts on the probabilities and none are returned, the whole attention
+    is one `keras.ops.dot_product_attention` (see `dot_product_attention_available`).
 
     Args:
         num_heads: number of attention heads; must divide the input width.
@@ -82,6 +95,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         queries = inputs if num_queries is None else inputs[:, :num_queries]
         if self._unroll_for_integer_export(queries, context) and not return_attention_scores:
             return self._per_head_fully_connected(queries, context)
+        dropout_active = training and self.dropout_rate > 0
+        if (dot_product_attention_available() and not dropout_active
+                and not return_attention_scores):
+            return self._dot_product_attention(queries, context)
         head_dim = self.query_kernel.shape[-1]
         query = self._split_heads(queries, "query")
         key = self._split_heads(context, "key")
@@ -98,13 +115,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             weights = ops.cast(probs, self.compute_dtype)
         weights = self.attention_dropout(weights, training=training)
         attended = ops.einsum("bnts,bnsh->bnth", weights, value)
-        attended = ops.reshape(ops.transpose(attended, (0, 2, 1, 3)),
-                               (-1, queries.shape[1], self.num_heads * head_dim))
-        out_kernel = ops.reshape(self.out_kernel, (self.num_heads * head_dim, -1))
-        outputs = dense_last_axis(attended, out_kernel, self.out_bias)
+        outputs = self._merge_heads(ops.transpose(attended, (0, 2, 1, 3)))
         if return_attention_scores:
             return outputs, probs
         return outputs
+
+    def _dot_product_attention(self, queries, context):
+        """The same attention as one `keras.ops.dot_product_attention` (no dropout, no
+        probabilities), in its [batch, tokens, heads, head_dim] layout."""
+        head_dim = self.query_kernel.shape[-1]
+        attended = ops.dot_product_attention(
+            self._heads(queries, "query"), self._heads(context, "key"),
+            self._heads(context, "value"), scale=1.0 / math.sqrt(head_dim))
+        return self._merge_heads(attended)
+
+    def _merge_heads(self, attended):
+        """[batch, tokens, heads, head_dim] -> the output projection [batch, tokens, D]."""
+        _, tokens, heads, head_dim = attended.shape
+        attended = ops.reshape(attended, (-1, tokens, heads * head_dim))
+        out_kernel = ops.reshape(self.out_kernel, (heads * head_dim, -1))
+        return dense_last_axis(attended, out_kernel, self.out_bias)
 
     def _unroll_for_integer_export(self, queries, context):
         """Whether a full-integer TFLite export should trace `_per_head_fully_connected`.
@@ -148,12 +178,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return dense_last_axis(inputs, ops.reshape(kernel, (width, heads * head_dim)),
                                ops.reshape(bias, (heads * head_dim,)))
 
-    def _split_heads(self, inputs, name):
-        """[batch, tokens, D] -> [batch, heads, tokens, head_dim] through one 2-D MatMul."""
+    def _heads(self, inputs, name):
+        """[batch, tokens, D] -> [batch, tokens, heads, head_dim] through one 2-D MatMul."""
         _, heads, head_dim = self.query_kernel.shape
-        projected = ops.reshape(self._project(inputs, name),
-                                (-1, inputs.shape[1], heads, head_dim))
-        return ops.transpose(projected, (0, 2, 1, 3))
+        return ops.reshape(self._project(inputs, name), (-1, inputs.shape[1], heads, head_dim))
+
+    def _split_heads(self, inputs, name):
+        """[batch, tokens, D] -> [batch, heads, tokens, head_dim]."""
+        return ops.transpose(self._heads(inputs, name), (0, 2, 1, 3))
 
     def compute_output_shape(self, input_shape):
         return input_shape
