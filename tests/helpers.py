@@ -148,8 +148,12 @@ def _is_float(dtype):
     return keras.backend.is_float_dtype(keras.backend.standardize_dtype(dtype))
 
 
-def _dtype(tensor):
+def dtype_name(tensor):
+    """The dtype of a tensor or variable of any backend as a string, e.g. 'bfloat16'."""
     return keras.backend.standardize_dtype(tensor.dtype)
+
+
+_dtype = dtype_name
 
 
 def _call(layer, input_data, call_kwargs, **extra):
