@@ -39,17 +39,27 @@ def _layers_with_generators(layer: keras.layers.Layer):
 
 
 def call_with_seed(layer: keras.layers.Layer, inputs, seed: tf.Tensor):
-    """Calls a random Keras preprocessing layer with its randomness taken from `seed`."""
+    """Calls a random Keras preprocessing layer with its randomness taken from `seed`.
+
+    On a backend other than TensorFlow, a layer running inside tf.data draws from a second,
+    stateful generator it keeps for TensorFlow (`_backend_generators`), whose draws would
+    depend on tf.data's thread timing; that one is swapped for the batch seed too.
+    """
     batch_seed = _BatchSeed(seed)
     swapped = []
     try:
         for sub in _layers_with_generators(layer):
-            swapped.append((sub, sub.generator))
+            swapped.append((sub, sub.generator, sub.__dict__.get("_backend_generators")))
             object.__setattr__(sub, "generator", batch_seed)
+            object.__setattr__(sub, "_backend_generators", {"tensorflow": batch_seed})
         return layer(inputs, training=True)
     finally:
-        for sub, generator in swapped:
+        for sub, generator, backend_generators in swapped:
             object.__setattr__(sub, "generator", generator)
+            if backend_generators is None:
+                object.__delattr__(sub, "_backend_generators")
+            else:
+                object.__setattr__(sub, "_backend_generators", backend_generators)
 
 
 def geometric_layers(preset) -> list[keras.layers.Layer]:

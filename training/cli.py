@@ -34,8 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def select_backend(argv: list[str]) -> None:
+    """Sets the Keras backend from `vit train --backend` before any command imports Keras."""
+    if not argv or argv[0] != "train":
+        return
+    from training import backend
+
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--backend", default="auto")
+    early.add_argument("--tpu")
+    known, _ = early.parse_known_args(argv[1:])
+    if known.backend in backend.BACKENDS:  # otherwise the full parser reports it
+        backend.activate(backend.choose(known.backend, known.tpu))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vit` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    select_backend(argv)
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -1,4 +1,9 @@
-"""Choosing the tf.distribute strategy: default, mirrored (GPUs), multi-worker (TF_CONFIG), TPU.
+"""Where a run computes: a `Placement` for either backend.
+
+On TensorFlow it wraps a tf.distribute strategy: default, mirrored (GPUs), multi-worker
+(TF_CONFIG) or TPU. On JAX it wraps a `keras.distribution` (`training.jax_distribution`).
+
+Choosing the tf.distribute strategy: default, mirrored (GPUs), multi-worker (TF_CONFIG), TPU.
 
 `auto` picks a TPU when one is configured (a `--tpu` name, Colab's COLAB_TPU_ADDR, TPU_NAME, or
 the /dev/accel* devices of a Cloud TPU VM), else multi-worker when TF_CONFIG names more than one
@@ -10,20 +15,94 @@ initialisation reset the runtime), so `vit train` creates it first.
 
 from __future__ import annotations
 
-import glob
+import contextlib
+import dataclasses
 import json
 import os
 
 import tensorflow as tf
 
+from training.backend import tpu_configured
+
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
-_TPU_ENV = ("COLAB_TPU_ADDR", "TPU_NAME")
 
 
-def tpu_configured(tpu: str | None = None) -> bool:
-    """Whether there is any sign of a TPU: a name, a Colab/Cloud TPU variable or TPU devices."""
-    return bool(tpu) or any(os.environ.get(name) for name in _TPU_ENV) or bool(
-        glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+@dataclasses.dataclass
+class Placement:
+    """Where and how a run computes, whatever the backend.
+
+    Attributes:
+        name: what the run prints (e.g. 'MirroredStrategy', 'DataParallel').
+        replicas: data-parallel replicas; each step's batch is split over them.
+        chief: whether this process writes the run's files.
+        worker_id: this process's index (0 on a single process).
+        on_tpu: the run computes on TPUs.
+        strategy: the tf.distribute strategy (TensorFlow backend), else None.
+        distribution: the keras.distribution in effect (JAX backend), else None.
+    """
+
+    name: str
+    replicas: int
+    chief: bool = True
+    worker_id: int = 0
+    on_tpu: bool = False
+    strategy: tf.distribute.Strategy | None = None
+    distribution: object = None
+
+    def scope(self):
+        """The context that model and optimizer variables are created in."""
+        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+
+def place(backend: str, strategy: str = "auto", tpu: str | None = None, model_parallel: int = 1,
+          coordinator: str | None = None, num_processes: int | None = None,
+          process_id: int | None = None) -> Placement:
+    """The placement of a run on `backend` (create it before anything else computes).
+
+    Args:
+        backend: 'tensorflow' or 'jax' (the Keras backend in use).
+        strategy, tpu: the tf.distribute strategy (see `get_strategy`); on JAX only 'auto'.
+        model_parallel: devices each model is sharded over (JAX).
+        coordinator, num_processes, process_id: a multi-process JAX run (see
+            `training.jax_distribution.initialize_processes`).
+    """
+    if backend == "jax":
+        if strategy not in ("auto", "default"):
+            raise ValueError(f"--strategy {strategy} is a tf.distribute strategy; on the JAX "
+                             "backend devices are used through keras.distribution: data "
+                             "parallel by default, --model-parallel N, --coordinator for "
+                             "several hosts")
+        return _place_on_jax(model_parallel, coordinator, num_processes, process_id)
+    if model_parallel > 1 or coordinator or num_processes:
+        raise ValueError("--model-parallel, --coordinator and --num-processes need the JAX "
+                         "backend (--backend jax); TensorFlow uses --strategy and TF_CONFIG")
+    chosen = get_strategy(strategy, tpu)
+    resolver = getattr(chosen, "cluster_resolver", None)
+    worker_id = (resolver.task_id or 0) if isinstance(
+        chosen, tf.distribute.MultiWorkerMirroredStrategy) else 0
+    return Placement(strategy_name(chosen), chosen.num_replicas_in_sync, is_chief(chosen),
+                     worker_id, is_tpu(chosen), strategy=chosen)
+
+
+def _place_on_jax(model_parallel, coordinator, num_processes, process_id) -> Placement:
+    import jax
+    import keras
+
+    from training import jax_distribution
+
+    jax_distribution.hide_accelerators_from_tensorflow()
+    if jax_distribution.multihost_requested(coordinator, num_processes):
+        jax_distribution.initialize_processes(coordinator, num_processes, process_id)
+    devices = jax.devices()
+    platform = devices[0].platform
+    if len(devices) == 1 and model_parallel <= 1:
+        return Placement(f"JAX on 1 {platform} device", 1, on_tpu=platform == "tpu")
+    distribution = jax_distribution.make_distribution(model_parallel)
+    keras.distribution.set_distribution(distribution)
+    return Placement(f"{jax_distribution.describe(distribution)} on {len(devices)} {platform} "
+                     "devices", distribution.device_mesh.shape[0],
+                     chief=jax.process_index() == 0, worker_id=jax.process_index(),
+                     on_tpu=platform == "tpu", distribution=distribution)
 
 
 def tf_config_tasks() -> int:

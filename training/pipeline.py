@@ -170,10 +170,19 @@ def eval_images(source: Source, image_size) -> tf.data.Dataset:
 
 
 def eval_dataset(source: Source, image_size, batch_size: int,
-                 num_classes: int | None = None, drop_remainder: bool = False) -> tf.data.Dataset:
-    """Evaluation batches `(images in [-1, 1], one-hot labels)`: plain resize, no shuffling."""
+                 num_classes: int | None = None, drop_remainder: bool = False,
+                 max_examples: int | None = None) -> tf.data.Dataset:
+    """Evaluation batches `(images in [-1, 1], one-hot labels)`: plain resize, no shuffling.
+
+    Args:
+        drop_remainder: drop a last partial batch (TPUs and multi-process runs need full ones).
+        max_examples: evaluate only the first examples (None: all).
+    """
     depth = num_classes or source.num_classes
-    dataset = eval_images(source, image_size).batch(batch_size, drop_remainder=drop_remainder)
+    dataset = eval_images(source, image_size)
+    if max_examples is not None:
+        dataset = dataset.take(max_examples)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     dataset = dataset.map(lambda images, labels: (scale(images), tf.one_hot(labels, depth)),
                           num_parallel_calls=tf.data.AUTOTUNE)
     return _with_options(dataset.prefetch(tf.data.AUTOTUNE))

@@ -14,6 +14,11 @@ import dataclasses
 import os
 import time
 
+import shutil
+import subprocess
+import sys
+import tempfile
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -46,7 +51,11 @@ class Plan:
 
 
 def make_plan(preset: configs.Preset, num_examples: int, replicas: int) -> Plan:
-    """Splits the global batch over accumulation steps and replicas; checks divisibility."""
+    """Splits the global batch over accumulation steps and replicas; checks divisibility.
+
+    Args:
+        replicas: data-parallel replicas (`Placement.replicas`).
+    """
     accum = max(1, preset.grad_accum_steps)
     if preset.batch_size % (accum * replicas):
         raise ValueError(f"batch_size {preset.batch_size} must be divisible by "
@@ -105,7 +114,9 @@ class Run:
         preset: the fully resolved preset.
         output: output folder (default saved_models/<preset.name>); local or gs://.
         resume: continue from `<output>/backup` when there is a backup.
-        strategy_name, tpu: see `training.distribute.get_strategy`.
+        strategy_name, tpu: see `training.distribute.get_strategy` (TensorFlow).
+        model_parallel, coordinator, num_processes, process_id: see
+            `training.distribute.place` (JAX).
         data_dir: tfds data_dir.
         export, inspect: run the export and the analysis at the end.
         verbose: Keras fit verbosity (0 = one line per epoch from `EpochLog`).
@@ -114,12 +125,15 @@ class Run:
     def __init__(self, preset: configs.Preset, output: str | None = None, resume: bool = False,
                  strategy_name: str = "auto", tpu: str | None = None,
                  data_dir: str | None = None, export: bool = True, inspect: bool = True,
-                 verbose: int = 0):
+                 verbose: int = 0, model_parallel: int = 1, coordinator: str | None = None,
+                 num_processes: int | None = None, process_id: int | None = None):
         self.preset = preset
         self.objective = objectives.get_objective(preset)  # fails fast on a bad objective
         self.output = output or os.path.join("saved_models", preset.name)
         self.resume = resume
         self.strategy_name, self.tpu, self.data_dir = strategy_name, tpu, data_dir
+        self.processes = dict(model_parallel=model_parallel, coordinator=coordinator,
+                              num_processes=num_processes, process_id=process_id)
         self.export, self.inspect, self.verbose = export, inspect, verbose
         self.backup_dir = os.path.join(self.output, "backup")
 
@@ -135,30 +149,43 @@ class Run:
     # --- setup ----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Strategy, precision, seed, folders, data, batch plan and model config."""
+        """Placement, precision, seed, folders, data, batch plan and model config."""
         self.started = time.perf_counter()
-        self.strategy = distribute.get_strategy(self.strategy_name, self.tpu)
-        self.on_tpu = distribute.is_tpu(self.strategy)
-        self.chief = distribute.is_chief(self.strategy)
+        self.backend = keras.backend.backend()
+        self.placement = distribute.place(self.backend, self.strategy_name, self.tpu,
+                                          **self.processes)
+        self.strategy = self.placement.strategy
+        self.on_tpu, self.chief = self.placement.on_tpu, self.placement.chief
         self.policy = resolve_precision(self.preset, self.on_tpu)
         keras.mixed_precision.set_global_policy(self.policy)
         keras.utils.set_random_seed(self.preset.seed)
-        self.write_dir = self.output if self.chief else os.path.join(
-            self.output, f".worker-{self.strategy.cluster_resolver.task_id}")
+        # Saving is a collective operation on several processes, so the other processes save
+        # too: TensorFlow workers into the output's .worker-N, JAX processes into a temporary
+        # folder removed at the end (only the chief writes the run's files).
+        self.write_dir = self.output
+        if not self.chief and self.strategy is not None:
+            self.write_dir = os.path.join(self.output, f".worker-{self.placement.worker_id}")
+        elif not self.chief:
+            self.write_dir = tempfile.mkdtemp(prefix=f"vit-process-{self.placement.worker_id}-")
         atomic.makedirs(self.write_dir)
+        self.saves = self.chief or self.strategy is None  # whether callbacks call save
         preset = self.preset
         self.data = sources.open_training_data(preset.data, preset.val_data, preset.val_split,
                                                preset.seed, self.data_dir)
         self.num_examples = count_examples(self.data.train)
-        self.plan = make_plan(preset, self.num_examples, self.strategy.num_replicas_in_sync)
+        self.plan = make_plan(preset, self.num_examples, self.placement.replicas)
         self.config = self.objective.model_config(self.data.train.num_classes)
+        if self.processes["model_parallel"] > 1:
+            from training.jax_distribution import check_model_parallel
+
+            check_model_parallel(self.config, self.processes["model_parallel"])
         self._log_header()
 
     def _log_header(self) -> None:
         preset, plan, data = self.preset, self.plan, self.data
         accumulated = f" (accumulated {plan.accum}x{plan.step_batch})" if plan.accum > 1 else ""
         log(f"vit train: preset {preset.name}, objective {self.objective.name}, model "
-            f"{describe_model(self.config)}, {distribute.strategy_name(self.strategy)} "
+            f"{describe_model(self.config)}, {self.backend}: {self.placement.name} "
             f"x{plan.replicas}, batch {plan.global_batch}{accumulated}, {preset.epochs} epochs "
             f"x {plan.steps_per_epoch} steps, {self.policy}")
         validation = "none" if data.val is None else (
@@ -174,13 +201,13 @@ class Run:
         steps_per_execution = self.preset.steps_per_execution
         if self.on_tpu and steps_per_execution == 1:
             steps_per_execution = min(64, self.plan.steps_per_epoch)
-        with self.strategy.scope():
+        with self.placement.scope():
             model = self.objective.build(self.config)
             optimizer = recipe.make_optimizer(self.preset, self.plan.updates_per_epoch, model)
             model.compile(optimizer=optimizer, steps_per_execution=steps_per_execution,
                           **self.objective.compile_args(self.config))
             model.optimizer.build(model.trainable_variables)
-        if self.strategy is not tf.distribute.get_strategy():
+        if self.strategy is not None and self.strategy is not tf.distribute.get_strategy():
             batch = self.plan.per_replica_batch
             sample = (np.zeros((batch, *self.config.image_hw, self.config.channels), np.float32),
                       np.zeros((batch, self.config.num_classes), np.float32))
@@ -217,18 +244,29 @@ class Run:
     def _val_stream(self):
         if self.data.val is None:
             return None
+        # A JAX batch splits evenly over the data-parallel devices, so up to replicas - 1
+        # examples are left out of a last partial batch; several processes need full batches.
+        whole = self.on_tpu or self._processes() > 1
+        count = self.data.val.num_examples
+        usable = count - count % self.plan.replicas if count and self.backend == "jax" else None
+        self.val_examples = usable or count
         return pipeline.eval_dataset(self.data.val, self.config.image_hw, self.plan.step_batch,
                                      num_classes=self.data.train.num_classes,
-                                     drop_remainder=self.on_tpu)
+                                     drop_remainder=whole, max_examples=usable)
+
+    def _processes(self) -> int:
+        distribution = self.placement.distribution
+        return distribution.num_processes if distribution is not None else 1
 
     def _callbacks(self, state: dict | None) -> list:
         start_step = state["step"] if state else 0
         steps = self.plan.steps_per_epoch
         self.best = callbacks.BestModel(os.path.join(self.write_dir, "best.weights.h5"),
-                                        write=self.chief)
+                                        write=self.saves)
         self.best.restore(state)
-        backup = callbacks.ResumableBackup(self.backup_dir, steps, self.preset.backup_every,
-                                           write=self.chief, step_offset=start_step,
+        backup = callbacks.ResumableBackup(os.path.join(self.write_dir, "backup"), steps,
+                                           self.preset.backup_every, write=self.saves,
+                                           step_offset=start_step,
                                            best_model=self.best)
         finite = callbacks.StopOnNonFinite(steps, step_offset=start_step,
                                            backup_dir=self.backup_dir if self.chief else "")
@@ -239,7 +277,7 @@ class Run:
         # reruns the epoch on --resume instead of losing them.
         chosen = [finite, self.best, history, backup,
                   keras.callbacks.TensorBoard(os.path.join(self.write_dir, "logs"))]
-        if self.verbose == 0:
+        if self.verbose == 0 and self.chief:
             chosen.append(callbacks.EpochLog(self.preset.epochs))
         return chosen
 
@@ -276,7 +314,7 @@ class Run:
                    "data": preset.data, "val_data": self.data.val_origin,
                    "num_train_examples": self.num_examples, "epochs": preset.epochs,
                    "global_batch": plan.global_batch, "replicas": plan.replicas,
-                   "strategy": distribute.strategy_name(self.strategy),
+                   "backend": self.backend, "placement": self.placement.name,
                    "precision": self.policy, "train_seconds": round(self.train_seconds, 2),
                    "train_images_per_second": round(
                        self.trained_images / max(self.train_seconds, 1e-9), 1),
@@ -285,16 +323,17 @@ class Run:
             results = self.model.evaluate(self.val_dataset, verbose=0, return_dict=True)
             metrics.update(self.objective.report(results))
             metrics.update(self.objective.evaluate_extras(self.model, self.val_dataset))
-            metrics["val_examples"] = self.data.val.num_examples
+            metrics["val_examples"] = self.val_examples
         return metrics
 
     def finish(self, metrics: dict) -> None:
-        """Writes the run's files (chief) or the worker's final weights, exports, inspects."""
+        """Writes the run's files (the chief; the other processes into their scratch folder),
+        exports, inspects."""
         classifier = self.objective.classifier(self.model, self.config)
-        if not self.chief:  # non-chief workers keep their final weights in their scratch folder
+        if not self.chief and self.strategy is not None:  # TF workers: final weights only
             atomic.save_weights(classifier, os.path.join(self.write_dir, "final.weights.h5"))
             return
-        output = self.output
+        output = self.write_dir
         atomic.save_model(classifier, os.path.join(output, "model.keras"))
         self.objective.write_extras(classifier, output)
         outputs.write_labels(output, self.data.train.class_names)
@@ -304,9 +343,12 @@ class Run:
                             os.path.join(output, "curves.png"))
         metrics["wall_seconds"] = round(time.perf_counter() - self.started, 2)
         outputs.write_json(os.path.join(output, "metrics.json"), metrics)
-        log(outputs.summary_table(summary_rows(metrics, output, self.objective)))
+        if self.chief:
+            log(outputs.summary_table(summary_rows(metrics, output, self.objective)))
         self._export_and_inspect(classifier)
-        if atomic.exists(self.backup_dir):
+        if not self.chief:
+            shutil.rmtree(self.write_dir, ignore_errors=True)
+        elif atomic.exists(self.backup_dir):
             atomic.remove(self.backup_dir)
 
     def _export_and_inspect(self, classifier) -> None:
@@ -320,7 +362,10 @@ class Run:
         size = self.config.image_hw
         images, labels = pipeline.take_raw_images(self.data.val or self.data.train, size,
                                                   EVAL_SAMPLES)
-        if export:
+        if export and self.backend != "tensorflow":
+            if self.chief:
+                export_in_tensorflow(os.path.join(self.output, "model.keras"))
+        elif export:
             from training.export import export_model
 
             calibration, _ = pipeline.take_raw_images(self.data.train, size, CALIBRATION_SAMPLES)
@@ -330,7 +375,26 @@ class Run:
             from training.inspect import inspect_model
 
             inspect_model(classifier, images[:INSPECT_SAMPLES],
-                          os.path.join(self.output, "inspect"))
+                          os.path.join(self.write_dir, "inspect"))
+
+
+def export_in_tensorflow(model_path: str) -> None:
+    """Runs `vit export` on a saved model in a TensorFlow-backend process.
+
+    SavedModel and TFLite are TensorFlow graphs, so a run on another backend exports its
+    trained weights from `model.keras` there (on the CPU, leaving the accelerators alone).
+
+    Raises:
+        RuntimeError: the export failed.
+    """
+    command = [sys.executable, "-m", "training.cli", "export", "--model", model_path]
+    environment = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
+    log("export: SavedModel and TFLite are TensorFlow formats; exporting model.keras in a "
+        "TensorFlow process")
+    finished = subprocess.run(command, env=environment, check=False)
+    if finished.returncode:
+        raise RuntimeError(f"the export failed (exit status {finished.returncode}); rerun it "
+                           f"with: vit export --model {model_path}")
 
 
 def train(preset: configs.Preset, **options) -> int:

@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tf.distribute strategy (default: %(default)s)")
     parser.add_argument("--tpu", help="TPU name or grpc:// address (Cloud TPU); not needed on "
                         "Colab or a TPU VM")
+    add_backend_arguments(parser)
     parser.add_argument("--mixed-precision", nargs="?", const="auto",
                         choices=("auto", "mixed_bfloat16", "mixed_float16", "float32"),
                         help="mixed precision; alone (auto): the fastest for this hardware")
@@ -75,6 +76,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the attention/embedding analysis at the end")
     parser.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2),
                         help="Keras fit verbosity (0: one line per epoch from vit)")
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """The backend and JAX placement options (`training.cli` reads --backend before Keras
+    is imported)."""
+    from training.backend import BACKENDS
+
+    parser.add_argument("--backend", default="auto", choices=BACKENDS,
+                        help="Keras backend; auto: KERAS_BACKEND if set, else JAX on TPUs and "
+                        "GPUs, TensorFlow on CPUs (default: %(default)s)")
+    parser.add_argument("--model-parallel", type=int, default=1, metavar="N",
+                        help="JAX: shard attention heads and MLP units of each model over N "
+                        "devices (for models that do not fit one device; default: 1)")
+    parser.add_argument("--coordinator", metavar="HOST:PORT",
+                        help="JAX multi-host: address of process 0 (found by itself on a Cloud "
+                        "TPU VM)")
+    parser.add_argument("--num-processes", type=int, help="JAX multi-host: number of processes")
+    parser.add_argument("--process-id", type=int, help="JAX multi-host: this process's index")
 
 
 def _fields_epilog() -> str:
@@ -125,7 +144,10 @@ def run(args: argparse.Namespace) -> int:
         return training_run.train(preset, output=args.output, resume=args.resume,
                                   strategy_name=args.strategy, tpu=args.tpu,
                                   data_dir=args.data_dir, export=not args.no_export,
-                                  inspect=not args.no_inspect, verbose=args.verbose)
+                                  inspect=not args.no_inspect, verbose=args.verbose,
+                                  model_parallel=args.model_parallel,
+                                  coordinator=args.coordinator,
+                                  num_processes=args.num_processes, process_id=args.process_id)
     except (ValueError, RuntimeError) as error:
         print(f"vit train: error: {error}", file=sys.stderr)
         return 1

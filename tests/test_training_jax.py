@@ -1,0 +1,204 @@
+"""`vit train --backend jax`: data parallel over simulated devices, model parallel, two processes
+over loopback, kill -9 and --resume, the NaN stop, every objective and the TensorFlow export.
+
+Each run is a subprocess: the Keras backend and the number of XLA host devices are fixed when a
+process starts. Runs use float32, so sharded and unsharded runs agree to float tolerance.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from localhost import free_ports
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--backend", "jax", "--mixed-precision", "float32", "--batch-size", "32",
+        "--set", "model.image_size=8", "--set", "model.patch_size=4",
+        "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
+        "--set", "model.num_heads=2", "--set", "model.num_layers=1",
+        "--set", "eval_every=1", "--seed", "3", "--no-inspect", "--no-export"]
+
+
+def _env(devices=1):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               JAX_PLATFORMS="cpu")
+    env.pop("KERAS_BACKEND", None)  # --backend jax chooses it
+    return env
+
+
+def _start(args, output, devices=1, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "training.cli", "train", *args,
+                             "--output", str(output)], env=_env(devices), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _train(args, output, devices=1):
+    """Runs `vit train` to the end; returns its output (fails the test on a non-zero exit)."""
+    process = _start(args, output, devices)
+    log = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, log[-4000:]
+    return log
+
+
+def _weights(output):
+    import keras
+
+    import vit_keras  # noqa: F401  (registers the layers)
+
+    path = os.path.join(output, "model.keras")
+    return keras.saving.load_model(path, safe_mode=True, compile=False).get_weights()
+
+
+def _losses(output):
+    rows = (output / "history.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    return np.array([[float(value) for value in row.split(",")] for row in rows[1:]])[
+        :, [header.index("loss"), header.index("val_loss")]]
+
+
+def _assert_same_training(output, reference, atol=2e-5):
+    np.testing.assert_allclose(_losses(output), _losses(reference), rtol=1e-4)
+    for got, want in zip(_weights(output), _weights(reference)):
+        np.testing.assert_allclose(got, want, atol=atol)
+
+
+def test_data_parallel_over_four_devices_equals_one_device(tmp_path):
+    args = [*TINY, "--epochs", "1"]
+    single = _train(args, tmp_path / "one", devices=1)
+    four = _train(args, tmp_path / "four", devices=4)
+    assert "JAX on 1 cpu device x1" in single
+    assert "DataParallel on 4 cpu devices x4" in four
+    _assert_same_training(tmp_path / "four", tmp_path / "one")
+    metrics = json.loads((tmp_path / "four" / "metrics.json").read_text())
+    assert metrics["backend"] == "jax" and metrics["replicas"] == 4
+
+
+def test_two_way_model_parallel_equals_unsharded(tmp_path):
+    args = [*TINY, "--epochs", "1"]
+    _train(args, tmp_path / "one", devices=1)
+    log = _train([*args, "--model-parallel", "2"], tmp_path / "sharded", devices=2)
+    assert "ModelParallel 1x2 (batch x model)" in log
+    _assert_same_training(tmp_path / "sharded", tmp_path / "one")
+
+
+SHARDING_PROBE = textwrap.dedent("""
+    import json, keras
+    from training import jax_distribution
+    from vit_keras import ViTConfig, VisionTransformer
+    keras.distribution.set_distribution(jax_distribution.make_distribution(model_parallel=2))
+    model = VisionTransformer(ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
+                                        num_heads=2, num_layers=1, num_classes=3))
+    print(json.dumps({v.path: [None if axis is None else str(axis)
+                               for axis in v.value.sharding.spec] for v in model.weights}))
+""")
+
+
+def test_model_parallel_shards_attention_heads_and_mlp_units():
+    probe = subprocess.run([sys.executable, "-c", SHARDING_PROBE], env=dict(
+        _env(devices=2), KERAS_BACKEND="jax"), cwd=REPO, capture_output=True, text=True,
+        timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    specs = json.loads(probe.stdout.strip().splitlines()[-1])
+    block = "encoderblock_0/"
+    assert specs[block + "MultiHeadDotProductAttention_1/query_kernel"] == [None, "model", None]
+    assert specs[block + "MultiHeadDotProductAttention_1/out_kernel"] == ["model", None, None]
+    assert specs[block + "MlpBlock_3/Dense_0/kernel"] == [None, "model"]
+    assert specs[block + "MlpBlock_3/Dense_1/kernel"] == ["model", None]
+    assert not any(specs["head/kernel"]) and not any(specs["embedding/kernel"])
+
+
+def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
+    args = [*TINY, "--epochs", "1"]
+    _train(args, tmp_path / "local", devices=2)
+    (port,) = free_ports(1)
+    output = tmp_path / "shared"
+    processes = [_start([*args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                         "--process-id", str(index)], output) for index in range(2)]
+    logs = [process.communicate(timeout=600)[0] for process in processes]
+    for process, log in zip(processes, logs):
+        assert process.returncode == 0, log[-4000:]
+    assert "DataParallel over 2 processes on 2 cpu devices x2" in logs[0]
+    assert "top-1 (val/test)" in logs[0] and "top-1 (val/test)" not in logs[1]
+    assert not [name for name in os.listdir(output) if name.startswith(".")]
+    assert not (output / "backup").exists()
+    np.testing.assert_allclose(_losses(output)[:, 0], _losses(tmp_path / "local")[:, 0],
+                               rtol=1e-4)
+    for got, want in zip(_weights(output), _weights(tmp_path / "local")):
+        np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(tmp_path):
+    args = [*TINY, "--epochs", "2", "--set", "backup_every=4"]
+    reference = _start([arg for arg in args if arg != "--no-export"], tmp_path / "ref")
+    victim_dir = tmp_path / "victim"
+    victim = _start(args, victim_dir)
+    state_file = victim_dir / "backup" / "state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and victim.poll() is None:
+        if state_file.exists() and json.loads(state_file.read_text())["global_step"] >= 12:
+            break
+        time.sleep(0.01)
+    assert victim.poll() is None, "the run ended before it could be killed"
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    state = json.loads(state_file.read_text())
+    log = _train([*args, "--resume"], victim_dir)
+    assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in log
+    reference_log = reference.communicate(timeout=600)[0]
+    assert reference.returncode == 0, reference_log[-4000:]
+    for got, want in zip(_weights(victim_dir), _weights(tmp_path / "ref")):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert len((victim_dir / "history.csv").read_text().splitlines()) == 3
+    export = json.loads((tmp_path / "ref" / "export.json").read_text())
+    assert export["formats"]["saved_model"]["max_abs_logit_diff"] < 1e-4
+    assert export["formats"]["tflite"]["top1_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("config", ["mpp_digits", "deit_distill"])
+def test_every_objective_trains_on_jax(tmp_path, config):
+    import keras
+
+    args = [*TINY, "--config", config, "--epochs", "1"]
+    if config == "deit_distill":
+        teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                    keras.layers.Dense(10)])
+        teacher.save(tmp_path / "teacher.keras")
+        args += ["--set", f"teacher={tmp_path / 'teacher.keras'}"]
+    _train(args, tmp_path / "out", devices=2)
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["backend"] == "jax" and metrics["replicas"] == 2
+    assert np.isfinite(_losses(tmp_path / "out")).all()
+
+
+NAN_RUN = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from training import callbacks, pipeline, run
+    from training.configs import get_preset
+    preset = get_preset("digits_tiny").replace(epochs=1, batch_size=128).replace_model(
+        image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
+    original = pipeline.train_dataset
+    pipeline.train_dataset = lambda *a, **k: original(*a, **k).map(
+        lambda images, labels: (images * np.nan, labels))
+    try:
+        run.train(preset, output=sys.argv[1], export=False, inspect=False)
+    except callbacks.NonFiniteLossError as error:
+        print("stopped:", error)
+""")
+
+
+def test_nan_loss_stops_a_jax_run(tmp_path):
+    finished = subprocess.run([sys.executable, "-c", NAN_RUN, str(tmp_path / "out")],
+                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+    assert "stopped:" in finished.stdout and "global step 1)" in finished.stdout, (
+        finished.stdout[-2000:] + finished.stderr[-3000:])
+    assert not (tmp_path / "out" / "model.keras").exists()
