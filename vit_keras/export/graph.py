@@ -12,6 +12,20 @@ import tensorflow as tf
 from vit_keras.model import preprocess_input
 
 
+def require_tensorflow(what: str) -> None:
+    """Raises RuntimeError unless Keras runs on TensorFlow, which every export traces with.
+
+    Args:
+        what: the export, for the message (e.g. 'SavedModel export').
+    """
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise RuntimeError(
+            f"{what} traces the model as a TensorFlow graph and needs KERAS_BACKEND=tensorflow; "
+            f"this process runs Keras on {backend}. Save the model (model.save('model.keras')) "
+            "and export it from a TensorFlow process: .keras files load on every backend.")
+
+
 def float32_model(model: keras.Model) -> keras.Model:
     """Returns `model` itself if it computes in float32, else a float32 copy with its weights.
 

@@ -74,7 +74,9 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     Raises:
         ValueError: bad arguments, or 'int8' without representative data.
         NonBuiltinOpsError: the graph needs operators outside the TFLite builtin set.
+        RuntimeError: Keras does not run on TensorFlow.
     """
+    graph.require_tensorflow("TFLite export")
     _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,
                      per_channel)
     model = graph.float32_model(model)

@@ -120,7 +120,11 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
 
     Returns:
         `path`.
+
+    Raises:
+        RuntimeError: Keras does not run on TensorFlow.
     """
+    graph.require_tensorflow("SavedModel export")
     functions = _ServingFunctions(model, include_preprocessing)
     # keras.export.ExportArchive (rather than a bare tf.Module) registers the Keras variables
     # so that TF1-style loaders (TF Serving, saved_model_cli) restore them too.
