@@ -164,3 +164,23 @@ def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_confi
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"loaded {len(options)}" in result.stdout
+
+
+@pytest.mark.parametrize("name, policy", [("map_sincos_scale_registers_droppath", "float32"),
+                                          ("hybrid_deit_learn2d", "mixed_bfloat16")])
+def test_option_models_train_with_fit(tiny_config, name, policy):
+    """Every option trains through the backend's compiled `fit` step, also in mixed precision."""
+    keras.mixed_precision.set_global_policy(policy)
+    config = tiny_config.replace(**ROUND_TRIP[name])
+    model = VisionTransformer(config)
+    _randomize_heads(model)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    images, labels = random_images(config, batch=8), np.arange(8) % config.num_classes
+    before = [to_numpy(weight) for weight in model.trainable_weights]
+    losses = model.fit(images, labels, batch_size=4, epochs=1, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses))
+    after = [to_numpy(weight) for weight in model.trainable_weights]
+    unchanged = [w.path for w, old, new in zip(model.trainable_weights, before, after)
+                 if np.array_equal(old, new)]
+    assert not unchanged, f"weights fit did not update: {unchanged}"
