@@ -14,10 +14,15 @@ from vit_keras import atomic
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive of .npy files
 
 
-def _gfile():
-    import tensorflow as tf  # lazily: only `tf.io.gfile` is needed, for gs:// paths
+def _read_bytes(path: str) -> bytes:
+    """The contents of a local file, or of a remote (gs://) one through `tf.io.gfile`."""
+    if atomic.is_remote(path):
+        import tensorflow as tf  # lazily: only remote paths need TensorFlow
 
-    return tf.io.gfile
+        with tf.io.gfile.GFile(path, "rb") as file:
+            return file.read()
+    with open(path, "rb") as file:
+        return file.read()
 
 
 def detect_format(data: bytes) -> str | None:
@@ -44,12 +49,10 @@ def read_tensors(path: str) -> tuple[str, dict[str, np.ndarray]]:
         ValueError: the file is missing, truncated, corrupt, holds pickled objects or is of
             another format.
     """
-    gfile = _gfile()
-    if not gfile.exists(path):
+    if not atomic.exists(path):
         raise ValueError(f"checkpoint file {path!r} does not exist (nothing is downloaded: pass "
                          "the path of a downloaded .npz or .safetensors file)")
-    with gfile.GFile(path, "rb") as file:
-        data = file.read()
+    data = _read_bytes(path)
     file_format = detect_format(data)
     if file_format is None:
         raise ValueError(
