@@ -186,18 +186,19 @@ def test_dot_product_attention_path_equals_the_plain_math(monkeypatch, policy, q
     monkeypatch.setattr(layer, "_dot_product_attention",
                         lambda *args: fast_calls.append(1) or fast_path(*args))
 
-    def loss(*tensors):
-        outputs = layer(tensors[0], context=tensors[1] if keys else None, training=True)
+    def loss(*tensors):  # the inference call: the fast path never runs with dropout
+        outputs = layer(tensors[0], context=tensors[1] if keys else None, training=False)
         return ops.sum(ops.square(ops.cast(outputs, "float32")))
 
     results = []
     for fast in (False, True):
         monkeypatch.setattr(attention, "dot_product_attention_available", lambda: fast)
+        fast_calls.clear()
         outputs = to_numpy(ops.cast(layer(*inputs[:1], context=inputs[1] if keys else None),
                                     "float32"))
         _, gradients = value_and_gradients(loss, layer.trainable_weights, inputs)
+        assert len(fast_calls) == (2 if fast else 0), "the path taken is not the one chosen"
         results.append([outputs, *gradients])
-    assert fast_calls, "the dot_product_attention path did not run"
     # Relative to the largest value of its kind: the key bias's true gradient is zero (softmax
     # ignores a shift of all logits), so its computed one is rounding noise of the others.
     tolerance = 1e-5 if policy == "float32" else 2e-2

@@ -1,0 +1,140 @@
+"""The library on every Keras backend.
+
+The suite runs on TensorFlow (tests/conftest.py). Here the library's test files run again, each
+in a subprocess on JAX and on PyTorch; `import vit_keras` is checked not to load TensorFlow
+there; and `.keras` files move between this process's backend and the others with the same
+outputs.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from helpers import BACKEND, random_images, randomize_weights, to_numpy
+
+from vit_keras import VisionTransformer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Layers, models, checkpoints (with the reference vectors of other implementations), attention,
+# options and serialization, hybrids, DeiT, masked patch prediction, weight decay.
+LIBRARY_TESTS = ["test_layers.py", "test_model.py", "test_checkpoints.py",
+                 "test_checkpoints_parity.py", "test_attention.py", "test_options.py",
+                 "test_hybrid.py", "test_deit.py", "test_mpp.py", "test_weight_decay.py"]
+
+_MISSING = {"jax": "jax is not installed (a dependency of vit_keras: pip install -e .)",
+            "torch": 'torch is an optional extra: pip install -e ".[torch]"'}
+BACKENDS = [pytest.param(name, id=name, marks=pytest.mark.skipif(
+    importlib.util.find_spec(name) is None, reason=_MISSING[name])) for name in _MISSING]
+
+
+def _run(backend, args, timeout=600):
+    """Runs `python args...` from the repository root with KERAS_BACKEND=backend."""
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, KERAS_BACKEND=backend), timeout=timeout)
+
+
+def _tail(result, chars=6000):
+    return (result.stdout + result.stderr)[-chars:]
+
+
+@pytest.mark.parametrize("path", LIBRARY_TESTS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_library_tests_pass_on(backend, path):
+    # `-o addopts=` drops the project's xdist options: one process per file is enough here.
+    result = _run(backend, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                            "-m", "not slow", os.path.join("tests", path)])
+    assert result.returncode == 0, f"{path} on {backend}:\n{_tail(result)}"
+
+
+IMPORT_SCRIPT = """
+import sys
+
+import numpy as np
+
+import vit_keras
+from vit_keras import analysis, atomic, checkpoints, complexity, keras_compat, plots  # noqa
+
+config = vit_keras.ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64,
+                             num_heads=4, num_layers=2, num_classes=5, classifier="map",
+                             num_register_tokens=1)
+model = vit_keras.VisionTransformer(config)
+model(np.zeros((1, 32, 32, 3), "float32"))
+checkpoints.save_npz(model, sys.argv[1])
+vit_keras.load_weights(model, sys.argv[1])
+loaded = sorted(name for name in sys.modules if name.split(".")[0] == "tensorflow")
+assert not loaded, f"TensorFlow was imported: {loaded[:5]}"
+
+from vit_keras import export  # exports trace with TensorFlow: a clear error elsewhere
+
+try:
+    export.saved_model(model, sys.argv[1] + ".saved_model")
+except RuntimeError as error:
+    assert "KERAS_BACKEND=tensorflow" in str(error), error
+else:
+    raise AssertionError("SavedModel export ran on another backend")
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_import_vit_keras_does_not_import_tensorflow(backend, tmp_path):
+    """Building, running and loading weights need no TensorFlow; export says what it needs."""
+    result = _run(backend, ["-c", IMPORT_SCRIPT, str(tmp_path / "weights.npz")], timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, _tail(result)
+
+
+# Every model option, in two models.
+CROSS_BACKEND_MODELS = {
+    "options": dict(classifier="map", posemb="sincos2d", layer_scale_init=0.5,
+                    num_register_tokens=2, drop_path_rate=0.1),
+    "hybrid_deit": dict(resnet_layers=(1,), patch_size=1, distilled=True, posemb="learn2d"),
+}
+
+LOAD_SCRIPT = """
+import os
+import sys
+
+import keras
+import numpy as np
+
+import vit_keras  # noqa: F401 (registers the layers)
+
+folder, source, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+for name in names:
+    with np.load(os.path.join(folder, name + ".npz")) as data:
+        images, expected = data["images"], data["outputs"]
+    model = keras.saving.load_model(os.path.join(folder, f"{name}.{source}.keras"),
+                                    safe_mode=True)
+    difference = np.abs(keras.ops.convert_to_numpy(model(images)) - expected).max()
+    assert difference <= 1e-5, f"{name}: outputs differ by {difference}"
+    model.save(os.path.join(folder, f"{name}.{keras.backend.backend()}.keras"))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keras_files_load_across_backends(backend, tiny_config, tmp_path):
+    """A `.keras` file saved here loads on `backend` with the same outputs, and the file that
+    backend saves loads back here with the same weights and outputs."""
+    models, outputs = {}, {}
+    for name, options in CROSS_BACKEND_MODELS.items():
+        config = tiny_config.replace(**options)
+        models[name] = randomize_weights(VisionTransformer(config), stddev=0.1)
+        images = random_images(config)
+        outputs[name] = to_numpy(models[name](images))
+        models[name].save(tmp_path / f"{name}.{BACKEND}.keras")
+        np.savez(tmp_path / f"{name}.npz", images=images, outputs=outputs[name])
+    result = _run(backend, ["-c", LOAD_SCRIPT, str(tmp_path), BACKEND, *models], timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, _tail(result)
+    for name, model in models.items():
+        loaded = keras.saving.load_model(tmp_path / f"{name}.{backend}.keras", safe_mode=True)
+        for saved, restored in zip(model.weights, loaded.weights):
+            np.testing.assert_array_equal(to_numpy(restored), to_numpy(saved), err_msg=saved.path)
+        with np.load(tmp_path / f"{name}.npz") as data:
+            np.testing.assert_allclose(to_numpy(loaded(data["images"])), outputs[name],
+                                       rtol=0, atol=1e-5, err_msg=name)
