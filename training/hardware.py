@@ -33,8 +33,10 @@ def gpu_policy(compute_capability) -> str:
 def fastest_policy(on_tpu: bool = False) -> str:
     """The Keras dtype policy that trains fastest here without changing the recipe's accuracy.
 
-    TPUs: mixed_bfloat16. GPUs: by compute capability (`gpu_policy`). CPUs: mixed_bfloat16
-    when the CPU has native bfloat16 (`cpu_has_bfloat16`), else float32.
+    TPUs: mixed_bfloat16. GPUs: by compute capability (`gpu_policy`). CPUs on TensorFlow:
+    mixed_bfloat16 when the CPU has native bfloat16 (`cpu_has_bfloat16`), else float32. CPUs
+    on JAX: float32, since XLA's CPU bfloat16 trains 2x slower than its float32 even with
+    AVX512-BF16 (benchmarks/backends_cpu.py).
 
     Args:
         on_tpu: the run uses a TPUStrategy.
@@ -42,12 +44,29 @@ def fastest_policy(on_tpu: bool = False) -> str:
     Returns:
         'float32', 'mixed_bfloat16' or 'mixed_float16'.
     """
-    import tensorflow as tf
+    import keras
 
     if on_tpu:
         return "mixed_bfloat16"
+    if keras.backend.backend() == "jax":
+        return _jax_policy()
+    import tensorflow as tf
+
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
         return gpu_policy(details.get("compute_capability"))
     return "mixed_bfloat16" if cpu_has_bfloat16() else "float32"
+
+
+def _jax_policy() -> str:
+    import jax
+
+    device = jax.devices()[0]
+    if device.platform == "tpu":
+        return "mixed_bfloat16"
+    if device.platform == "gpu":
+        capability = getattr(device, "compute_capability", None)
+        return gpu_policy(tuple(int(part) for part in capability.split(".")[:2])
+                          if capability else None)
+    return "float32"

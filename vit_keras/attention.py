@@ -37,7 +37,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     The softmax runs in float32 under mixed precision; when training in half precision on
     TensorFlow the scaling and softmax are one fused kernel (`activations.scaled_softmax`). On
     JAX, when no dropout acts on the probabilities and none are returned, the whole attention
-    is one `keras.ops.dot_product_attention` (see `dot_product_attention_available`).
+    is one `keras.ops.dot_product_attention` at inference (see `dot_product_attention_available`).
 
     Args:
         num_heads: number of attention heads; must divide the input width.
@@ -95,9 +95,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         queries = inputs if num_queries is None else inputs[:, :num_queries]
         if self._unroll_for_integer_export(queries, context) and not return_attention_scores:
             return self._per_head_fully_connected(queries, context)
-        dropout_active = training and self.dropout_rate > 0
-        if (dot_product_attention_available() and not dropout_active
-                and not return_attention_scores):
+        # Inference only: on an H100, ViT-B/16 bf16 infers 1.20x faster through it but trains
+        # 0.93x as fast as with the einsum form below (benchmarks/backends_gpu.py).
+        if dot_product_attention_available() and not training and not return_attention_scores:
             return self._dot_product_attention(queries, context)
         head_dim = self.query_kernel.shape[-1]
         query = self._split_heads(queries, "query")
