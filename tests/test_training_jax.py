@@ -202,3 +202,29 @@ def test_nan_loss_stops_a_jax_run(tmp_path):
     assert "stopped:" in finished.stdout and "global step 1)" in finished.stdout, (
         finished.stdout[-2000:] + finished.stderr[-3000:])
     assert not (tmp_path / "out" / "model.keras").exists()
+
+
+def test_auto_backend_keeps_keras_backend_else_jax_on_accelerators(monkeypatch):
+    from training import backend
+
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    assert backend.choose("auto") == "tensorflow" and backend.choose("jax") == "jax"
+    monkeypatch.delenv("KERAS_BACKEND")
+    for name in ("COLAB_TPU_ADDR", "TPU_NAME", "TPU_ACCELERATOR_TYPE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(backend, "nvidia_gpu_present", lambda: False)
+    monkeypatch.setattr(backend.glob, "glob", lambda pattern: [])
+    assert backend.choose("auto") == backend.CPU_BACKEND
+    assert backend.choose("auto", tpu="my-tpu") == "jax"
+    monkeypatch.setattr(backend, "nvidia_gpu_present", lambda: True)
+    assert backend.choose("auto") == "jax"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        backend.choose("torch")
+
+
+def test_jax_only_flags_are_refused_on_tensorflow(capsys):
+    from training import cli
+
+    assert cli.main(["train", "--backend", "tensorflow", "--model-parallel", "2",
+                     "--no-export", "--epochs", "1"]) == 1
+    assert "need the JAX backend" in capsys.readouterr().err

@@ -7,6 +7,7 @@ Examples:
   vit train --data folder:~/train --val-data folder:~/test   # trains on all of ~/train
   vit train --config finetune_384 --data tfds:oxford_iiit_pet --weights ViT-B_16.npz
   vit train --resume                                # continue a killed run where it stopped
+  vit train --backend jax --model-parallel 2        # JAX: data parallel, each model on 2 devices
   vit train --set lr=3e-3 --set translate=0.1       # override any preset field
   vit train --set model.classifier=map --set model.num_register_tokens=4   # any model option
 
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "...); the head is re-initialised, posemb resized to --image-size")
     parser.add_argument("--strategy", default="auto",
                         choices=("auto", "default", "mirrored", "multi_worker", "tpu"),
-                        help="tf.distribute strategy (default: %(default)s)")
+                        help="tf.distribute strategy, TensorFlow backend (default: %(default)s)")
     parser.add_argument("--tpu", help="TPU name or grpc:// address (Cloud TPU); not needed on "
                         "Colab or a TPU VM")
     add_backend_arguments(parser)
