@@ -32,10 +32,26 @@ BACKENDS = [pytest.param(name, id=name, marks=pytest.mark.skipif(
     importlib.util.find_spec(name) is None, reason=_MISSING[name])) for name in _MISSING]
 
 
-def _run(backend, args, timeout=600):
+@pytest.fixture(scope="module")
+def jax_cache(tmp_path_factory):
+    """One persistent XLA compilation cache for every JAX subprocess of this module.
+
+    JAX compiles each eager op for every new shape; the test files share most shapes, and
+    reusing those compilations takes about a third off the JAX passes.
+    """
+    return str(tmp_path_factory.mktemp("jax_compilation_cache"))
+
+
+def _run(backend, args, jax_cache, timeout=600):
     """Runs `python args...` from the repository root with KERAS_BACKEND=backend."""
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    if backend == "jax":
+        for name, value in (("JAX_COMPILATION_CACHE_DIR", jax_cache),
+                            ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
+                            ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")):
+            env.setdefault(name, value)
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, KERAS_BACKEND=backend), timeout=timeout)
+                          env=env, timeout=timeout)
 
 
 def _tail(result, chars=6000):
@@ -44,10 +60,10 @@ def _tail(result, chars=6000):
 
 @pytest.mark.parametrize("path", LIBRARY_TESTS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_library_tests_pass_on(backend, path):
+def test_library_tests_pass_on(backend, path, jax_cache):
     # `-o addopts=` drops the project's xdist options: one process per file is enough here.
     result = _run(backend, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                            "-m", "not slow", os.path.join("tests", path)])
+                            "-m", "not slow", os.path.join("tests", path)], jax_cache)
     assert result.returncode == 0, f"{path} on {backend}:\n{_tail(result)}"
 
 
@@ -82,9 +98,10 @@ print("ok")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_import_vit_keras_does_not_import_tensorflow(backend, tmp_path):
+def test_import_vit_keras_does_not_import_tensorflow(backend, tmp_path, jax_cache):
     """Building, running and loading weights need no TensorFlow; export says what it needs."""
-    result = _run(backend, ["-c", IMPORT_SCRIPT, str(tmp_path / "weights.npz")], timeout=300)
+    result = _run(backend, ["-c", IMPORT_SCRIPT, str(tmp_path / "weights.npz")], jax_cache,
+                  timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, _tail(result)
 
 
@@ -118,7 +135,7 @@ print("ok")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_keras_files_load_across_backends(backend, tiny_config, tmp_path):
+def test_keras_files_load_across_backends(backend, tiny_config, tmp_path, jax_cache):
     """A `.keras` file saved here loads on `backend` with the same outputs, and the file that
     backend saves loads back here with the same weights and outputs."""
     models, outputs = {}, {}
@@ -129,7 +146,8 @@ def test_keras_files_load_across_backends(backend, tiny_config, tmp_path):
         outputs[name] = to_numpy(models[name](images))
         models[name].save(tmp_path / f"{name}.{BACKEND}.keras")
         np.savez(tmp_path / f"{name}.npz", images=images, outputs=outputs[name])
-    result = _run(backend, ["-c", LOAD_SCRIPT, str(tmp_path), BACKEND, *models], timeout=300)
+    result = _run(backend, ["-c", LOAD_SCRIPT, str(tmp_path), BACKEND, *models], jax_cache,
+                  timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, _tail(result)
     for name, model in models.items():
         loaded = keras.saving.load_model(tmp_path / f"{name}.{backend}.keras", safe_mode=True)
