@@ -16,21 +16,11 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+from timing import median_seconds
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = {"Ti/16": 16, "S/16": 8, "B/16": 4}
-
-
-def _median_seconds(step, steps: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
 
 
 def measure(variant: str, policy: str, steps: int) -> dict:
@@ -49,8 +39,8 @@ def measure(variant: str, policy: str, steps: int) -> dict:
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
     labels = np.eye(1000, dtype="float32")[np.arange(batch)]
-    train = _median_seconds(lambda: model.train_on_batch(images, labels), steps)
-    infer = _median_seconds(lambda: model.predict_on_batch(images), steps)
+    train = median_seconds(lambda: model.train_on_batch(images, labels), steps)
+    infer = median_seconds(lambda: model.predict_on_batch(images), steps)
     return {"train_img_s": batch / train, "infer_img_s": batch / infer, "batch": batch}
 
 

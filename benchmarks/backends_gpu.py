@@ -18,22 +18,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 IMAGE, CLASSES = 224, 1000
+WARMUP = 5  # untimed steps: compilation and autotuning
+from timing import median_seconds
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERAS_BACKEND", "jax")
-
-
-def _median_seconds(step, steps: int, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
 
 
 def keras_rates(model, batch: int, steps: int) -> dict:
@@ -48,7 +39,7 @@ def keras_rates(model, batch: int, steps: int) -> dict:
     model.compile(optimizer=keras.optimizers.AdamW(1e-4), metrics=[],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=True)
-    train = _median_seconds(lambda: model.train_on_batch(images, labels), steps)
+    train = median_seconds(lambda: model.train_on_batch(images, labels), steps, WARMUP)
 
     @jax.jit
     def forward(variables, x):
@@ -56,7 +47,7 @@ def keras_rates(model, batch: int, steps: int) -> dict:
 
     variables = ([v.value for v in model.trainable_variables],
                  [v.value for v in model.non_trainable_variables])
-    infer = _median_seconds(lambda: forward(variables, images).block_until_ready(), steps)
+    infer = median_seconds(lambda: forward(variables, images).block_until_ready(), steps, WARMUP)
     return {"train_img_s": batch / train, "infer_img_s": batch / infer}
 
 
@@ -96,7 +87,7 @@ def jit_step_rate(model, batch: int, steps: int) -> dict:
         *state[:], value = step(*state, images, labels)
         value.block_until_ready()
 
-    return {"train_img_s": batch / _median_seconds(run, steps), "infer_img_s": float("nan")}
+    return {"train_img_s": batch / median_seconds(run, steps, WARMUP), "infer_img_s": float("nan")}
 
 
 def run_ours(batch: int, steps: int, fused_attention: bool, bare_step: bool = False) -> dict:
@@ -153,9 +144,9 @@ def run_timm(batch: int, steps: int) -> dict:
         torch.cuda.synchronize()
 
     model.train()
-    train = _median_seconds(train_step, steps)
+    train = median_seconds(train_step, steps, WARMUP)
     model.eval()
-    infer = _median_seconds(infer_step, steps)
+    infer = median_seconds(infer_step, steps, WARMUP)
     return {"train_img_s": batch / train, "infer_img_s": batch / infer}
 
 
@@ -166,7 +157,7 @@ def matmul_peak_tflops() -> float:
 
     a = jnp.ones((8192, 8192), jnp.bfloat16)
     product = jax.jit(lambda x, y: x @ y)
-    seconds = _median_seconds(lambda: product(a, a).block_until_ready(), 20)
+    seconds = median_seconds(lambda: product(a, a).block_until_ready(), 20, WARMUP)
     return 2 * 8192**3 / seconds / 1e12
 
 
