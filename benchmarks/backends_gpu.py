@@ -19,10 +19,10 @@ import os
 import subprocess
 import sys
 
-IMAGE, CLASSES = 224, 1000
-WARMUP = 5  # untimed steps: compilation and autotuning
 from timing import median_seconds
 
+IMAGE, CLASSES = 224, 1000
+WARMUP = 5  # untimed steps: compilation and autotuning
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
