@@ -17,6 +17,7 @@ COMMANDS = {
     "export": "training.export",
     "inspect": "training.inspect",
     "bench": "training.bench",
+    "weights": "training.weights",
 }
 
 

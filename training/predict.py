@@ -3,9 +3,13 @@
 Examples:
   vit predict cat.jpg dog.png --model saved_models/run/model.keras --top-k 3
   vit predict digit.png --tflite saved_models/digits_tiny/model.tflite
+  vit predict cat.jpg --weights imagenet21k+imagenet2012 --model B/16
 
 Images are resized to the model resolution (bilinear, as in evaluation). Class names come from
---labels, else the labels.txt next to the model.
+--labels, else the labels.txt next to the model, else (ImageNet heads of pretrained --weights)
+the ImageNet class names shipped with vit_keras. ImageNet-21k heads were pre-trained with a
+sigmoid loss, so their scores are independent per-class probabilities; other heads show softmax
+probabilities.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit predict` options."""
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG/BMP/GIF files")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="a .keras model saved by `vit train`")
+    source.add_argument("--model", help="a .keras model saved by `vit train`; with --weights, "
+                        "the architecture (B/16, S/16, R50+B/16, ...)")
     source.add_argument("--tflite", help="a .tflite file exported by `vit train`/`vit export`")
+    parser.add_argument("--weights", help="pretrained weights for the --model architecture: a "
+                        "name from `vit weights list`, an https:// URL, hf://ORG/REPO or a file")
     parser.add_argument("--top-k", type=int, default=5, help="classes shown per image")
     parser.add_argument("--labels", help="labels.txt (default: next to the model file)")
 
@@ -45,27 +52,64 @@ def read_images(paths: list[str], size: int):
     return np.stack(images).astype(np.float32)
 
 
+IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (multi-label)
+
+
 def predictor(args: argparse.Namespace):
-    """(function images_0_255 -> logits, model resolution, model path)."""
+    """(function images_0_255 -> logits, model resolution, class names or None)."""
     import numpy as np
 
     if args.tflite:
-        try:
-            from vit_keras.export import TFLiteModel
-        except ImportError:
-            raise ValueError("--tflite needs vit_keras.export.TFLiteModel, which this version "
-                             "lacks") from None
+        if args.weights:
+            raise ValueError("--weights goes with --model ARCHITECTURE, not with --tflite")
+        from vit_keras.export import TFLiteModel
+
         if not os.path.exists(args.tflite):
             raise ValueError(f"tflite file {args.tflite!r} does not exist")
         lite = TFLiteModel(args.tflite, num_threads=2)
-        return (lambda images: np.asarray(lite(images))), lite.input_shape[0], args.tflite
-
+        return (lambda images: np.asarray(lite(images))), lite.input_shape[0], \
+            _file_labels(args.tflite, args.labels)
     from training import pipeline
-    from training.evaluate import load_model
 
-    model = load_model(args.model)
+    if args.weights:
+        import vit_keras
+
+        model = vit_keras.create_model(args.model, weights=args.weights)
+    else:
+        from training.evaluate import load_model
+
+        model = load_model(args.model)
+    labels = (_imagenet_labels(model.output_shape[-1], args.labels) if args.weights else
+              _file_labels(args.model, args.labels))
     return (lambda images: np.asarray(model(pipeline.scale(images), training=False))), \
-        int(model.input_shape[1]), args.model
+        int(model.input_shape[1]), labels
+
+
+def _file_labels(model_path: str, labels_path: str | None) -> list[str] | None:
+    from training.evaluate import class_names_for
+
+    return class_names_for(model_path, labels_path, None)
+
+
+def _imagenet_labels(num_classes: int, labels_path: str | None) -> list[str] | None:
+    from training.outputs import read_labels
+    from vit_keras.pretrained import labels
+
+    if labels_path:
+        return read_labels(labels_path)
+    if num_classes in labels.LABEL_FILES:
+        return [name for _, name in labels.imagenet_classes(num_classes)]
+    return None
+
+
+def scores_from_logits(logits):
+    """Probabilities: sigmoid for an ImageNet-21k head, else softmax over the classes."""
+    import numpy as np
+
+    if logits.shape[1] == IMAGENET21K_CLASSES:
+        return 1.0 / (1.0 + np.exp(-logits))
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return probabilities / probabilities.sum(axis=1, keepdims=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,23 +117,18 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
 
-    from training.evaluate import class_names_for
-
     try:
         if args.top_k < 1:
             raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
-        predict, size, model_path = predictor(args)
+        predict, size, names = predictor(args)
         logits = predict(read_images(args.images, size)).astype(np.float64)
     except ValueError as error:
         print(f"vit predict: error: {error}", file=sys.stderr)
         return 1
-    names = class_names_for(model_path, args.labels,
-                            [str(i) for i in range(logits.shape[1])])
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probabilities /= probabilities.sum(axis=1, keepdims=True)
-    for path, probs in zip(args.images, probabilities):
+    names = names or [str(i) for i in range(logits.shape[1])]
+    for path, scores in zip(args.images, scores_from_logits(logits)):
         print(path)
-        for index in np.argsort(-probs)[:args.top_k]:
+        for index in np.argsort(-scores, kind="stable")[:args.top_k]:
             name = names[index] if index < len(names) else str(index)
-            print(f"  {name:<20} {probs[index]:.4f}")
+            print(f"  {name:<20} {scores[index]:.4f}")
     return 0

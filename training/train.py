@@ -5,7 +5,7 @@ Examples:
   vit train --config cifar10_scratch --data-dir ~/tensorflow_datasets
   vit train --data folder:~/flowers --model S/16 --image-size 224 --set val_split=0.1
   vit train --data folder:~/train --val-data folder:~/test   # trains on all of ~/train
-  vit train --config finetune_384 --data tfds:oxford_iiit_pet --weights ViT-B_16.npz
+  vit train --config finetune_384 --data tfds:oxford_iiit_pet --weights augreg-in21k
   vit train --resume                                # continue a killed run where it stopped
   vit train --backend jax --model-parallel 2        # JAX: data parallel, each model on 2 devices
   vit train --set lr=3e-3 --set translate=0.1       # override any preset field
@@ -50,8 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, help="GLOBAL batch size (all replicas, all "
                         "accumulation steps)")
     parser.add_argument("--lr", type=float, help="peak learning rate")
-    parser.add_argument("--weights", help="pre-trained weights to start from (.npz, .keras, "
-                        "...); the head is re-initialised, posemb resized to --image-size")
+    parser.add_argument("--weights", help="pre-trained weights to start from: a name from "
+                        "`vit weights list` (for --model's architecture), an https:// URL, "
+                        "hf://ORG/REPO or a checkpoint file; the head is re-initialised, posemb "
+                        "resized to --image-size")
     parser.add_argument("--strategy", default="auto",
                         choices=("auto", "default", "mirrored", "multi_worker", "tpu"),
                         help="tf.distribute strategy, TensorFlow backend (default: %(default)s)")
@@ -128,7 +130,23 @@ def resolve_preset(args: argparse.Namespace) -> configs.Preset:
     preset = preset.replace(**changes)
     if args.image_size is not None:
         preset = preset.replace_model(image_size=args.image_size)
+    check_weight_name(preset)
     return preset
+
+
+def check_weight_name(preset: configs.Preset) -> None:
+    """A released weight name must exist for the model's architecture (checked before any
+    data is read or anything is downloaded)."""
+    from vit_keras.config import variant_of
+    from vit_keras.pretrained import registry
+
+    if preset.weights and registry.is_weight_name(preset.weights):
+        variant = variant_of(preset.model)
+        if variant is None:
+            raise ValueError(f"--weights {preset.weights} names a release for an official "
+                             "architecture; this preset's model is not one: add --model B/16 "
+                             "(or another from `vit weights list`)")
+        registry.find(preset.weights, variant)
 
 
 def run(args: argparse.Namespace) -> int:

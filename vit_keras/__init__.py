@@ -8,8 +8,10 @@ from vit_keras.checkpoints import load_weights
 from vit_keras.heads import MAPHead
 from vit_keras.model import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32, ViTR26B32,
                              ViTR26S32, ViTR50B16, ViTR50L32, ViTRTi16, ViTS16, ViTS32,
-                             ViTTi16, VisionTransformer, config_from_model, preprocess_input)
+                             ViTTi16, VisionTransformer, config_from_model, create_model,
+                             preprocess_input)
 from vit_keras.weight_decay import no_weight_decay
+from vit_keras.pretrained import decode_predictions
 # Every module that registers serializable layers, so `.keras` files of every model option load
 # after `import vit_keras` alone.
 from vit_keras import deit, masked_patch, posemb, resnet  # noqa: E402,F401
@@ -22,5 +24,5 @@ __all__ = [
     "VisionTransformer", "config_from_model", "preprocess_input", "ViTTi16", "ViTS16", "ViTS32",
     "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
     "ViTRTi16", "ViTR26S32", "ViTR26B32", "ViTR50B16", "ViTR50L32", "HYBRID_VARIANTS",
-    "load_weights", "no_weight_decay",
+    "load_weights", "no_weight_decay", "decode_predictions", "create_model",
 ]

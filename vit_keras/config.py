@@ -302,8 +302,32 @@ def get_variant(name: str, **overrides) -> ViTConfig:
     Returns:
         The validated `ViTConfig`.
     """
+    config = {**VARIANTS, **HYBRID_VARIANTS}[variant_name(name)]
+    return config.replace(**overrides) if overrides else config
+
+
+def variant_name(name: str) -> str:
+    """The table key of a variant name in any official spelling ('ViT-B_16' -> 'B/16').
+
+    Raises:
+        ValueError: not a known variant.
+    """
     key = _canonical_name(name)
     table = {**VARIANTS, **HYBRID_VARIANTS}
     if key not in table:
         raise ValueError(f"unknown ViT variant {name!r}; expected one of {sorted(table)}")
-    return table[key].replace(**overrides) if overrides else table[key]
+    return key
+
+
+def variant_of(config: ViTConfig) -> str | None:
+    """The official variant whose architecture `config` has ('B/16', 'R50+B/16'), or None.
+
+    Only the `ARCHITECTURE_FIELDS` are compared: image size, classes and options may differ.
+    """
+    def architecture(candidate: ViTConfig) -> tuple:
+        return tuple(getattr(candidate, field) for field in ARCHITECTURE_FIELDS)
+
+    for name, candidate in {**VARIANTS, **HYBRID_VARIANTS}.items():
+        if architecture(candidate) == architecture(config):
+            return name
+    return None

@@ -184,12 +184,22 @@ def preprocess_input(images):
     return (images - 127.5) / 127.5
 
 
+DEFAULT_CLASSES = 1000  # ImageNet-1k, as keras.applications
+
+
 def _application(variant: str, default_name: str):
     """Makes a keras.applications-style constructor for one official variant."""
 
-    def constructor(include_top=True, weights=None, input_shape=None, classes=1000,
+    def constructor(include_top=True, weights=None, input_shape=None, classes=None,
                     pooling=None, classifier_activation=None, **config_overrides):
-        overrides = dict(config_overrides, num_classes=classes)
+        checkpoint, overrides = None, dict(config_overrides)
+        if weights is not None:
+            from vit_keras.pretrained.loading import read_pretrained  # only needed with weights
+
+            checkpoint, path, trained = read_pretrained(weights, variant, config_overrides)
+            overrides = {**trained, **overrides}
+        if classes is not None or "num_classes" not in overrides:
+            overrides["num_classes"] = classes or DEFAULT_CLASSES
         if input_shape is not None:
             if len(input_shape) != 3:
                 raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}")
@@ -197,18 +207,26 @@ def _application(variant: str, default_name: str):
         config = get_variant(variant, **overrides)
         model = VisionTransformer(config, include_top=include_top, pooling=pooling,
                                   classifier_activation=classifier_activation, name=default_name)
-        if weights is not None:
-            _load_pretrained(model, weights)
+        if checkpoint is not None:
+            from vit_keras.checkpoints.loading import assign_checkpoint
+
+            assign_checkpoint(model, checkpoint, path)
         return model
 
     constructor.__name__ = default_name
-    constructor.__doc__ = f"""Builds ViT-{variant} (official configuration).
+    constructor.__doc__ = f"""Builds ViT-{variant} (official configuration), optionally pretrained.
+
+    With `weights`, the model takes the resolution, classes and pre_logits the weights were
+    trained with, unless `input_shape`, `classes` or `representation_size` say otherwise (then
+    the position embedding is resized and a head of another shape is left out, logged).
 
     Args:
         include_top: whether to include the classification head.
-        weights: None (random init) or the path of a checkpoint file.
-        input_shape: (height, width, channels); defaults to (224, 224, 3).
-        classes: number of classes of the head.
+        weights: None (random init); a released weight name for ViT-{variant} (e.g.
+            'imagenet21k+imagenet2012'; `vit weights list` shows them), downloaded once into the
+            Keras cache; an https:// URL; hf://ORG/REPO; or a checkpoint file path.
+        input_shape: (height, width, channels); default: the weights' resolution, else 224 px.
+        classes: number of classes of the head; default: the weights' head, else 1000.
         pooling: with include_top=False: None (token sequence), 'token', 'gap' or 'avg'.
         classifier_activation: activation of the head (None = logits).
         **config_overrides: any other `ViTConfig` field (dropout_rate, representation_size...).
@@ -217,14 +235,6 @@ def _application(variant: str, default_name: str):
         A `keras.Model` taking images in [-1, 1].
     """
     return constructor
-
-
-def _load_pretrained(model, weights):
-    if not isinstance(weights, str):
-        raise ValueError(f"weights must be None or the path of a checkpoint file, got {weights!r}")
-    from vit_keras import checkpoints  # imported lazily: only needed with weights
-
-    checkpoints.load_weights(model, weights)
 
 
 ViTTi16 = _application("Ti/16", "vit_ti16")
@@ -241,6 +251,27 @@ ViTR26S32 = _application("R26+S/32", "vit_r26_s32")
 ViTR26B32 = _application("R26+B/32", "vit_r26_b32")
 ViTR50B16 = _application("R50+B/16", "vit_r50_b16")
 ViTR50L32 = _application("R50+L/32", "vit_r50_l32")
+
+APPLICATIONS = {"Ti/16": ViTTi16, "S/16": ViTS16, "S/32": ViTS32, "B/8": ViTB8, "B/16": ViTB16,
+                "B/32": ViTB32, "L/16": ViTL16, "L/32": ViTL32, "H/14": ViTH14,
+                "R+Ti/16": ViTRTi16, "R26+S/32": ViTR26S32, "R26+B/32": ViTR26B32,
+                "R50+B/16": ViTR50B16, "R50+L/32": ViTR50L32}
+
+
+def create_model(variant: str, **kwargs) -> keras.Model:
+    """Builds an official variant by name, as its `ViT*` constructor does.
+
+    Args:
+        variant: 'B/16', 'R50+B/16', or an official spelling ('ViT-B_16').
+        **kwargs: the constructor's arguments (weights, input_shape, classes, ...).
+
+    Returns:
+        The model.
+    """
+    from vit_keras.config import variant_name
+
+    key = variant_name(variant)
+    return (APPLICATIONS.get(key) or _application(key, "vit"))(**kwargs)
 
 
 def config_from_model(model: keras.Model) -> ViTConfig:

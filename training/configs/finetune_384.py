@@ -2,8 +2,9 @@
 
 SGD momentum 0.9, no weight decay, batch 512 (accumulated 8 x 64 where devices are smaller),
 lr 0.01, 500 warmup steps then cosine, global-norm clip 1.0, inception crop + flip for training,
-plain resize for evaluation. Start from official weights with `--weights ViT-B_16.npz`: the head
-is replaced and the position embeddings are resized to the 24x24 grid. Default data: CIFAR-10
+plain resize for evaluation. Start from official weights with `--weights augreg-in21k` (or
+`imagenet21k`, or a file): the head is replaced and the position embeddings are resized to the
+24x24 grid. Default data: CIFAR-10
 (10k steps in the paper = 102 epochs of 50k at batch 512; the default here is shorter).
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
 import zipfile
 
@@ -66,6 +67,54 @@ def read_tensors(path: str) -> tuple[str, dict[str, np.ndarray]]:
     if not tensors:
         raise ValueError(f"{file_format} file {path!r} holds no tensors")
     return file_format, tensors
+
+
+def integrity_problem(path: str) -> str | None:
+    """Why a local weight file is truncated or corrupt, or None when it is intact.
+
+    Checked without loading the tensors: an `.npz` must be a zip whose every member is a `.npy`
+    with a matching CRC; a `.safetensors` file must have a JSON header whose tensors end exactly
+    at the end of the file.
+    """
+    with open(path, "rb") as file:
+        head = file.read(9)
+    if head[:4] in ZIP_MAGIC:
+        return _npz_problem(path)
+    if len(head) == 9 and head[8:9] == b"{":  # 8-byte header size, then the JSON header
+        return _safetensors_problem(path)
+    return (f"expected an .npz archive or a .safetensors file, got {os.path.getsize(path)} "
+            f"bytes starting with {head[:8]!r}")
+
+
+def _npz_problem(path: str) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            if not names or not all(name.endswith(".npy") for name in names):
+                return f"zip archive holds {names[:3]}..., expected .npy arrays"
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError) as error:
+        return f"truncated or corrupt .npz archive ({error})"
+    return f"member {bad!r} of the .npz archive fails its CRC check" if bad else None
+
+
+def _safetensors_problem(path: str) -> str | None:
+    size = os.path.getsize(path)
+    with open(path, "rb") as file:
+        (header_size,) = struct.unpack("<Q", file.read(8))
+        if header_size > size - 8:
+            return f"header of {header_size} bytes does not fit in a {size}-byte file"
+        try:
+            header = json.loads(file.read(header_size))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return f"unreadable .safetensors header ({error})"
+    ends = [entry["data_offsets"][1] for name, entry in header.items()
+            if name != "__metadata__" and isinstance(entry, dict) and "data_offsets" in entry]
+    data_bytes = size - 8 - header_size
+    if max(ends, default=0) != data_bytes:
+        return (f"the header describes {max(ends, default=0)} bytes of tensors, the file holds "
+                f"{data_bytes}")
+    return None
 
 
 def _read_npz(data: bytes) -> dict[str, np.ndarray]:

@@ -144,8 +144,9 @@ def _check(tensors, targets) -> str | None:
     return "\n".join(parts) if parts else None
 
 
-def load_weights(model, path: str, *, skip_head: bool | None = None) -> None:
-    """Loads a pretrained checkpoint into a model built by `VisionTransformer` / `ViT*`.
+def load_weights(model, weights: str, *, skip_head: bool | None = None,
+                 variant: str | None = None) -> None:
+    """Loads pretrained weights into a model built by `VisionTransformer` / `ViT*`.
 
     The layout is detected from the file: official `.npz` (released pre-Linen names,
     Linen-numbered names, `opt/target/` prefix), big_vision `.npz` (`params/` prefix), timm ViT
@@ -155,21 +156,43 @@ def load_weights(model, path: str, *, skip_head: bool | None = None) -> None:
 
     Args:
         model: the target model; its architecture must match the checkpoint's.
-        path: the checkpoint file (local or `gs://`).
+        weights: a released weight name ('imagenet21k+imagenet2012', see
+            `vit_keras.pretrained.releases()`), an `https://` URL, `hf://ORG/REPO[/FILE]`
+            (with `huggingface_hub`), or the path of a checkpoint file (local or `gs://`).
+            Names and URLs are downloaded once into the Keras cache.
         skip_head: None (default) loads the head when it fits and otherwise leaves the model's
             head at its initial values, with a logged warning (a checkpoint's pre_logits
             that the model lacks is then dropped too, with the head: the official
             "drop-head" fine-tuning variant); False requires the head to load; True never
             loads the head. A model's pre_logits that the checkpoint lacks is always an error.
+        variant: with a weight name, the architecture it is for ('B/16'); default: the
+            official variant the model's architecture is.
 
     Raises:
-        ValueError: unreadable or unknown file, or any missing, unexpected or mis-shaped
-            tensor (all listed with expected and found shapes). The model is then unchanged.
+        ValueError: unknown name, failed download, unreadable or unknown file, or any missing,
+            unexpected or mis-shaped tensor (all listed with expected and found shapes). The
+            model is then unchanged.
     """
+    from vit_keras.pretrained import sources  # imported here: pretrained builds on this module
+
     if skip_head not in (None, True, False):
         raise ValueError(f"skip_head must be None, True or False, got {skip_head!r}")
+    path, _ = sources.local_weights(weights, variant or sources.variant_of_model(model, weights))
+    assign_checkpoint(model, read_checkpoint(path, keys.num_heads(model)), path,
+                      skip_head=skip_head)
+
+
+def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
+                      skip_head: bool | None = None) -> None:
+    """Assigns a read checkpoint to `model` (see `load_weights`); all or nothing.
+
+    Args:
+        model: the target model.
+        checkpoint: from `read_checkpoint`; its tensors are modified (head dropped, posemb fit).
+        path: where the checkpoint came from, for messages.
+        skip_head: as in `load_weights`.
+    """
     targets = keys.model_variables(model)
-    checkpoint = read_checkpoint(path, keys.num_heads(model))
     skipped, reason = _head_names_to_skip(checkpoint.tensors, targets, skip_head)
     if reason:
         logger.warning("load_weights(%s): not loading %s (%s); the model's head keeps its "
@@ -186,3 +209,32 @@ def load_weights(model, path: str, *, skip_head: bool | None = None) -> None:
         variable.assign(np.asarray(tensors[name], dtype=variable.dtype))
     logger.info("load_weights: loaded %d tensors from %s (%s)", len(targets), path,
                 checkpoint.layout)
+
+
+def trained_config_fields(checkpoint: keys.Checkpoint, config) -> dict:
+    """The `ViTConfig` fields a checkpoint was trained with, as far as its tensors tell.
+
+    Args:
+        checkpoint: from `read_checkpoint`.
+        config: the architecture the checkpoint is loaded into (patch size, ResNet stride).
+
+    Returns:
+        Some of: num_classes (the head's outputs), representation_size (pre_logits width or
+        None), image_size (the square grid of the position embedding times the pixels per
+        patch; left out for a non-square or computed embedding).
+    """
+    tensors = checkpoint.tensors
+    fields = {"representation_size": (int(tensors[keys.PRE_LOGITS_PREFIX + "kernel"].shape[-1])
+                                       if keys.PRE_LOGITS_PREFIX + "kernel" in tensors else None)}
+    if keys.HEAD_PREFIX + "kernel" in tensors:
+        fields["num_classes"] = int(tensors[keys.HEAD_PREFIX + "kernel"].shape[-1])
+    posemb = tensors.get(keys.POSEMB)
+    if posemb is not None and posemb.ndim == 3:
+        rows = posemb.shape[1]
+        prefix = (keys.CLS in tensors) + (keys.DIST in tensors)
+        with_prefix = checkpoint.posemb_has_cls_row is not False
+        grid = (resize.square_grid(rows - prefix) if with_prefix and prefix else None) \
+            or resize.square_grid(rows)
+        if grid is not None:
+            fields["image_size"] = grid[0] * config.patch_size * config.resnet_stride
+    return fields

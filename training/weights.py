@@ -1,0 +1,65 @@
+"""List the released pretrained weights, or download one into the cache ahead of time.
+
+Examples:
+  vit weights list
+  vit weights list --model B/16
+  vit weights fetch imagenet21k+imagenet2012 --model B/16
+
+Weights are cached under $KERAS_HOME/models/vit_keras (default ~/.keras). Set
+VIT_KERAS_WEIGHTS_URL to download from a mirror of the vit_models bucket instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Registers the `vit weights` sub-commands."""
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="the registry: name, resolution, classes, cached")
+    listing.add_argument("--model", help="only this architecture (B/16, R50+B/16, ...)")
+    fetch = actions.add_parser("fetch", help="download weights into the cache; prints the path")
+    fetch.add_argument("name", help="a weight name from `vit weights list`, or a URL")
+    fetch.add_argument("--model", help="the architecture of a weight name (B/16, ...)")
+
+
+def release_table(releases) -> list[str]:
+    """The lines of `vit weights list` for `releases`."""
+    rows = [("model", "weights", "px", "classes", "pre_logits", "size", "cached")]
+    rows += [(release.variant, release.name, str(release.image_size), str(release.num_classes),
+              "yes" if release.pre_logits else "no", _size(release),
+              "yes" if release.cached else "no") for release in releases]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+            for row in rows]
+
+
+def _size(release) -> str:
+    """The cached file's size, else the published one, else '?'."""
+    size = os.path.getsize(release.cache_path) if release.cached else release.size
+    return f"{size / 2**20:.0f} MiB" if size else "?"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `vit weights`."""
+    from vit_keras import pretrained
+    from vit_keras.config import variant_name
+
+    try:
+        variant = variant_name(args.model) if args.model else None
+        if args.action == "list":
+            releases = [release for release in pretrained.releases()
+                        if variant is None or release.variant == variant]
+            print("\n".join(release_table(releases)))
+            print(f"\nfrom {pretrained.base_url()}; cached in {pretrained.cache_root()}")
+            print("'?': size not published (nor checksums); downloads are checked by length "
+                  "and structure.")
+            return 0
+        print(pretrained.weights_file(args.name, variant))
+        return 0
+    except ValueError as error:
+        print(f"vit weights: error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,138 @@
+"""Downloads weight files into the Keras cache, whole and verified or not at all.
+
+A file is streamed to a temporary name next to its final one, checked (the length the server
+announced, the registry's size and sha256 when known, and the file's own structure: every
+member's CRC of an `.npz`, the header and length of a `.safetensors`), and only then renamed into
+place. Two processes downloading the same file at once each write their own temporary file; the
+renames are atomic, so the cache never holds a partial file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from vit_keras.checkpoints import io
+
+CHUNK_BYTES = 1 << 20
+TIMEOUT_SECONDS = 60  # per socket operation, not for the whole download
+
+
+class DownloadError(ValueError):
+    """A weight file could not be downloaded or failed verification (nothing was cached)."""
+
+
+def cache_root() -> str:
+    """Where downloaded weights live: `$KERAS_HOME/models/vit_keras`, as `keras.utils.get_file`.
+
+    Keras' convention: `KERAS_HOME` when set, else `~/.keras`, else (not writable) `/tmp/.keras`.
+    """
+    base = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    if not os.environ.get("KERAS_HOME") and not _writable(base):
+        base = os.path.join(tempfile.gettempdir(), ".keras")
+    return os.path.join(base, "models", "vit_keras")
+
+
+def _writable(directory: str) -> bool:
+    probe = directory
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return False
+        probe = parent
+    return os.access(probe, os.W_OK)
+
+
+def download(url: str, destination: str, *, size: int | None = None,
+             sha256: str | None = None, quiet: bool = False) -> str:
+    """Downloads `url` to `destination` unless it is already there.
+
+    Args:
+        url: http(s) address of the file.
+        destination: final local path (its folder is created).
+        size: expected size in bytes, when known.
+        sha256: expected hex digest, when known.
+        quiet: no progress output.
+
+    Returns:
+        `destination`.
+
+    Raises:
+        DownloadError: the server could not be reached or answered an error, the transfer
+            ended early, or the file failed a check. The error names the URL and where to put
+            the file by hand; no file is left under `destination`.
+    """
+    if os.path.exists(destination):
+        _check_cached(destination, size)
+        return destination
+    os.makedirs(os.path.dirname(destination), exist_ok=True)
+    handle, temp_path = tempfile.mkstemp(prefix=os.path.basename(destination) + ".",
+                                         suffix=".part", dir=os.path.dirname(destination))
+    try:
+        with os.fdopen(handle, "wb") as file:
+            digest = _stream(url, file, quiet)
+        _verify(temp_path, digest, size, sha256)
+        os.replace(temp_path, destination)
+    except DownloadError as error:
+        raise DownloadError(f"{error}\n  {_by_hand(url, destination)}") from None
+    finally:
+        if os.path.exists(temp_path):
+            os.remove(temp_path)
+    return destination
+
+
+def _by_hand(url: str, destination: str) -> str:
+    return (f"To install it by hand (offline, behind a proxy), download {url} and save it as "
+            f"{destination}; or set VIT_KERAS_WEIGHTS_URL to a mirror of the vit_models bucket.")
+
+
+def _check_cached(path: str, size: int | None) -> None:
+    if size is not None and os.path.getsize(path) != size:
+        raise DownloadError(f"cached weight file {path} has {os.path.getsize(path)} bytes, "
+                            f"expected {size}: delete it to download it again")
+
+
+def _stream(url: str, file, quiet: bool) -> str:
+    """Copies the body of `url` into `file`; returns its sha256. Raises DownloadError."""
+    request = urllib.request.Request(url, headers={"User-Agent": "vit_keras"})
+    digest, received, started = hashlib.sha256(), 0, time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            announced = response.headers.get("Content-Length")
+            total = int(announced) if announced and announced.isdigit() else None
+            if not quiet:
+                print(f"Downloading {url}" + (f" ({total / 1e6:.1f} MB)" if total else ""),
+                      file=sys.stderr, flush=True)
+            while chunk := response.read(CHUNK_BYTES):
+                file.write(chunk)
+                digest.update(chunk)
+                received += len(chunk)
+    except urllib.error.HTTPError as error:
+        raise DownloadError(f"cannot download {url}: HTTP {error.code} {error.reason}") from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise DownloadError(f"cannot download {url}: {reason}") from None
+    if total is not None and received != total:
+        raise DownloadError(f"download of {url} ended early: received {received} of {total} "
+                            "bytes")
+    if not quiet:
+        print(f"Downloaded {received / 1e6:.1f} MB in {time.monotonic() - started:.1f} s",
+              file=sys.stderr, flush=True)
+    return digest.hexdigest()
+
+
+def _verify(path: str, digest: str, size: int | None, sha256: str | None) -> None:
+    """Raises DownloadError unless the downloaded file is the expected, intact weight file."""
+    actual_size = os.path.getsize(path)
+    if size is not None and actual_size != size:
+        raise DownloadError(f"downloaded file has {actual_size} bytes, expected {size}")
+    if sha256 is not None and digest != sha256.lower():
+        raise DownloadError(f"downloaded file has sha256 {digest}, expected {sha256.lower()}")
+    problem = io.integrity_problem(path)
+    if problem:
+        raise DownloadError(f"downloaded file is not an intact weight file: {problem}")

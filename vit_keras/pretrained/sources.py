@@ -1,0 +1,104 @@
+"""What a `weights=` argument names, and the local file it comes down to.
+
+- a registered weight name ('imagenet21k+imagenet2012'): the release for the model's
+  architecture, downloaded once into the Keras cache;
+- an `http(s)://` URL: downloaded once into the cache (under `urls/HOST/PATH`);
+- `hf://ORG/REPO[/FILE][@REVISION]`: a Hugging Face Hub repository (timm or transformers ViT),
+  through `huggingface_hub` and its own cache; FILE defaults to `model.safetensors`;
+- anything else: a local or `gs://` path, used as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+
+from vit_keras.pretrained import download, registry
+
+HF_SCHEME = "hf://"
+HF_DEFAULT_FILE = "model.safetensors"
+
+
+def local_weights(weights: str, variant: str | None = None, *,
+                  quiet: bool = False) -> tuple[str, registry.Release | None]:
+    """The local (or `gs://`) path of `weights`, downloading it first when needed.
+
+    Args:
+        weights: a weight name, URL, `hf://` reference or path (see the module docstring).
+        variant: the architecture a weight name is for ('B/16'); ignored otherwise.
+        quiet: no download progress output.
+
+    Returns:
+        (path, the `Release` when `weights` is a weight name, else None).
+
+    Raises:
+        ValueError: not a string, unknown release, or a failed download (`DownloadError`).
+    """
+    if not isinstance(weights, str) or not weights:
+        raise ValueError("weights must be None, a weight name (see `vit weights list`), a URL, "
+                         f"hf://ORG/REPO or a file path, got {weights!r}")
+    if weights.startswith(("http://", "https://")):
+        return download.download(weights, url_cache_path(weights), quiet=quiet), None
+    if weights.startswith(HF_SCHEME):
+        return hub_file(weights), None
+    if registry.is_weight_name(weights):
+        release = registry.find(weights, variant)
+        path = download.download(release.url, release.cache_path, size=release.size,
+                                 sha256=release.sha256, quiet=quiet)
+        return path, release
+    return weights, None
+
+
+def variant_of_model(model, weights) -> str | None:
+    """The official variant `model` is, when `weights` is a weight name (else None: not needed).
+
+    Raises:
+        ValueError: `weights` is a weight name and the model is no official architecture.
+    """
+    if not (isinstance(weights, str) and registry.is_weight_name(weights)):
+        return None
+    from vit_keras.config import variant_of
+    from vit_keras.model import config_from_model
+
+    variant = variant_of(config_from_model(model))
+    if variant is None:
+        raise ValueError(f"weights {weights!r} name a release for an official architecture, but "
+                         f"model {model.name!r} is not one (its patch size, width, depth, heads "
+                         "or MLP differ): pass variant='B/16' (or similar), or a file path")
+    return variant
+
+
+def url_cache_path(url: str) -> str:
+    """Where a file downloaded from `url` is cached: `urls/HOST/PATH` under the Keras cache."""
+    parts = urllib.parse.urlsplit(url)
+    segments = [segment for segment in parts.path.split("/") if segment not in ("", ".", "..")]
+    if not segments:
+        raise ValueError(f"weights URL {url!r} names no file")
+    host = parts.netloc.replace(":", "_")
+    return os.path.join(download.cache_root(), "urls", host, *segments)
+
+
+def parse_hub_reference(reference: str) -> tuple[str, str, str | None]:
+    """'hf://ORG/REPO[/FILE][@REVISION]' -> (repo_id, filename, revision or None)."""
+    body, _, revision = reference[len(HF_SCHEME):].partition("@")
+    parts = [part for part in body.split("/") if part]
+    if len(parts) < 2:
+        raise ValueError(f"expected hf://ORG/REPO[/FILE][@REVISION], got {reference!r}")
+    filename = "/".join(parts[2:]) or HF_DEFAULT_FILE
+    return f"{parts[0]}/{parts[1]}", filename, revision or None
+
+
+def hub_file(reference: str) -> str:
+    """Downloads (or finds in its cache) a file of a Hugging Face Hub repository."""
+    repo_id, filename, revision = parse_hub_reference(reference)
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise ValueError(f"{reference!r}: hf:// weights need huggingface_hub "
+                         "(pip install 'vit_keras[hub]')") from None
+    try:
+        return huggingface_hub.hf_hub_download(repo_id, filename, revision=revision)
+    except Exception as error:  # the hub's errors have no common base beyond this
+        raise download.DownloadError(
+            f"cannot get {filename} of Hugging Face repository {repo_id}: "
+            f"{type(error).__name__}: {error}") from None
