@@ -154,8 +154,9 @@ def test_not_a_vit_model(good_npz):
         load_weights(keras.Model(inputs, keras.layers.Dense(2)(inputs)), good_npz[0])
 
 
-@pytest.mark.parametrize("weights, pattern", [(3, "path of a checkpoint file"),
-                                               ("imagenet", "nothing is downloaded")])
+@pytest.mark.parametrize("weights, pattern", [
+    (3, "weights must be None, a weight name"),
+    ("imagenet", "'imagenet' does not exist: expected the path.*a released weight name")])
 def test_constructor_rejects_what_is_not_a_file(weights, pattern):
     with pytest.raises(ValueError, match=pattern):
         vit_keras.ViTTi16(weights=weights, input_shape=(32, 32, 3), patch_size=8,

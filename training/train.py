@@ -146,7 +146,12 @@ def check_weight_name(preset: configs.Preset) -> None:
             raise ValueError(f"--weights {preset.weights} names a release for an official "
                              "architecture; this preset's model is not one: add --model B/16 "
                              "(or another from `vit weights list`)")
-        registry.find(preset.weights, variant)
+        release = registry.find(preset.weights, variant)
+        if preset.model.classifier != release.classifier:
+            raise ValueError(f"--weights {preset.weights} was trained with classifier="
+                             f"{release.classifier!r}, this preset's model has "
+                             f"{preset.model.classifier!r}: add --set model.classifier="
+                             f"{release.classifier}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -196,7 +196,8 @@ def _application(variant: str, default_name: str):
         if weights is not None:
             from vit_keras.pretrained.loading import read_pretrained  # only needed with weights
 
-            checkpoint, path, trained = read_pretrained(weights, variant, config_overrides)
+            checkpoint, path, trained = read_pretrained(weights, variant, config_overrides,
+                                                        classes)
             overrides = {**trained, **overrides}
         if classes is not None or "num_classes" not in overrides:
             overrides["num_classes"] = classes or DEFAULT_CLASSES
@@ -217,8 +218,9 @@ def _application(variant: str, default_name: str):
     constructor.__doc__ = f"""Builds ViT-{variant} (official configuration), optionally pretrained.
 
     With `weights`, the model takes the resolution, classes and pre_logits the weights were
-    trained with, unless `input_shape`, `classes` or `representation_size` say otherwise (then
-    the position embedding is resized and a head of another shape is left out, logged).
+    trained with, unless `input_shape`, `classes` or `representation_size` say otherwise: the
+    position embedding is then resized, and other `classes` get a new zero-initialised head
+    without pre_logits (the paper's fine-tuning), the released head being left out (logged).
 
     Args:
         include_top: whether to include the classification head.

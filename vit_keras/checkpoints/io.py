@@ -51,8 +51,10 @@ def read_tensors(path: str) -> tuple[str, dict[str, np.ndarray]]:
             another format.
     """
     if not atomic.exists(path):
-        raise ValueError(f"checkpoint file {path!r} does not exist (nothing is downloaded: pass "
-                         "the path of a downloaded .npz or .safetensors file)")
+        raise ValueError(f"checkpoint file {path!r} does not exist: expected the path of an "
+                         ".npz or .safetensors file, a released weight name such as "
+                         "'imagenet21k+imagenet2012' (`vit weights list` shows them), an "
+                         "https:// URL or hf://ORG/REPO")
     data = _read_bytes(path)
     file_format = detect_format(data)
     if file_format is None:

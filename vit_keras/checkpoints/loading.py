@@ -177,6 +177,7 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
 
     if skip_head not in (None, True, False):
         raise ValueError(f"skip_head must be None, True or False, got {skip_head!r}")
+    keys.model_variables(model)  # a model of another kind fails here, before any download
     path, _ = sources.local_weights(weights, variant or sources.variant_of_model(model, weights))
     assign_checkpoint(model, read_checkpoint(path, keys.num_heads(model)), path,
                       skip_head=skip_head)

@@ -10,6 +10,7 @@ renames are atomic, so the cache never holds a partial file.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import sys
 import tempfile
@@ -117,6 +118,9 @@ def _stream(url: str, file, quiet: bool) -> str:
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise DownloadError(f"cannot download {url}: {reason}") from None
+    except http.client.HTTPException as error:  # e.g. IncompleteRead: the connection dropped
+        raise DownloadError(f"download of {url} ended early after {received} bytes "
+                            f"({type(error).__name__})") from None
     if total is not None and received != total:
         raise DownloadError(f"download of {url} ended early: received {received} of {total} "
                             "bytes")

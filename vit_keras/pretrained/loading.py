@@ -7,17 +7,19 @@ from vit_keras.config import get_variant
 from vit_keras.pretrained import sources
 
 
-def read_pretrained(weights: str, variant: str,
-                    config_overrides: dict) -> tuple[keys.Checkpoint, str, dict]:
-    """Fetches and reads `weights` for a `variant` model, and says how they were trained.
+def read_pretrained(weights: str, variant: str, config_overrides: dict,
+                    classes: int | None = None) -> tuple[keys.Checkpoint, str, dict]:
+    """Fetches and reads `weights` for a `variant` model, and says how to build it.
 
     Args:
         weights: a weight name, URL, `hf://` reference or path.
         variant: the constructor's architecture ('B/16').
         config_overrides: the caller's `ViTConfig` overrides (they may change the architecture).
+        classes: the caller's number of classes, if given. A head of another size replaces the
+            whole head, pre_logits included, as the paper's fine-tuning does.
 
     Returns:
-        (checkpoint, local path, the `ViTConfig` fields the weights were trained with: some of
+        (checkpoint, local path, the `ViTConfig` fields to take from the weights: some of
         image_size, num_classes, representation_size).
 
     Raises:
@@ -30,6 +32,8 @@ def read_pretrained(weights: str, variant: str,
     fields = loading.trained_config_fields(checkpoint, architecture)
     if release is not None:
         _check_release(release, fields, path)
+    if classes is not None and classes != fields.get("num_classes"):
+        fields.pop("representation_size")
     return checkpoint, path, fields
 
 

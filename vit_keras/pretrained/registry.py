@@ -12,7 +12,7 @@ import functools
 import json
 import os
 
-from vit_keras.config import get_variant, variant_name
+from vit_keras.config import variant_name
 from vit_keras.pretrained import download
 
 BASE_URL_VARIABLE = "VIT_KERAS_WEIGHTS_URL"
@@ -31,6 +31,8 @@ class Release:
         num_classes: outputs of its head (21843: ImageNet-21k, 1000: ImageNet-1k).
         pre_logits: whether it has the Dense+tanh `pre_logits` layer (hidden-size wide).
         summary: how it was trained, in a few words.
+        classifier: how the head pools the tokens ('token': the class token, as every official
+            ViT release).
         head_trained: False when the released head is not a classifier (the original
             ImageNet-21k files had theirs zeroed: they are for fine-tuning).
         size: file size in bytes, when published.
@@ -44,6 +46,7 @@ class Release:
     num_classes: int
     pre_logits: bool
     summary: str
+    classifier: str = "token"
     head_trained: bool = True
     size: int | None = None
     sha256: str | None = None
@@ -62,12 +65,6 @@ class Release:
     def cached(self) -> bool:
         """Whether the file is already in the cache."""
         return os.path.exists(self.cache_path)
-
-    def config_fields(self) -> dict:
-        """The `ViTConfig` fields these weights were trained with."""
-        hidden_size = get_variant(self.variant).hidden_size
-        return {"image_size": self.image_size, "num_classes": self.num_classes,
-                "representation_size": hidden_size if self.pre_logits else None}
 
 
 def base_url() -> str:

@@ -1,0 +1,122 @@
+"""`vit predict --weights`, `vit weights list/fetch` and `vit train --weights` with named
+releases, served by a loopback mirror of the vit_models bucket."""
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import vit_keras
+from helpers import randomize_weights
+from training import cli
+from training.objectives import get_objective
+from training.predict import read_images, scores_from_logits
+from training.train import resolve_preset
+from vit_keras import pretrained
+from vit_keras.checkpoints import save_npz
+from vit_keras.pretrained import registry
+from weights_server import serving
+
+TI16_RELEASE = ("augreg-in21k+imagenet2012-224", "Ti/16")  # 224 px, 1000 classes
+
+
+@pytest.fixture(scope="module")
+def ti16_file(tmp_path_factory):
+    """A real-size ViT-Ti/16 with random weights and an ImageNet-1k head, as an official .npz."""
+    path = str(tmp_path_factory.mktemp("ti16") / "ti16.npz")
+    model = vit_keras.ViTTi16()
+    randomize_weights(model, seed=1, stddev=0.05)
+    save_npz(model, path)
+    return path
+
+
+@pytest.fixture
+def mirror(ti16_file, tmp_path, monkeypatch):
+    """The Ti/16 file served under its release path; an empty KERAS_HOME."""
+    release = pretrained.find(*TI16_RELEASE)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    with serving() as server:
+        monkeypatch.setenv(registry.BASE_URL_VARIABLE, server.url)
+        with open(ti16_file, "rb") as file:
+            server.files["/" + release.path] = file.read()
+        yield server, release
+
+
+def test_vit_predict_prints_the_imagenet_top5_of_named_weights(mirror, ti16_file, tmp_path,
+                                                               capsys):
+    image_path = str(tmp_path / "photo.png")
+    pixels = np.random.default_rng(0).integers(0, 256, (160, 200, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(image_path)
+    status = cli.main(["predict", image_path, "--weights", TI16_RELEASE[0], "--model", "Ti/16"])
+    printed = capsys.readouterr().out.splitlines()
+    assert status == 0 and printed[0] == image_path
+    model = vit_keras.ViTTi16(weights=ti16_file)
+    images = read_images([image_path], 224) / 127.5 - 1.0
+    probabilities = scores_from_logits(np.asarray(model(images), np.float64))
+    expected = vit_keras.decode_predictions(probabilities, top=5)[0]
+    assert len(printed) == 6
+    for line, (_, name, probability) in zip(printed[1:], expected):
+        assert line.split() == [*name.split(), f"{probability:.4f}"]
+
+
+def test_vit_weights_list_shows_the_registry_and_what_is_cached(mirror, capsys):
+    _, release = mirror
+    assert cli.main(["weights", "list", "--model", "Ti/16"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].split() == ["model", "weights", "px", "classes", "pre_logits", "size",
+                               "cached"]
+    table = {row.split()[1]: row.split() for row in rows[1:4]}
+    assert table[TI16_RELEASE[0]] == ["Ti/16", TI16_RELEASE[0], "224", "1000", "no", "?", "no"]
+    assert cli.main(["weights", "fetch", TI16_RELEASE[0], "--model", "ViT-Ti_16"]) == 0
+    assert capsys.readouterr().out.strip() == release.cache_path
+    assert cli.main(["weights", "list", "--model", "Ti/16"]) == 0
+    cached_row = [row.split() for row in capsys.readouterr().out.splitlines()
+                  if TI16_RELEASE[0] in row.split()][0]
+    size_mib = f"{os.path.getsize(release.cache_path) / 2**20:.0f}"
+    assert cached_row[-3:] == [size_mib, "MiB", "yes"]
+
+
+def test_vit_weights_fetch_of_an_unknown_release_is_one_error_line(capsys):
+    assert cli.main(["weights", "fetch", "imagenet21k", "--model", "Ti/16"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("vit weights: error: there are no 'imagenet21k' weights for "
+                            "ViT-Ti/16") and "\n" not in error
+
+
+def test_vit_train_starts_from_a_named_release(mirror, ti16_file):
+    """The classifier `vit train --weights NAME` builds holds the release's encoder, with its
+    position embedding resized to the training resolution and a new head."""
+    args = cli.build_parser().parse_args(
+        ["train", "--config", "digits_tiny", "--model", "Ti/16", "--image-size", "32",
+         "--set", "model.classifier=token", "--weights", TI16_RELEASE[0]])
+    preset = resolve_preset(args)
+    objective = get_objective(preset)
+    model = objective.build(objective.model_config(num_classes=10))
+    source = vit_keras.ViTTi16(weights=ti16_file)
+    for name in ("embedding", "encoderblock_11", "encoder_norm"):
+        for trained, released in zip(model.get_layer(name).weights,
+                                     source.get_layer(name).weights):
+            np.testing.assert_array_equal(np.asarray(trained), np.asarray(released))
+    assert model.output_shape == (None, 10)
+    assert model.get_layer("posembed_input").weights[0].shape == (1, 2 * 2 + 1, 192)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "digits_tiny", "--weights", "augreg-in21k"], "add --model B/16"),
+    (["--config", "digits_tiny", "--model", "Ti/16", "--weights", "imagenet21k"],
+     "no 'imagenet21k' weights for ViT-Ti/16"),
+    (["--config", "digits_tiny", "--model", "Ti/16", "--weights", "augreg-in21k"],
+     "trained with classifier='token'.*add --set model.classifier=token"),
+])
+def test_vit_train_checks_a_weight_name_before_reading_data(argv, message):
+    args = cli.build_parser().parse_args(["train", *argv])
+    with pytest.raises(ValueError, match=message):
+        resolve_preset(args)
+
+
+def test_imagenet21k_heads_score_with_a_sigmoid():
+    logits = np.linspace(-3, 3, 21843)[None]
+    np.testing.assert_allclose(scores_from_logits(logits), 1 / (1 + np.exp(-logits)))
+    logits_1k = np.linspace(-3, 3, 1000)[None]
+    np.testing.assert_allclose(scores_from_logits(logits_1k).sum(), 1.0)
