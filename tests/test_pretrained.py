@@ -102,7 +102,9 @@ def test_decode_predictions_returns_the_best_classes_first():
     assert [name for _, name, _ in decoded[0]] == ["great white shark", "goldfish", "tiger shark"]
     assert [score for _, _, score in decoded[0]] == pytest.approx([0.7, 0.2, 0.1])
     assert decoded[1][0] == ("n15075141", "toilet tissue", 5.0)
-    top_21k = vit_keras.decode_predictions(np.eye(21843, dtype=np.float32)[[21839]], top=1)
+    one_hot = np.zeros((1, 21843), np.float32)
+    one_hot[0, 21839] = 1.0
+    top_21k = vit_keras.decode_predictions(one_hot, top=1)
     assert top_21k[0][0][0] == "n15093298"
     with pytest.raises(ValueError, match=r"heads of \[1000, 21843\] classes, got 10"):
         vit_keras.decode_predictions(np.zeros((1, 10)))
@@ -173,17 +175,77 @@ def test_load_weights_by_name_with_an_explicit_variant(keras_home):
     assert_outputs_equal(model(images), source(images), atol=1e-6)
 
 
-def test_trained_config_of_a_big_vision_gap_checkpoint(tmp_path):
-    """No class token, a posemb without a class-token row: the grid is the whole table."""
-    from vit_keras.checkpoints import loading
+@pytest.mark.parametrize("case, expected", [
+    ("timm_token", dict(image_size=32, num_classes=7, classifier="token", distilled=False)),
+    ("timm_gap", dict(num_classes=5, classifier="gap", distilled=False)),  # 4x6: not square
+    ("timm_deit", dict(image_size=32, num_classes=6, classifier="token", distilled=True)),
+    ("timm_hybrid", dict(image_size=32, num_classes=5, classifier="token", distilled=False)),
+    ("hf_classifier", dict(image_size=32, num_classes=6, classifier="token", distilled=False)),
+    ("big_vision", dict(image_size=32, num_classes=7, classifier="token", distilled=False)),
+])
+def test_trained_config_is_read_off_foreign_checkpoints(case, expected, tmp_path):
+    """Class and distillation tokens, a posemb without the class-token row (big_vision), a
+    hybrid's ResNet stride and a non-square grid all come out right."""
+    import json
 
-    config = vit_keras.get_variant("S/16-gap", image_size=64, num_classes=7, hidden_size=16,
-                                   mlp_dim=32, num_heads=2, num_layers=1)
-    model = vit_keras.VisionTransformer(config)
-    save_npz(model, str(tmp_path / "gap.npz"))
-    checkpoint = loading.read_checkpoint(str(tmp_path / "gap.npz"), 2)
-    assert loading.trained_config_fields(checkpoint, config) == {
-        "image_size": 64, "num_classes": 7, "representation_size": None}
+    from test_checkpoints import read_npz, to_big_vision
+    from vit_keras.checkpoints import read_checkpoint
+    from vit_keras.pretrained.trained import trained_config_fields
+
+    data = os.path.join(os.path.dirname(__file__), "data")
+    configs = {}
+    for name in ("parity_configs.json", "hybrid_deit_configs.json"):
+        with open(os.path.join(data, name)) as file:
+            configs.update(json.load(file))
+    source = "ours_token_in_timm" if case == "big_vision" else case
+    fields = {key: value for key, value in configs[source].items()
+              if key in vit_keras.ViTConfig.__dataclass_fields__}
+    path = os.path.join(data, configs[source]["weights"])
+    if case == "big_vision":
+        path = str(tmp_path / "big_vision.npz")
+        np.savez(path, **to_big_vision(read_npz(os.path.join(data, "ours_token.npz"))))
+    config = vit_keras.ViTConfig(**fields)
+    found = trained_config_fields(read_checkpoint(path, config.num_heads), config)
+    assert found == {**expected, "representation_size": None}
+
+
+def test_a_hybrid_release_loads_at_another_resolution(keras_home):
+    """The posemb grid of a hybrid counts ResNet feature pixels (stride 4 for R+Ti/16)."""
+    release = pretrained.find("augreg-in21k+imagenet2012", "R+Ti/16")
+    os.makedirs(os.path.dirname(release.cache_path))
+    tiny = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
+    source = vit_keras.ViTRTi16(input_shape=(384, 384, 3), **tiny)
+    randomize_weights(source, seed=5)
+    save_npz(source, release.cache_path)
+    same = vit_keras.ViTRTi16(weights="augreg-in21k+imagenet2012", **tiny)
+    images = random_images(source, batch=1)
+    assert_outputs_equal(same(images), source(images), atol=1e-5)
+    smaller = vit_keras.ViTRTi16(weights="augreg-in21k+imagenet2012", input_shape=(224, 224, 3),
+                                 **tiny)
+    posemb = smaller.get_layer("posembed_input").weights[0]
+    assert tuple(posemb.shape) == (1, 7 * 7 + 1, 16)  # 224 / (8 x 4) = 7
+
+
+def test_encoder_only_models_take_no_head_and_no_pre_logits(tmp_path, caplog):
+    tiny_release_file(tmp_path / "w.npz", image_size=224, classes=21843, pre_logits=True)
+    features = vit_keras.ViTB16(weights=str(tmp_path / "w.npz"), include_top=False,
+                                pooling="token", **TINY_B16)
+    assert features.output_shape == (None, TINY_B16["hidden_size"])
+    assert "pre_logits" not in {layer.name for layer in features.layers}
+    assert "not loading" not in caplog.text  # no warning about a head it never had
+
+
+def test_a_misspelt_weight_name_is_caught():
+    with pytest.raises(ValueError, match="did you mean 'imagenet21k'"):
+        vit_keras.ViTB16(weights="imagenet21K", **TINY_B16)
+
+
+def test_zeroed_release_heads_are_called_out(keras_home, caplog):
+    release = pretrained.find("imagenet21k", "B/16")
+    os.makedirs(os.path.dirname(release.cache_path))
+    tiny_release_file(release.cache_path, image_size=224, classes=21843, pre_logits=True)
+    vit_keras.ViTB16(weights="imagenet21k", **TINY_B16)
+    assert "head of ViT-B/16 'imagenet21k' is all zeros" in caplog.text
 
 
 def test_weights_argument_of_the_wrong_type_is_refused():

@@ -77,11 +77,23 @@ def test_vit_weights_list_shows_the_registry_and_what_is_cached(mirror, capsys):
     assert cached_row[-3:] == [size_mib, "MiB", "yes"]
 
 
-def test_vit_weights_fetch_of_an_unknown_release_is_one_error_line(capsys):
-    assert cli.main(["weights", "fetch", "imagenet21k", "--model", "Ti/16"]) == 2
+@pytest.mark.parametrize("argv, message", [
+    (["imagenet21k", "--model", "Ti/16"], "there are no 'imagenet21k' weights for ViT-Ti/16"),
+    (["augreg-in21K", "--model", "Ti/16"], "did you mean 'augreg-in21k'?"),
+    (["no_such_file.npz"], "'no_such_file.npz' is neither a weight name"),
+])
+def test_vit_weights_fetch_of_something_unknown_is_one_error_line(argv, message, capsys):
+    assert cli.main(["weights", "fetch", *argv]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.startswith("vit weights: error: there are no 'imagenet21k' weights for "
-                            "ViT-Ti/16") and "\n" not in error
+    assert error.startswith("vit weights: error: ") and message in error and "\n" not in error
+
+
+def test_vit_predict_refuses_a_release_whose_head_was_zeroed(tmp_path, capsys):
+    image_path = str(tmp_path / "photo.png")
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image_path)
+    assert cli.main(["predict", image_path, "--weights", "imagenet21k", "--model", "B/16"]) == 1
+    error = capsys.readouterr().err
+    assert "'imagenet21k' head of ViT-B/16 is all zeros" in error and "augreg-in21k" in error
 
 
 def test_vit_train_starts_from_a_named_release(mirror, ti16_file):

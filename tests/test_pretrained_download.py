@@ -82,7 +82,8 @@ def test_url_weights_are_cached_under_their_host_and_path(mirror):
 
 
 def _corrupt(data: bytes) -> bytes:
-    """Flips bytes inside the first stored array, leaving the zip's structure readable."""
+    """Flips 16 bytes inside the first member (past its local header): the zip stays readable,
+    its CRC check fails."""
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         first = archive.infolist()[0]
     start = first.header_offset + 30 + len(first.filename) + 64  # past the local header
@@ -203,3 +204,22 @@ def test_a_truncated_cached_file_is_reported_on_load(mirror):
         cached.write(file.read()[:1000])
     with pytest.raises(ValueError, match="truncated or corrupt"):
         vit_keras.ViTB16(weights="imagenet21k", **TINY_B16)
+
+
+def test_a_mirror_serving_another_file_is_refused_before_caching(mirror, tmp_path):
+    """An intact weight file that is not the release (here: 1000 classes, not 21843)."""
+    server, release, _, _ = mirror
+    tiny_release_file(tmp_path / "other.npz", image_size=224, classes=1000, pre_logits=True)
+    with open(tmp_path / "other.npz", "rb") as file:
+        server.files["/vit_models/" + release.path] = file.read()
+    with pytest.raises(pretrained.DownloadError, match=r"not the one expected: it is not the "
+                       r"'imagenet21k' release of ViT-B/16.*'num_classes': 1000"):
+        pretrained.weights_file("imagenet21k", "B/16", quiet=True)
+    assert leftovers(release.cache_path) == []
+
+
+def test_hub_references_without_huggingface_hub_say_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
+    with pytest.raises(ValueError, match=r"need huggingface_hub \(pip install "
+                       r"'vit_keras\[hub\]'\)"):
+        pretrained.weights_file("hf://google/vit-base-patch16-224")

@@ -1,14 +1,15 @@
 """Writes the ImageNet class-name files shipped in `vit_keras/pretrained/`.
 
 The official heads order their classes by WordNet ID: the 1000 ImageNet-1k (ILSVRC-2012)
-synsets, and the 21843 synsets of Google's ImageNet-21k (the fall 2011 release plus two). Each output line is
-`WNID<TAB>lemmas` (the synset's WordNet 3.0 lemmas, comma-separated, the first being the short
-name), in head order. The synset lists and lemmas are read from an installed `timm` (the
-`reference` extra; only its data files are read, timm is not imported); the ImageNet-1k order is
-cross-checked against TensorFlow Datasets' `imagenet2012` labels.
+synsets, and the 21843 synsets of Google's ImageNet-21k (the fall 2011 release plus two). Each
+output line is `WNID<TAB>lemmas` (the synset's WordNet 3.0 lemmas, comma-separated, the first
+being the short name), in head order. The synset lists and lemmas are read from the data files
+of a timm wheel (`pip download timm --no-deps`, unpacked; timm is not imported, nor a
+dependency); the ImageNet-1k order is cross-checked against TensorFlow Datasets' `imagenet2012`
+labels.
 
 Usage:
-  python tools/make_imagenet_labels.py [--info-dir DIR]
+  python tools/make_imagenet_labels.py [--info-dir UNPACKED_TIMM/timm/data/_info]
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ def predictor(args: argparse.Namespace):
     if args.weights:
         import vit_keras
 
+        refuse_untrained_head(args.weights, args.model)
         model = vit_keras.create_model(args.model, weights=args.weights)
     else:
         from training.evaluate import load_model
@@ -83,6 +84,20 @@ def predictor(args: argparse.Namespace):
               _file_labels(args.model, args.labels))
     return (lambda images: np.asarray(model(pipeline.scale(images), training=False))), \
         int(model.input_shape[1]), labels
+
+
+def refuse_untrained_head(weights: str, architecture: str) -> None:
+    """Predictions of a release whose head was zeroed for release would be meaningless."""
+    from vit_keras import pretrained
+
+    if weights in pretrained.weight_names():
+        release = pretrained.find(weights, architecture)
+        if not release.head_trained:
+            trained = [other.name for other in pretrained.releases()
+                       if other.variant == release.variant and other.head_trained]
+            raise ValueError(f"the {weights!r} head of ViT-{release.variant} is all zeros (it "
+                             "was released for fine-tuning); for predictions use one of "
+                             f"{trained or 'the other releases'}")
 
 
 def _file_labels(model_path: str, labels_path: str | None) -> list[str] | None:

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def release_table(releases) -> list[str]:
     """The lines of `vit weights list` for `releases`."""
     rows = [("model", "weights", "px", "classes", "pre_logits", "size", "cached")]
-    rows += [(release.variant, release.name, str(release.image_size), str(release.num_classes),
+    rows += [(release.variant, release.name, str(release.image_size),
+              f"{release.num_classes}{'' if release.head_trained else '*'}",
               "yes" if release.pre_logits else "no", _size(release),
               "yes" if release.cached else "no") for release in releases]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
@@ -55,10 +56,15 @@ def run(args: argparse.Namespace) -> int:
                         if variant is None or release.variant == variant]
             print("\n".join(release_table(releases)))
             print(f"\nfrom {pretrained.base_url()}; cached in {pretrained.cache_root()}")
+            print("*: the released head is all zeros (for fine-tuning only)")
             print("'?': size not published (nor checksums); downloads are checked by length "
                   "and structure.")
             return 0
-        print(pretrained.weights_file(args.name, variant))
+        path = pretrained.weights_file(args.name, variant)
+        if not os.path.exists(path):
+            raise ValueError(f"{args.name!r} is neither a weight name (`vit weights list`), a "
+                             "URL nor an existing file")
+        print(path)
         return 0
     except ValueError as error:
         print(f"vit weights: error: {error}", file=sys.stderr)

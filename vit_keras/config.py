@@ -309,6 +309,12 @@ def get_variant(name: str, **overrides) -> ViTConfig:
 def variant_name(name: str) -> str:
     """The table key of a variant name in any official spelling ('ViT-B_16' -> 'B/16').
 
+    Args:
+        name: 'B/16', 'ViT-B_16', 'B_16', 'R50+ViT-B_16', ...
+
+    Returns:
+        The `VARIANTS` / `HYBRID_VARIANTS` key.
+
     Raises:
         ValueError: not a known variant.
     """
@@ -320,9 +326,14 @@ def variant_name(name: str) -> str:
 
 
 def variant_of(config: ViTConfig) -> str | None:
-    """The official variant whose architecture `config` has ('B/16', 'R50+B/16'), or None.
+    """The official variant whose architecture `config` has.
 
-    Only the `ARCHITECTURE_FIELDS` are compared: image size, classes and options may differ.
+    Args:
+        config: any config; only its `ARCHITECTURE_FIELDS` are compared (image size, classes
+            and options may differ).
+
+    Returns:
+        'B/16', 'R50+B/16', ..., or None when no variant has this architecture.
     """
     def architecture(candidate: ViTConfig) -> tuple:
         return tuple(getattr(candidate, field) for field in ARCHITECTURE_FIELDS)

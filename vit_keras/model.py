@@ -192,18 +192,18 @@ def _application(variant: str, default_name: str):
 
     def constructor(include_top=True, weights=None, input_shape=None, classes=None,
                     pooling=None, classifier_activation=None, **config_overrides):
+        if input_shape is not None and len(input_shape) != 3:
+            raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}")
         checkpoint, overrides = None, dict(config_overrides)
         if weights is not None:
             from vit_keras.pretrained.loading import read_pretrained  # only needed with weights
 
-            checkpoint, path, trained = read_pretrained(weights, variant, config_overrides,
-                                                        classes)
+            checkpoint, path, trained = read_pretrained(
+                weights, variant, config_overrides, classes=classes, include_top=include_top)
             overrides = {**trained, **overrides}
         if classes is not None or "num_classes" not in overrides:
-            overrides["num_classes"] = classes or DEFAULT_CLASSES
+            overrides["num_classes"] = DEFAULT_CLASSES if classes is None else classes
         if input_shape is not None:
-            if len(input_shape) != 3:
-                raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}")
             overrides.update(image_size=(input_shape[0], input_shape[1]), channels=input_shape[2])
         config = get_variant(variant, **overrides)
         model = VisionTransformer(config, include_top=include_top, pooling=pooling,
@@ -211,7 +211,7 @@ def _application(variant: str, default_name: str):
         if checkpoint is not None:
             from vit_keras.checkpoints.loading import assign_checkpoint
 
-            assign_checkpoint(model, checkpoint, path)
+            assign_checkpoint(model, checkpoint, path, skip_head=True if not include_top else None)
         return model
 
     constructor.__name__ = default_name

@@ -1,7 +1,8 @@
 """Readers and writers of pretrained ViT weights in foreign layouts, and the posemb resize.
 
-- `load_weights(model, path, skip_head=None)`: official / big_vision `.npz`, timm and Hugging
-  Face `.safetensors`, detected from the file.
+- `load_weights(model, weights, skip_head=None, variant=None)`: official / big_vision `.npz`,
+  timm and Hugging Face `.safetensors`, detected from the file; weights by path, URL, `hf://`
+  or released name (see `vit_keras.pretrained`).
 - `save_npz(model, path)`: the official release layout.
 - `resize_position_embedding(posemb, new_grid, has_class_token)`: the official resize rule.
 """

@@ -74,9 +74,13 @@ def read_tensors(path: str) -> tuple[str, dict[str, np.ndarray]]:
 def integrity_problem(path: str) -> str | None:
     """Why a local weight file is truncated or corrupt, or None when it is intact.
 
-    Checked without loading the tensors: an `.npz` must be a zip whose every member is a `.npy`
-    with a matching CRC; a `.safetensors` file must have a JSON header whose tensors end exactly
-    at the end of the file.
+    Args:
+        path: a local `.npz` or `.safetensors` file.
+
+    Returns:
+        None, or the problem in words. Checked without loading the tensors: an `.npz` must
+        be a zip whose every member is a `.npy` with a matching CRC; a `.safetensors` file
+        must have a JSON header whose tensors end exactly at the end of the file.
     """
     with open(path, "rb") as file:
         head = file.read(9)
@@ -95,8 +99,8 @@ def _npz_problem(path: str) -> str | None:
             if not names or not all(name.endswith(".npy") for name in names):
                 return f"zip archive holds {names[:3]}..., expected .npy arrays"
             bad = archive.testzip()
-    except (zipfile.BadZipFile, EOFError, OSError) as error:
-        return f"truncated or corrupt .npz archive ({error})"
+    except Exception as error:  # zipfile/zlib raise many kinds on corrupt data
+        return f"truncated or corrupt .npz archive ({type(error).__name__}: {error})"
     return f"member {bad!r} of the .npz archive fails its CRC check" if bad else None
 
 
@@ -110,8 +114,11 @@ def _safetensors_problem(path: str) -> str | None:
             header = json.loads(file.read(header_size))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             return f"unreadable .safetensors header ({error})"
-    ends = [entry["data_offsets"][1] for name, entry in header.items()
-            if name != "__metadata__" and isinstance(entry, dict) and "data_offsets" in entry]
+    try:
+        ends = [int(entry["data_offsets"][1]) for name, entry in header.items()
+                if name != "__metadata__"]
+    except (AttributeError, TypeError, IndexError, KeyError, ValueError) as error:
+        return f"malformed .safetensors header ({type(error).__name__}: {error})"
     data_bytes = size - 8 - header_size
     if max(ends, default=0) != data_bytes:
         return (f"the header describes {max(ends, default=0)} bytes of tensors, the file holds "

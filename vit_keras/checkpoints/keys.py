@@ -22,6 +22,7 @@ REGISTERS = "registers"
 POSEMB_ROW = "Transformer/posembed_input/row_embedding"
 POSEMB_COL = "Transformer/posembed_input/col_embedding"
 PRE_LOGITS_PREFIX = "pre_logits/"
+MAP_PREFIX = "MAPHead_0/"      # big_vision's multihead attention pooling head
 
 
 def block_prefix(index: int) -> str:
@@ -106,7 +107,7 @@ def _options(layers) -> dict:
         names[POSEMB_COL] = posemb.col_embedding
     pool = layers.get("pool")
     if pool is not None and hasattr(pool, "probe"):
-        prefix = "MAPHead_0/"
+        prefix = MAP_PREFIX
         names[prefix + "probe"] = pool.probe
         names.update(_attention(f"{prefix}MultiHeadDotProductAttention_0/", pool.attention))
         names.update(_layer_norm(f"{prefix}LayerNorm_0/", pool.layer_norm))

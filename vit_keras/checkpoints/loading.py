@@ -79,10 +79,10 @@ def _head_names_to_skip(tensors, targets, skip_head) -> tuple[set, str | None]:
 
 
 def _model_grid(model) -> tuple[int, int]:
-    """The model's patch grid (rows, cols)."""
-    embedding = model.get_layer("embedding")
-    _, height, width, _ = model.inputs[0].shape
-    return height // embedding.patch_size, width // embedding.patch_size
+    """The model's patch grid (rows, cols); a hybrid's patches count ResNet feature pixels."""
+    from vit_keras.model import config_from_model  # the model module builds on this package
+
+    return config_from_model(model).grid_size
 
 
 def _with_cls_row(posemb: np.ndarray, has_cls: bool, flag, num_patches: int) -> np.ndarray:
@@ -178,9 +178,9 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
     if skip_head not in (None, True, False):
         raise ValueError(f"skip_head must be None, True or False, got {skip_head!r}")
     keys.model_variables(model)  # a model of another kind fails here, before any download
-    path, _ = sources.local_weights(weights, variant or sources.variant_of_model(model, weights))
-    assign_checkpoint(model, read_checkpoint(path, keys.num_heads(model)), path,
-                      skip_head=skip_head)
+    checkpoint, path, _ = sources.read_weights(
+        weights, variant or sources.variant_of_model(model, weights), keys.num_heads(model))
+    assign_checkpoint(model, checkpoint, path, skip_head=skip_head)
 
 
 def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
@@ -195,9 +195,12 @@ def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
     """
     targets = keys.model_variables(model)
     skipped, reason = _head_names_to_skip(checkpoint.tensors, targets, skip_head)
-    if reason:
+    if reason and skipped & set(targets):
         logger.warning("load_weights(%s): not loading %s (%s); the model's head keeps its "
                        "initial values", path, ", ".join(sorted(skipped)), reason)
+    elif reason:  # a headless model: nothing of it is left out
+        logger.info("load_weights(%s): the model has no head; not loading %s", path,
+                    ", ".join(sorted(skipped)))
     tensors = {name: value for name, value in checkpoint.tensors.items() if name not in skipped}
     targets = {name: value for name, value in targets.items() if name not in skipped}
     checkpoint.tensors = tensors
@@ -211,31 +214,3 @@ def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
     logger.info("load_weights: loaded %d tensors from %s (%s)", len(targets), path,
                 checkpoint.layout)
 
-
-def trained_config_fields(checkpoint: keys.Checkpoint, config) -> dict:
-    """The `ViTConfig` fields a checkpoint was trained with, as far as its tensors tell.
-
-    Args:
-        checkpoint: from `read_checkpoint`.
-        config: the architecture the checkpoint is loaded into (patch size, ResNet stride).
-
-    Returns:
-        Some of: num_classes (the head's outputs), representation_size (pre_logits width or
-        None), image_size (the square grid of the position embedding times the pixels per
-        patch; left out for a non-square or computed embedding).
-    """
-    tensors = checkpoint.tensors
-    fields = {"representation_size": (int(tensors[keys.PRE_LOGITS_PREFIX + "kernel"].shape[-1])
-                                       if keys.PRE_LOGITS_PREFIX + "kernel" in tensors else None)}
-    if keys.HEAD_PREFIX + "kernel" in tensors:
-        fields["num_classes"] = int(tensors[keys.HEAD_PREFIX + "kernel"].shape[-1])
-    posemb = tensors.get(keys.POSEMB)
-    if posemb is not None and posemb.ndim == 3:
-        rows = posemb.shape[1]
-        prefix = (keys.CLS in tensors) + (keys.DIST in tensors)
-        with_prefix = checkpoint.posemb_has_cls_row is not False
-        grid = (resize.square_grid(rows - prefix) if with_prefix and prefix else None) \
-            or resize.square_grid(rows)
-        if grid is not None:
-            fields["image_size"] = grid[0] * config.patch_size * config.resnet_stride
-    return fields

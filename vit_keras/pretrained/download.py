@@ -31,7 +31,9 @@ class DownloadError(ValueError):
 def cache_root() -> str:
     """Where downloaded weights live: `$KERAS_HOME/models/vit_keras`, as `keras.utils.get_file`.
 
-    Keras' convention: `KERAS_HOME` when set, else `~/.keras`, else (not writable) `/tmp/.keras`.
+    Returns:
+        `KERAS_HOME` when set, else `~/.keras`, else (not writable) `/tmp/.keras` (Keras'
+        convention), followed by `models/vit_keras`.
     """
     base = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
     if not os.environ.get("KERAS_HOME") and not _writable(base):
@@ -50,7 +52,8 @@ def _writable(directory: str) -> bool:
 
 
 def download(url: str, destination: str, *, size: int | None = None,
-             sha256: str | None = None, quiet: bool = False) -> str:
+             sha256: str | None = None, validate=None, hint: str = "",
+             quiet: bool = False) -> str:
     """Downloads `url` to `destination` unless it is already there.
 
     Args:
@@ -58,6 +61,9 @@ def download(url: str, destination: str, *, size: int | None = None,
         destination: final local path (its folder is created).
         size: expected size in bytes, when known.
         sha256: expected hex digest, when known.
+        validate: optional function(path) -> None, or why the downloaded file is not the one
+            expected; run before the file is moved into place.
+        hint: more advice for the error message (e.g. a mirror setting).
         quiet: no progress output.
 
     Returns:
@@ -65,31 +71,49 @@ def download(url: str, destination: str, *, size: int | None = None,
 
     Raises:
         DownloadError: the server could not be reached or answered an error, the transfer
-            ended early, or the file failed a check. The error names the URL and where to put
-            the file by hand; no file is left under `destination`.
+            ended early, the file failed a check, or the cache is not writable. The error
+            names the URL and where to put the file by hand; no file is left under
+            `destination`.
     """
     if os.path.exists(destination):
         _check_cached(destination, size)
         return destination
-    os.makedirs(os.path.dirname(destination), exist_ok=True)
-    handle, temp_path = tempfile.mkstemp(prefix=os.path.basename(destination) + ".",
-                                         suffix=".part", dir=os.path.dirname(destination))
+    by_hand = _by_hand(url, destination, hint)
+    try:
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        handle, temp_path = tempfile.mkstemp(prefix=os.path.basename(destination) + ".",
+                                             suffix=".part", dir=os.path.dirname(destination))
+    except OSError as error:
+        raise DownloadError(f"cannot write into the weights cache: {error}\n  {by_hand}") from None
     try:
         with os.fdopen(handle, "wb") as file:
             digest = _stream(url, file, quiet)
-        _verify(temp_path, digest, size, sha256)
-        os.replace(temp_path, destination)
+        _verify(temp_path, digest, size, sha256, validate)
+        os.chmod(temp_path, 0o644)  # mkstemp's 0600 would hide a shared cache from other users
+        _move_into_place(temp_path, destination)
     except DownloadError as error:
-        raise DownloadError(f"{error}\n  {_by_hand(url, destination)}") from None
+        raise DownloadError(f"{error}\n  {by_hand}") from None
+    except OSError as error:
+        raise DownloadError(f"cannot write {destination}: {error}\n  {by_hand}") from None
     finally:
         if os.path.exists(temp_path):
             os.remove(temp_path)
     return destination
 
 
-def _by_hand(url: str, destination: str) -> str:
+def _move_into_place(temp_path: str, destination: str) -> None:
+    """Atomic rename; where another process's rename won the race (Windows refuses to replace
+    an open file), its identical file stays."""
+    try:
+        os.replace(temp_path, destination)
+    except PermissionError:
+        if not os.path.exists(destination):
+            raise
+
+
+def _by_hand(url: str, destination: str, hint: str) -> str:
     return (f"To install it by hand (offline, behind a proxy), download {url} and save it as "
-            f"{destination}; or set VIT_KERAS_WEIGHTS_URL to a mirror of the vit_models bucket.")
+            f"{destination}{'; ' + hint if hint else ''}.")
 
 
 def _check_cached(path: str, size: int | None) -> None:
@@ -130,7 +154,7 @@ def _stream(url: str, file, quiet: bool) -> str:
     return digest.hexdigest()
 
 
-def _verify(path: str, digest: str, size: int | None, sha256: str | None) -> None:
+def _verify(path: str, digest: str, size: int | None, sha256: str | None, validate) -> None:
     """Raises DownloadError unless the downloaded file is the expected, intact weight file."""
     actual_size = os.path.getsize(path)
     if size is not None and actual_size != size:
@@ -140,3 +164,6 @@ def _verify(path: str, digest: str, size: int | None, sha256: str | None) -> Non
     problem = io.integrity_problem(path)
     if problem:
         raise DownloadError(f"downloaded file is not an intact weight file: {problem}")
+    problem = validate(path) if validate is not None else None
+    if problem:
+        raise DownloadError(f"downloaded file is not the one expected: {problem}")

@@ -68,7 +68,11 @@ class Release:
 
 
 def base_url() -> str:
-    """The bucket's address: VIT_KERAS_WEIGHTS_URL when set, else the official one."""
+    """The bucket's address.
+
+    Returns:
+        VIT_KERAS_WEIGHTS_URL when set, else the official one; no trailing slash.
+    """
     return (os.environ.get(BASE_URL_VARIABLE) or _table()["base_url"]).rstrip("/")
 
 
@@ -80,7 +84,11 @@ def _table() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def releases() -> tuple[Release, ...]:
-    """Every registered release, in the registry's order."""
+    """Every registered release.
+
+    Returns:
+        The `Release`s, in the registry's order.
+    """
     return tuple(Release(**entry) for entry in _table()["releases"])
 
 
@@ -96,6 +104,13 @@ def is_weight_name(weights: str) -> bool:
 
 def find(name: str, variant: str | None) -> Release:
     """The release of weight name `name` for `variant`.
+
+    Args:
+        name: a weight name ('imagenet21k+imagenet2012').
+        variant: the architecture, in any official spelling ('B/16', 'ViT-B_16').
+
+    Returns:
+        The `Release`.
 
     Raises:
         ValueError: no variant given, or no such release (the error lists what there is).

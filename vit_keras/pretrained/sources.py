@@ -10,10 +10,15 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
+import hashlib
 import os
 import urllib.parse
 
-from vit_keras.pretrained import download, registry
+from vit_keras.checkpoints import keys, loading
+from vit_keras.config import get_variant
+from vit_keras.pretrained import download, registry, trained
 
 HF_SCHEME = "hf://"
 HF_DEFAULT_FILE = "model.safetensors"
@@ -43,14 +48,71 @@ def local_weights(weights: str, variant: str | None = None, *,
         return hub_file(weights), None
     if registry.is_weight_name(weights):
         release = registry.find(weights, variant)
-        path = download.download(release.url, release.cache_path, size=release.size,
-                                 sha256=release.sha256, quiet=quiet)
+        path = download.download(
+            release.url, release.cache_path, size=release.size, sha256=release.sha256,
+            validate=functools.partial(_release_problem, release), quiet=quiet,
+            hint=f"or set {registry.BASE_URL_VARIABLE} to a mirror of the vit_models bucket")
         return path, release
+    _refuse_misspelt_name(weights)
     return weights, None
+
+
+def read_weights(weights: str, variant: str | None,
+                 num_heads: int) -> tuple[keys.Checkpoint, str, registry.Release | None]:
+    """`local_weights`, then the file read into canonical names.
+
+    Args:
+        weights: as `local_weights`.
+        variant: as `local_weights`.
+        num_heads: attention heads of the target model (to split fused torch weights).
+
+    Returns:
+        (checkpoint, path, release or None).
+
+    Raises:
+        ValueError: as `local_weights`, or an unreadable file (a cached one is named, with
+            what to do).
+    """
+    path, release = local_weights(weights, variant)
+    try:
+        return loading.read_checkpoint(path, num_heads), path, release
+    except ValueError as error:
+        if os.path.abspath(path).startswith(download.cache_root() + os.sep):
+            raise ValueError(f"{error}\n  {path} is in the weights cache: delete it to download "
+                             "it again") from None
+        raise
+
+
+def _release_problem(release: registry.Release, path: str) -> str | None:
+    """Why a downloaded file is not `release` (read as its architecture), or None."""
+    architecture = get_variant(release.variant)
+    try:
+        checkpoint = loading.read_checkpoint(path, architecture.num_heads)
+    except ValueError as error:
+        return str(error)
+    return trained.release_mismatch(release, trained.trained_config_fields(checkpoint,
+                                                                           architecture))
+
+
+def _refuse_misspelt_name(weights: str) -> None:
+    """A missing 'file' that is one letter from a weight name is a misspelt name."""
+    if os.path.exists(weights) or "://" in weights:
+        return
+    close = difflib.get_close_matches(weights, registry.weight_names(), n=1, cutoff=0.85)
+    if close:
+        raise ValueError(f"weights {weights!r} is neither a file nor a weight name; did you "
+                         f"mean {close[0]!r}? (`vit weights list` shows them)")
 
 
 def variant_of_model(model, weights) -> str | None:
     """The official variant `model` is, when `weights` is a weight name (else None: not needed).
+
+    Args:
+        model: a model built by `VisionTransformer`.
+        weights: the `weights` argument.
+
+    Returns:
+        'B/16'-style variant, or None when `weights` is no weight name.
 
     Raises:
         ValueError: `weights` is a weight name and the model is no official architecture.
@@ -69,17 +131,39 @@ def variant_of_model(model, weights) -> str | None:
 
 
 def url_cache_path(url: str) -> str:
-    """Where a file downloaded from `url` is cached: `urls/HOST/PATH` under the Keras cache."""
+    """Where a file downloaded from `url` is cached.
+
+    Args:
+        url: an http(s) URL naming a file.
+
+    Returns:
+        `urls/HOST/PATH` under the Keras cache; a query string's hash prefixes the file name.
+    """
     parts = urllib.parse.urlsplit(url)
-    segments = [segment for segment in parts.path.split("/") if segment not in ("", ".", "..")]
+    segments = [_safe(segment) for segment in parts.path.split("/")
+                if segment not in ("", ".", "..")]
     if not segments:
         raise ValueError(f"weights URL {url!r} names no file")
-    host = parts.netloc.replace(":", "_")
-    return os.path.join(download.cache_root(), "urls", host, *segments)
+    if parts.query:
+        digest = hashlib.sha256(parts.query.encode()).hexdigest()[:12]
+        segments[-1] = f"{digest}-{segments[-1]}"
+    return os.path.join(download.cache_root(), "urls", _safe(parts.netloc), *segments)
+
+
+def _safe(segment: str) -> str:
+    """A URL path segment as a file name on every OS (no ':', '*', '?', ...)."""
+    return "".join("_" if char in '<>:"\\|?*' else char for char in segment)
 
 
 def parse_hub_reference(reference: str) -> tuple[str, str, str | None]:
-    """'hf://ORG/REPO[/FILE][@REVISION]' -> (repo_id, filename, revision or None)."""
+    """Splits a Hugging Face Hub reference.
+
+    Args:
+        reference: 'hf://ORG/REPO[/FILE][@REVISION]'.
+
+    Returns:
+        (repo_id, filename (default model.safetensors), revision or None).
+    """
     body, _, revision = reference[len(HF_SCHEME):].partition("@")
     parts = [part for part in body.split("/") if part]
     if len(parts) < 2:
@@ -89,7 +173,14 @@ def parse_hub_reference(reference: str) -> tuple[str, str, str | None]:
 
 
 def hub_file(reference: str) -> str:
-    """Downloads (or finds in its cache) a file of a Hugging Face Hub repository."""
+    """Downloads (or finds in huggingface_hub's cache) a file of a Hub repository.
+
+    Args:
+        reference: 'hf://ORG/REPO[/FILE][@REVISION]'.
+
+    Returns:
+        The local path.
+    """
     repo_id, filename, revision = parse_hub_reference(reference)
     try:
         import huggingface_hub
