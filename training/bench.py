@@ -159,7 +159,8 @@ def run(args) -> int:
     """Prints a throughput table for the chosen configurations."""
     import vit_keras
 
-    vit_keras.get_variant(args.variant)  # unknown variants fail before any measuring
+    # An unknown variant or a size the patches do not divide fails before any measuring.
+    vit_keras.get_variant(args.variant, image_size=args.image_size)
     rows = []
     for precision in _selected(args.precision, PRECISIONS):
         peak = matmul_peak_gflops(precision)

@@ -2,6 +2,10 @@
 
 Each command module defines `add_arguments(parser)` and `run(args) -> int`, and its docstring's
 first line is the command's help. Modules import TensorFlow inside `run`, so `vit --help` is fast.
+
+Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
+`vit CMD: error: ...` and exits with status 2; a run that fails on its way (`RuntimeError`,
+`OSError`) the same with status 1. `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -31,8 +35,33 @@ def build_parser() -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=summary, description=module.__doc__,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sub)
+        _add_common_arguments(sub)
         sub.set_defaults(func=module.run)
     return parser
+
+
+def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """--debug and --verbose on every command (train's --verbose also sets Keras' verbosity)."""
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an error")
+    if not any("--verbose" in action.option_strings for action in parser._actions):
+        parser.add_argument("--verbose", action="store_true",
+                            help="show every TensorFlow, absl and converter log line")
+
+
+def verbose_requested(argv: list[str]) -> bool:
+    """Whether argv asks for --verbose (read before parsing: it decides TensorFlow's logging);
+    train's `--verbose 0` does not."""
+    for index, arg in enumerate(argv):
+        if arg.startswith("--verbose="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--verbose":
+            value = argv[index + 1] if index + 1 < len(argv) else ""
+        else:
+            continue
+        if value != "0":
+            return True
+    return False
 
 
 def select_backend(argv: list[str]) -> None:
@@ -52,9 +81,20 @@ def select_backend(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vit` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    select_backend(argv)
+    from training import console
+
+    console.configure(verbose_requested(argv))
+    with console.quiet_native_stderr():
+        select_backend(argv)  # before Keras is imported (TensorFlow imports it)
+        import tensorflow  # noqa: F401  every command uses it; quietly (see training.console)
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, RuntimeError, OSError) as error:
+        if args.debug:
+            raise
+        print(f"vit {args.command}: error: {error}", file=sys.stderr)
+        return 2 if isinstance(error, ValueError) else 1
 
 
 if __name__ == "__main__":

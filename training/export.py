@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+
+from training import console
 
 FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_dynamic_int8", "tflite_int8")
 DEFAULT_FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_int8")
@@ -22,6 +23,8 @@ FILENAMES = {
     "tflite_dynamic_int8": "model_dynamic_int8.tflite",
     "tflite_int8": "model_int8.tflite",
 }
+STAGE_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite fp32", "tflite_fp16": "TFLite fp16",
+               "tflite_dynamic_int8": "TFLite dynamic int8", "tflite_int8": "TFLite int8"}
 QUANTIZATION = {"tflite": None, "tflite_fp16": "fp16", "tflite_dynamic_int8": "dynamic_int8",
                 "tflite_int8": "int8"}
 REPORT_NAME = "export.json"
@@ -78,14 +81,15 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
                         keep_tensor_names=keep_tensor_names)
     for name in formats:
         path = os.path.join(output_dir, FILENAMES[name])
-        if name == "saved_model":
-            export.saved_model(model, path)
-            logits = _saved_model_logits(path, eval_images)
-            entry = {"latency_ms": None}
-        else:
-            runners[name], entry = _write_tflite(model, name, path, representative_images,
-                                                 eval_images, **lite_options)
-            logits = runners[name](eval_images)
+        with console.stage(f"export: {STAGE_NAMES[name]}"):
+            if name == "saved_model":
+                export.saved_model(model, path)
+                logits = _saved_model_logits(path, eval_images)
+                entry = {"latency_ms": None}
+            else:
+                runners[name], entry = _write_tflite(model, name, path, representative_images,
+                                                     eval_images, **lite_options)
+                logits = runners[name](eval_images)
         report["formats"][name] = {
             "file": FILENAMES[name],
             "size_bytes": _size(path),
@@ -94,8 +98,11 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
             "accuracy": _accuracy(logits, eval_labels),
             **entry,
         }
-    for name, latency in _latencies(runners, latency_runs).items():
-        report["formats"][name]["latency_ms"] = round(latency, 4)
+    if runners:
+        with console.stage(f"export: batch-1 latency of {len(runners)} TFLite files"):
+            latencies = _latencies(runners, latency_runs)
+        for name, latency in latencies.items():
+            report["formats"][name]["latency_ms"] = round(latency, 4)
     from vit_keras import atomic
 
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
@@ -247,14 +254,10 @@ def run(args) -> int:
     import vit_keras  # noqa: F401  (registers the layers for loading)
     from vit_keras.export import graph
 
-    try:
-        formats = _check_formats(args.formats)
-    except ValueError as error:
-        print(f"vit export: {error}", file=sys.stderr)
-        return 2
+    formats = _check_formats(args.formats)
     if not os.path.exists(args.model):
-        print(f"vit export: no model file at {args.model}", file=sys.stderr)
-        return 2
+        raise ValueError(f"no model file at {args.model}: expected a .keras file written by "
+                         "`vit train`")
     model = keras.saving.load_model(args.model, safe_mode=True)
     image_hw = graph.image_size(model)
     calibration = eval_images = eval_labels = None
@@ -264,28 +267,19 @@ def run(args) -> int:
         if not args.data:
             print(f"vit export: calibrating and evaluating on {data_spec!r}, the data the model "
                   "was trained on (from its config.json)")
-        try:
-            calibration, eval_images, eval_labels = _load_data(
-                data_spec, image_hw, args.calibration_images, args.eval_images, trained_on)
-        except ValueError as error:
-            print(f"vit export: {error}", file=sys.stderr)
-            return 2
+        calibration, eval_images, eval_labels = _load_data(
+            data_spec, image_hw, args.calibration_images, args.eval_images, trained_on)
     elif "tflite_int8" in formats:
-        print("vit export: tflite_int8 needs --data to calibrate on (a few hundred training "
-              "images); pass --data or choose --formats without tflite_int8", file=sys.stderr)
-        return 2
+        raise ValueError("tflite_int8 needs --data to calibrate on (a few hundred training "
+                         "images); pass --data or choose --formats without tflite_int8")
     output = args.output or os.path.dirname(os.path.abspath(args.model))
-    try:
-        report = export_model(
-            model, output, formats=formats, representative_images=calibration,
-            eval_images=eval_images, eval_labels=eval_labels,
-            num_calibration_images=args.calibration_images, latency_runs=args.latency_runs,
-            int8_float_ops=[op.strip().upper() for op in args.int8_float_ops.split(",")
-                            if op.strip()],
-            int8_per_channel=not args.int8_per_tensor, keep_tensor_names=args.keep_tensor_names)
-    except ValueError as error:  # bad data or a graph LiteRT cannot run with builtin ops
-        print(f"vit export: {error}", file=sys.stderr)
-        return 2
+    report = export_model(
+        model, output, formats=formats, representative_images=calibration,
+        eval_images=eval_images, eval_labels=eval_labels,
+        num_calibration_images=args.calibration_images, latency_runs=args.latency_runs,
+        int8_float_ops=[op.strip().upper() for op in args.int8_float_ops.split(",")
+                        if op.strip()],
+        int8_per_channel=not args.int8_per_tensor, keep_tensor_names=args.keep_tensor_names)
     print(format_report(report))
     print(f"wrote {', '.join(FILENAMES[name] for name in formats)} and {REPORT_NAME} "
           f"to {output}")

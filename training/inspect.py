@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 DEFAULT_SIZES = (224, 384, 512)
 FIGURES = {
@@ -50,9 +49,7 @@ def run(args: argparse.Namespace) -> int:
                                args.batch_size))
         return 0
     if not args.model or not args.images:
-        print("vit inspect: give --model PATH and at least one IMAGE "
-              "(or --complexity VARIANT)", file=sys.stderr)
-        return 2
+        raise ValueError("give --model PATH and at least one IMAGE (or --complexity VARIANT)")
     import keras
 
     import vit_keras  # noqa: F401  (registers the layers for loading)

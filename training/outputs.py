@@ -90,3 +90,38 @@ def summary_table(rows: list[tuple[str, str]]) -> str:
     rule = f"+{'-' * (key_width + 2)}+{'-' * (value_width + 2)}+"
     body = [f"| {key:<{key_width}} | {value:<{value_width}} |" for key, value in rows]
     return "\n".join([rule, *body, rule])
+
+
+def claim_output_dir(output: str, resume: bool, overwrite: bool) -> None:
+    """Makes sure a run may write into `output`: never silently over an earlier run.
+
+    A folder with a finished run (metrics.json) or an unfinished one (backup/) is refused
+    unless `overwrite` (which empties it, so TensorBoard logs never mix) or, for an unfinished
+    run, `resume`. Other processes' scratch folders (`.worker-N`) are left alone.
+
+    Args:
+        output: the run's output folder (local or gs://).
+        resume: `--resume` was given.
+        overwrite: `--overwrite` was given.
+
+    Raises:
+        ValueError: the folder holds a run and neither flag allows going on.
+    """
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in the output folder, --overwrite "
+                         "replaces it: give one of them")
+    finished = atomic.exists(os.path.join(output, "metrics.json"))
+    unfinished = atomic.exists(os.path.join(output, "backup"))
+    if overwrite:
+        for name in (tf.io.gfile.listdir(output) if atomic.exists(output) else []):
+            if not name.startswith(".worker-"):
+                atomic.remove(os.path.join(output, name.rstrip("/")))
+    elif resume and finished and not unfinished:
+        raise ValueError(f"--resume: the run in {output} finished (metrics.json); there is "
+                         "nothing to continue: pass --overwrite to train it again, or "
+                         "--output for a new folder")
+    elif not resume and (finished or unfinished):
+        state = "a finished run (metrics.json)" if finished else \
+            "an unfinished run (backup/): --resume continues it"
+        raise ValueError(f"{output} already holds {state}; pass --overwrite to replace it, "
+                         "or --output for a new folder")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,17 +128,12 @@ def scores_from_logits(logits):
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit predict`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
 
-    try:
-        if args.top_k < 1:
-            raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
-        predict, size, names = predictor(args)
-        logits = predict(read_images(args.images, size)).astype(np.float64)
-    except ValueError as error:
-        print(f"vit predict: error: {error}", file=sys.stderr)
-        return 1
+    if args.top_k < 1:
+        raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
+    predict, size, names = predictor(args)
+    logits = predict(read_images(args.images, size)).astype(np.float64)
     names = names or [str(i) for i in range(logits.shape[1])]
     for path, scores in zip(args.images, scores_from_logits(logits)):
         print(path)

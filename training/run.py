@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from training import augment, callbacks, configs, distribute, objectives, outputs, pipeline
-from training import recipe, sources
+from training import console, recipe, sources
 from vit_keras import atomic, keras_compat
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
@@ -63,7 +63,8 @@ def make_plan(preset: configs.Preset, num_examples: int, replicas: int) -> Plan:
     step_batch = preset.batch_size // accum
     if num_examples < preset.batch_size:
         raise ValueError(f"the training data has {num_examples} examples, fewer than one "
-                         f"batch of {preset.batch_size}")
+                         f"batch of {preset.batch_size}: pass --batch-size {num_examples} or "
+                         "less")
     steps = (num_examples // step_batch) // accum * accum
     return Plan(replicas=replicas, global_batch=preset.batch_size, step_batch=step_batch,
                 per_replica_batch=step_batch // replicas, accum=accum, steps_per_epoch=steps,
@@ -114,6 +115,8 @@ class Run:
         preset: the fully resolved preset.
         output: output folder (default saved_models/<preset.name>); local or gs://.
         resume: continue from `<output>/backup` when there is a backup.
+        overwrite: replace an earlier run in `output` (refused otherwise, see
+            `outputs.claim_output_dir`).
         strategy_name, tpu: see `training.distribute.get_strategy` (TensorFlow).
         model_parallel, coordinator, num_processes, process_id: see
             `training.distribute.place` (JAX).
@@ -123,14 +126,14 @@ class Run:
     """
 
     def __init__(self, preset: configs.Preset, output: str | None = None, resume: bool = False,
-                 strategy_name: str = "auto", tpu: str | None = None,
+                 overwrite: bool = False, strategy_name: str = "auto", tpu: str | None = None,
                  data_dir: str | None = None, export: bool = True, inspect: bool = True,
                  verbose: int = 0, model_parallel: int = 1, coordinator: str | None = None,
                  num_processes: int | None = None, process_id: int | None = None):
         self.preset = preset
         self.objective = objectives.get_objective(preset)  # fails fast on a bad objective
         self.output = output or os.path.join("saved_models", preset.name)
-        self.resume = resume
+        self.resume, self.overwrite = resume, overwrite
         self.strategy_name, self.tpu, self.data_dir = strategy_name, tpu, data_dir
         self.processes = dict(model_parallel=model_parallel, coordinator=coordinator,
                               num_processes=num_processes, process_id=process_id)
@@ -150,12 +153,13 @@ class Run:
 
     def setup(self) -> None:
         """Placement, precision, seed, folders, data, batch plan and model config."""
-        self.started = time.perf_counter()
         self.backend = keras.backend.backend()
         self.placement = distribute.place(self.backend, self.strategy_name, self.tpu,
                                           **self.processes)
         self.strategy = self.placement.strategy
         self.on_tpu, self.chief = self.placement.on_tpu, self.placement.chief
+        if self.chief:  # before any data is read
+            outputs.claim_output_dir(self.output, self.resume, self.overwrite)
         self.policy = resolve_precision(self.preset, self.on_tpu)
         keras.mixed_precision.set_global_policy(self.policy)
         keras.utils.set_random_seed(self.preset.seed)
@@ -341,11 +345,12 @@ class Run:
                            {"preset": self.preset.to_dict(), "model": self.config.to_dict()})
         outputs.plot_curves(outputs.read_history(os.path.join(output, "history.csv")),
                             os.path.join(output, "curves.png"))
-        metrics["wall_seconds"] = round(time.perf_counter() - self.started, 2)
+        self._export_and_inspect(classifier)
+        # The whole command's time: start-up, data, training, evaluation, export, analysis.
+        metrics["wall_seconds"] = round(console.elapsed(), 2)
         outputs.write_json(os.path.join(output, "metrics.json"), metrics)
         if self.chief:
             log(outputs.summary_table(summary_rows(metrics, output, self.objective)))
-        self._export_and_inspect(classifier)
         if not self.chief:
             shutil.rmtree(self.write_dir, ignore_errors=True)
         elif atomic.exists(self.backup_dir):
@@ -374,8 +379,9 @@ class Run:
         if self.inspect:
             from training.inspect import inspect_model
 
-            inspect_model(classifier, images[:INSPECT_SAMPLES],
-                          os.path.join(self.write_dir, "inspect"))
+            with console.stage("analysis: attention maps, distances, embeddings (inspect/)"):
+                inspect_model(classifier, images[:INSPECT_SAMPLES],
+                              os.path.join(self.write_dir, "inspect"))
 
 
 def export_in_tensorflow(model_path: str) -> None:

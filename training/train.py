@@ -20,7 +20,6 @@ inspect/. Every objective (classify, mpp, distill) runs through the same pipelin
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from training import configs
@@ -66,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", help="output folder (default: saved_models/<preset>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the backup in the output folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the output folder of an earlier run (refused otherwise)")
     parser.add_argument("--seed", type=int, help="random seed (folder hold-out, init, shuffle, augmentation)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a preset field or, as model.FIELD=VALUE, a model option "
@@ -77,8 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the SavedModel/TFLite export at the end")
     parser.add_argument("--no-inspect", action="store_true",
                         help="skip the attention/embedding analysis at the end")
-    parser.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2),
-                        help="Keras fit verbosity (0: one line per epoch from vit)")
+    parser.add_argument("--verbose", type=int, nargs="?", const=1, default=0, choices=(0, 1, 2),
+                        help="show every TensorFlow/absl log line, and Keras' progress bar "
+                        "(1, the default with --verbose) or its per-epoch line (2); without "
+                        "it vit prints one line per epoch")
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -155,26 +158,16 @@ def check_weight_name(preset: configs.Preset) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs `vit train`; returns the exit status."""
-    try:
-        preset = resolve_preset(args)
-    except ValueError as error:
-        print(f"vit train: {error}", file=sys.stderr)
-        return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's INFO lines out
+    """Runs `vit train`; returns the exit status (errors: see `training.cli`)."""
+    preset = resolve_preset(args)
     from training import run as training_run
 
-    try:
-        return training_run.train(preset, output=args.output, resume=args.resume,
-                                  strategy_name=args.strategy, tpu=args.tpu,
-                                  data_dir=args.data_dir, export=not args.no_export,
-                                  inspect=not args.no_inspect, verbose=args.verbose,
-                                  model_parallel=args.model_parallel,
-                                  coordinator=args.coordinator,
-                                  num_processes=args.num_processes, process_id=args.process_id)
-    except (ValueError, RuntimeError) as error:
-        print(f"vit train: error: {error}", file=sys.stderr)
-        return 1
+    return training_run.train(preset, output=args.output, resume=args.resume,
+                              overwrite=args.overwrite, strategy_name=args.strategy, tpu=args.tpu,
+                              data_dir=args.data_dir, export=not args.no_export,
+                              inspect=not args.no_inspect, verbose=args.verbose,
+                              model_parallel=args.model_parallel, coordinator=args.coordinator,
+                              num_processes=args.num_processes, process_id=args.process_id)
 
 
 if __name__ == "__main__":  # pragma: no cover

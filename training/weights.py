@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,23 +48,19 @@ def run(args: argparse.Namespace) -> int:
     from vit_keras import pretrained
     from vit_keras.config import variant_name
 
-    try:
-        variant = variant_name(args.model) if args.model else None
-        if args.action == "list":
-            releases = [release for release in pretrained.releases()
-                        if variant is None or release.variant == variant]
-            print("\n".join(release_table(releases)))
-            print(f"\nfrom {pretrained.base_url()}; cached in {pretrained.cache_root()}")
-            print("*: the released head is all zeros (for fine-tuning only)")
-            print("'?': size not published (nor checksums); downloads are checked by length "
-                  "and structure.")
-            return 0
-        path = pretrained.weights_file(args.name, variant)
-        if not os.path.exists(path):
-            raise ValueError(f"{args.name!r} is neither a weight name (`vit weights list`), a "
-                             "URL nor an existing file")
-        print(path)
+    variant = variant_name(args.model) if args.model else None
+    if args.action == "list":
+        releases = [release for release in pretrained.releases()
+                    if variant is None or release.variant == variant]
+        print("\n".join(release_table(releases)))
+        print(f"\nfrom {pretrained.base_url()}; cached in {pretrained.cache_root()}")
+        print("*: the released head is all zeros (for fine-tuning only)")
+        print("'?': size not published (nor checksums); downloads are checked by length "
+              "and structure.")
         return 0
-    except ValueError as error:
-        print(f"vit weights: error: {error}", file=sys.stderr)
-        return 2
+    path = pretrained.weights_file(args.name, variant)
+    if not os.path.exists(path):
+        raise ValueError(f"{args.name!r} is neither a weight name (`vit weights list`), a "
+                         "URL nor an existing file")
+    print(path)
+    return 0
