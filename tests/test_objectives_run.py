@@ -118,7 +118,7 @@ def test_deit_mirrored_killed_and_resumed(tmp_path):
 def test_distill_without_a_teacher_fails_before_training(capsys):
     from training import cli
 
-    assert cli.main(["train", "--config", "deit_distill", "--no-export"]) == 1
+    assert cli.main(["train", "--config", "deit_distill", "--no-export"]) == 2
     assert "needs a teacher" in capsys.readouterr().err
 
 

@@ -129,7 +129,8 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     assert lines[0].endswith("digit.png") and len(lines) == 4
     probabilities = [float(line.split()[-1]) for line in lines[1:]]
     assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1.0001
-    assert cli.main(["predict", str(tmp_path / "missing.png"), "--model", model]) == 1
+    assert cli.main(["predict", str(tmp_path / "missing.png"), "--model", model]) == 2
+    assert capsys.readouterr().err.startswith("vit predict: error: ")
 
 
 def test_tpu_strategy_without_tpu_fails_fast_and_clearly(monkeypatch, capsys):

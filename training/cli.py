@@ -41,7 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """--debug and --verbose on every command (train's --verbose also sets Keras' verbosity)."""
+    """--debug and --verbose on every command, on its actions where it has some (`vit weights
+    list`); train's own --verbose also sets Keras' verbosity."""
+    actions = [action for action in parser._actions
+               if isinstance(action, argparse._SubParsersAction)]
+    if actions:
+        for child in actions[0].choices.values():
+            _add_common_arguments(child)
+        return
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an error")
     if not any("--verbose" in action.option_strings for action in parser._actions):

@@ -1,6 +1,5 @@
 """A NaN loss stops `vit train` cleanly at the step it appears; the last good backup resumes."""
 
-import argparse
 import json
 import math
 
@@ -64,13 +63,11 @@ def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypa
 
 
 def test_cli_reports_the_step_and_exits_1(tmp_path, monkeypatch, capsys):
-    from training import train
+    from training import cli, train
 
     monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, 2))
     monkeypatch.setattr(train, "resolve_preset", lambda args: PRESET)
-    parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
-    status = train.run(parser.parse_args(["--output", str(tmp_path), "--no-export",
-                                          "--no-inspect", "--strategy", "default"]))
+    status = cli.main(["train", "--output", str(tmp_path), "--no-export", "--no-inspect",
+                       "--strategy", "default"])
     assert status == 1
     assert "non-finite loss (nan) at epoch 1, step 2 (global step 2)" in capsys.readouterr().err

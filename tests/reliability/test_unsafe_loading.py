@@ -107,20 +107,16 @@ def test_keras_lambda_is_refused_by_every_loader(tmp_path):
 
 def test_cli_refuses_unsafe_files(tmp_path, capsys):
     """`vit predict --model evil.keras` and `vit train --weights evil.npz` fail cleanly."""
-    import argparse
-
     from PIL import Image
 
-    from training import predict
+    from training import cli
 
     marker = tmp_path / "pwned"
     _lambda_model(str(tmp_path / "evil.keras"), marker)
     _object_npz(tmp_path / "evil.npz", marker)
     Image.new("RGB", (8, 8)).save(tmp_path / "x.png")
-    parser = argparse.ArgumentParser()
-    predict.add_arguments(parser)
-    args = parser.parse_args([str(tmp_path / "x.png"), "--model", str(tmp_path / "evil.keras")])
-    assert predict.run(args) == 1
+    assert cli.main(["predict", str(tmp_path / "x.png"), "--model",
+                     str(tmp_path / "evil.keras")]) == 2
     assert "Lambda" in capsys.readouterr().err
     model = vit_keras.VisionTransformer(vit_keras.ViTConfig(
         image_size=8, patch_size=4, hidden_size=8, mlp_dim=8, num_heads=1, num_layers=1,

@@ -125,6 +125,27 @@ class Preset:
     objective: str = "classify"
     teacher: str = ""
 
+    def __post_init__(self):
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every out-of-range value, each saying what was expected and what came."""
+        at_least_one = ("epochs", "batch_size", "grad_accum_steps", "steps_per_execution",
+                        "eval_every", "shuffle_buffer")
+        non_negative = ("lr", "weight_decay", "warmup_steps", "warmup_epochs", "min_lr",
+                        "clipnorm", "pad", "translate", "rotate", "zoom", "randaugment_ops",
+                        "randaugment_magnitude", "mixup_alpha", "cutmix_alpha", "backup_every")
+        fractions = ("val_split", "label_smoothing", "erasing_prob", "ema_momentum")
+        found = [f"{name} must be >= 1, got {getattr(self, name)}"
+                 for name in at_least_one if getattr(self, name) < 1]
+        found += [f"{name} must be >= 0, got {getattr(self, name)}"
+                  for name in non_negative if getattr(self, name) < 0]
+        found += [f"{name} must be in [0, 1), got {getattr(self, name)}"
+                  for name in fractions if not 0 <= getattr(self, name) < 1]
+        return found
+
     def replace(self, **changes) -> "Preset":
         """A copy with `changes` applied; unknown field names raise ValueError."""
         unknown = sorted(set(changes) - set(field_names()))

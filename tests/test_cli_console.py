@@ -1,0 +1,115 @@
+"""What a newcomer meets: quiet output with a timed line per stage, one error style in every
+command, and no silent overwrite of an earlier run."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from training import cli, outputs, sources
+
+
+def _vit(*args, cwd):
+    """Runs `vit ARGS` in a fresh process, as a user would; (returncode, stdout, stderr)."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
+    done = subprocess.run([sys.executable, "-m", "training.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_vit_train_is_quiet_and_times_every_stage(tmp_path):
+    code, stdout, stderr = _vit("train", "--epochs", "1", "--output", "run", cwd=tmp_path)
+    assert code == 0, stderr
+    assert stderr == ""  # no TensorFlow, absl, CUDA-probe or converter lines
+    stages = re.findall(r"^(export: .+|analysis: .+) \.\.\. (\d+\.\d) s$", stdout, re.M)
+    assert [name for name, _ in stages][:4] == [
+        "export: SavedModel", "export: TFLite fp32", "export: TFLite fp16", "export: TFLite int8"]
+    assert stages[-1][0].startswith("analysis:")
+    wall = float(re.search(r"\| wall time +\| ([\d.]+) s", stdout).group(1))
+    train = float(re.search(r"\| train time +\| ([\d.]+) s", stdout).group(1))
+    assert wall >= train + sum(float(seconds) for _, seconds in stages)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["wall_seconds"] == pytest.approx(wall, abs=0.06)
+
+
+def test_verbose_shows_what_quiet_hides(tmp_path):
+    code, _, quiet = _vit("inspect", "--complexity", "Ti/16", "--image-size", "32", cwd=tmp_path)
+    assert code == 0 and quiet == ""
+    code, _, verbose = _vit("inspect", "--complexity", "Ti/16", "--image-size", "32",
+                            "--verbose", cwd=tmp_path)
+    assert code == 0 and verbose.strip()  # TensorFlow's own start-up lines
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train", "--batch-size", "0"], "batch_size"),
+    (["train", "--data", "nothing:here"], "data spec 'nothing:here' not understood"),
+    (["evaluate", "--model", "missing.keras", "--data", "digits"], "missing.keras"),
+    (["predict", "missing.png", "--model", "missing.keras"], "missing.keras"),
+    (["export", "--model", "missing.keras"], "no model file at missing.keras"),
+    (["inspect", "--complexity", "B/16", "--image-size", "225"], "not divisible by patch_size"),
+    (["bench", "--image-size", "100"], "not divisible by patch_size"),
+    (["weights", "fetch", "imagenet21k", "--model", "Ti/16"], "no 'imagenet21k' weights"),
+])
+def test_every_command_reports_bad_input_in_one_line_with_status_2(argv, expected, tmp_path,
+                                                                   monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    error = captured.err.strip()
+    assert error.startswith(f"vit {argv[0]}: error: ") and expected in error, error
+    assert "Traceback" not in error and "\n" not in error
+    with pytest.raises(ValueError):
+        cli.main([*argv, "--debug"])
+
+
+def test_verbose_flag_is_read_before_parsing():
+    assert cli.verbose_requested(["train", "--verbose"])
+    assert cli.verbose_requested(["train", "--verbose", "2"])
+    assert cli.verbose_requested(["export", "--model", "m.keras", "--verbose"])
+    assert not cli.verbose_requested(["train", "--verbose", "0"])
+    assert not cli.verbose_requested(["train", "--verbose=0"])
+    assert not cli.verbose_requested(["train"])
+
+
+def _finished_run(folder):
+    os.makedirs(folder / "logs")
+    (folder / "metrics.json").write_text("{}")
+    (folder / "logs" / "events.out").write_text("old run")
+    os.makedirs(folder / ".worker-1")
+
+
+def test_an_earlier_run_is_refused_unless_overwrite(tmp_path):
+    run = tmp_path / "run"
+    _finished_run(run)
+    with pytest.raises(ValueError, match="already holds a finished run.*--overwrite"):
+        outputs.claim_output_dir(str(run), resume=False, overwrite=False)
+    with pytest.raises(ValueError, match="finished.*nothing to continue"):
+        outputs.claim_output_dir(str(run), resume=True, overwrite=False)
+    with pytest.raises(ValueError, match="give one of them"):
+        outputs.claim_output_dir(str(run), resume=True, overwrite=True)
+    outputs.claim_output_dir(str(run), resume=False, overwrite=True)
+    assert sorted(os.listdir(run)) == [".worker-1"]  # old logs gone: TensorBoard cannot mix
+
+
+def test_an_unfinished_run_points_at_resume(tmp_path):
+    run = tmp_path / "run"
+    os.makedirs(run / "backup")
+    with pytest.raises(ValueError, match=r"an unfinished run \(backup/\): --resume continues"):
+        outputs.claim_output_dir(str(run), resume=False, overwrite=False)
+    outputs.claim_output_dir(str(run), resume=True, overwrite=False)
+    outputs.claim_output_dir(str(tmp_path / "new"), resume=False, overwrite=False)
+
+
+def test_vit_train_refuses_before_reading_any_data(tmp_path, monkeypatch, capsys):
+    _finished_run(tmp_path / "run")
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data was read before the output folder was checked")
+
+    monkeypatch.setattr(sources, "open_training_data", no_data)
+    assert cli.main(["train", "--output", str(tmp_path / "run"), "--epochs", "1"]) == 2
+    assert "already holds a finished run" in capsys.readouterr().err
