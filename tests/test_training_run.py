@@ -115,6 +115,9 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert report["examples"] == 360 and len(report["per_class"]) == 10
     assert report["top1"] == pytest.approx(metrics["val_top1"], abs=1e-6)
+    # One loss in every report: plain cross-entropy (the run trains with label smoothing 0.1).
+    assert preset.label_smoothing > 0
+    assert report["loss"] == pytest.approx(metrics["val_cross_entropy"], abs=1e-4)
     assert cli.main(["evaluate", "--model", model, "--data", "digits", "--few-shot", "1", "10",
                      "--output", str(tmp_path / "few_shot.json")]) == 0
     few_shot = json.loads((tmp_path / "few_shot.json").read_text())["few_shot"]

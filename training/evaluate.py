@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots)
     names = class_names_for(args.model, args.labels, source.class_names)
     print(f"{args.data}: {results['examples']} images  top-1 {100 * results['top1']:.2f}%  "
-          f"top-5 {100 * results['top5']:.2f}%  loss {results['loss']:.4f}")
+          f"top-5 {100 * results['top5']:.2f}%  cross-entropy {results['loss']:.4f}")
     width = max(len(name) for name in names)
     for row in results["per_class"]:
         row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])

@@ -84,6 +84,7 @@ class Classification:
     def report(self, results: dict) -> dict:
         """metrics.json entries from `evaluate`'s results on the validation data."""
         return {"val_top1": float(results["accuracy"]), "val_loss": float(results["loss"]),
+                "val_cross_entropy": float(results["cross_entropy"]),
                 "val_top5": float(results["top5"]) if "top5" in results else None}
 
 

@@ -197,6 +197,10 @@ class Run:
         log(f"data: train {self.num_examples} examples of {preset.data} "
             f"({data.train.num_classes} classes); validation {validation} from "
             f"{data.val_origin}")
+        if preset.label_smoothing and self.objective.name == "classify":
+            log(f"loss: the epoch lines' loss is the training objective, cross-entropy with "
+                f"label smoothing {preset.label_smoothing}; the result table reports plain "
+                "cross-entropy, as `vit evaluate` does")
 
     # --- build ----------------------------------------------------------------------------
 
@@ -422,20 +426,29 @@ def validation_epochs(preset: configs.Preset, first_epoch: int,
     return chosen
 
 
+def loss_row(metrics: dict) -> tuple[str, str]:
+    """The table's loss: plain cross-entropy (as `vit evaluate` reports it) for classifiers,
+    else the objective's own loss, named."""
+    if metrics.get("val_cross_entropy") is not None:
+        return ("cross-entropy (val/test)", f"{metrics['val_cross_entropy']:.4f}")
+    key = next((key for key in metrics if key.startswith("val_") and key.endswith("loss")),
+               None)
+    name = "loss" if key is None else key[len("val_"):].replace("_", " ")
+    return (f"{name} (val/test)", "n/a" if key is None else f"{metrics[key]:.4f}")
+
+
 def summary_rows(metrics: dict, output: str, objective) -> list[tuple[str, str]]:
     """The result table printed at the end of a run."""
     def percent(key):
         value = metrics.get(key)
         return "n/a" if value is None else f"{100 * value:.2f}%"
 
-    loss_key = next((key for key in metrics if key.startswith("val_") and
-                     key.endswith("loss")), None)
     label = objective.metric_label
     rows = [(f"{label} (val/test)", percent(objective.metric_key))]
     if "val_top5" in metrics:
         rows.append(("top-5 (val/test)", percent("val_top5")))
-    rows += [("loss (val/test)", "n/a" if loss_key is None else f"{metrics[loss_key]:.4f}"),
-             (f"best val {label}",
+    rows.append(loss_row(metrics))
+    rows += [(f"best val {label}",
               f"{percent('best_val_accuracy')} (epoch {metrics['best_epoch']})"),
              ("train time", f"{metrics['train_seconds']:.1f} s"),
              ("wall time", f"{metrics['wall_seconds']:.1f} s"),
