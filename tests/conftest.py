@@ -5,8 +5,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
 import pytest  # noqa: E402
+
+from training import console  # noqa: E402
+
+with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines, as `vit` does
+    import keras  # noqa: E402
 
 from vit_keras import ViTConfig  # noqa: E402
 
@@ -25,3 +29,34 @@ def tiny_config():
     """A 2-block ViT on 32x32 images with 8x8 patches: fast enough for any test."""
     return ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
                      num_layers=2, num_classes=5)
+
+
+# --- how many slow tests the default run leaves out (pyproject's -m "not slow") -----------------
+
+_slow_deselected = []
+
+
+def pytest_collection_modifyitems(config, items):
+    """Counts the slow tests the marker expression deselects (pytest deselects them after)."""
+    if "not slow" in (config.option.markexpr or ""):
+        _slow_deselected.append(sum(1 for item in items if item.get_closest_marker("slow")))
+
+
+def pytest_sessionfinish(session):
+    """xdist workers hand their count to the controller."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["slow_deselected"] = max(_slow_deselected, default=0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller (under xdist) receives each worker's count."""
+    _slow_deselected.append(getattr(node, "workeroutput", {}).get("slow_deselected", 0))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = max(_slow_deselected, default=0)
+    if count:
+        terminalreporter.write_line(
+            f"{count} slow test{'s' if count != 1 else ''} deselected (-m 'not slow'); run "
+            "them with: pytest -m slow -n 0")

@@ -113,3 +113,32 @@ def test_vit_train_refuses_before_reading_any_data(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(sources, "open_training_data", no_data)
     assert cli.main(["train", "--output", str(tmp_path / "run"), "--epochs", "1"]) == 2
     assert "already holds a finished run" in capsys.readouterr().err
+
+
+def _tools_module(name):
+    """A script of tools/, imported as a module."""
+    import importlib
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
+def test_readme_parameter_count_is_the_default_models():
+    """The README's figure comes from tools/readme_example.py, not typed by hand."""
+    readme_example = _tools_module("readme_example")
+    with open(os.path.join(os.path.dirname(__file__), "..", "README.md")) as file:
+        readme = file.read()
+    stated = int(readme_example.PARAMS.search(readme).group(1).replace(",", ""))
+    assert stated == readme_example.default_parameter_count()
+    assert readme_example.START in readme and readme_example.END in readme
+    assert "Output of `python tools/readme_example.py` on: " in readme
+
+
+def test_readme_example_keeps_the_first_and_last_epochs():
+    readme_example = _tools_module("readme_example")
+    output = "header\n" + "".join(f"epoch {i}/9\n" for i in range(1, 10)) + "table\n"
+    assert readme_example.shorten(output).splitlines() == [
+        "header", "epoch 1/9", "epoch 2/9", "...", "epoch 8/9", "epoch 9/9", "table"]

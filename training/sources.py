@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -226,9 +227,13 @@ def check_image_file(path: str) -> str | None:
     if not any(head.startswith(signature) for signature in _SIGNATURES):
         return "is not a JPEG, PNG, BMP or GIF file"
     try:
-        with Image.open(path) as image:
-            width, height = image.size
-            image.verify()
+        with warnings.catch_warnings():
+            # PIL warns between 1x and 2x its pixel limit (and refuses above); the size check
+            # below refuses those files with a clear message instead.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                width, height = image.size
+                image.verify()
     except Image.DecompressionBombError as error:  # PIL refuses before reading the size out
         declared = re.search(r"\((\d+) pixels\)", str(error))
         return (f"is too large ({declared.group(1) if declared else 'too many'} pixels "

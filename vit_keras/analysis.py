@@ -37,7 +37,7 @@ class AttentionProbe(keras.Model):
         # The model's own layers from the image to the first block's input: patch embedding
         # (through the ResNet of hybrids), class/distillation tokens, position embedding of
         # any kind and registers, exactly as the model composes them.
-        self.tokens = keras.Model(model.inputs, model.get_layer("encoderblock_0").input,
+        self.tokens = keras.Model(model.inputs[0], model.get_layer("encoderblock_0").input,
                                   name="tokens")
         self.blocks = [model.get_layer(f"encoderblock_{i}") for i in range(config.num_layers)]
 

@@ -48,8 +48,8 @@ def two_head_model(model: keras.Model) -> keras.Model:
     if not {"head", "head_dist"} <= names:
         raise ValueError(f"model {model.name!r} has no 'head' and 'head_dist' layers: build it "
                          "with ViTConfig(distilled=True) and include_top=True")
-    return keras.Model(model.inputs, [model.get_layer("head").output,
-                                      model.get_layer("head_dist").output],
+    return keras.Model(model.inputs[0], [model.get_layer("head").output,
+                                         model.get_layer("head_dist").output],
                        name=f"{model.name}_two_heads")
 
 

@@ -74,7 +74,7 @@ def split_activation(model: keras.Model):
     """
     last = model.layers[-1]
     if isinstance(last, keras.layers.Activation) and len(model.outputs) == 1:
-        logits_model = keras.Model(model.inputs, last.input, name=f"{model.name}_logits")
+        logits_model = keras.Model(model.inputs[0], last.input, name=f"{model.name}_logits")
         return logits_model, last.activation
     return model, keras.activations.softmax
 
