@@ -62,8 +62,6 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     """
     import numpy as np
 
-    from vit_keras import export
-
     formats = _check_formats(formats)
     if "tflite_int8" in formats and representative_images is None:
         raise ValueError("format 'tflite_int8' (full-integer) needs representative_images: a "
@@ -82,22 +80,15 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     for name in formats:
         path = os.path.join(output_dir, FILENAMES[name])
         with console.stage(f"export: {STAGE_NAMES[name]}"):
-            if name == "saved_model":
-                export.saved_model(model, path)
-                logits = _saved_model_logits(path, eval_images)
-                entry = {"latency_ms": None}
-            else:
-                runners[name], entry = _write_tflite(model, name, path, representative_images,
-                                                     eval_images, **lite_options)
-                logits = runners[name](eval_images)
+            runner, logits, entry = _write_format(model, name, path, representative_images,
+                                                  eval_images, lite_options)
+        if runner is not None:
+            runners[name] = runner
         report["formats"][name] = {
-            "file": FILENAMES[name],
-            "size_bytes": _size(path),
+            "file": FILENAMES[name], "size_bytes": _size(path),
             "max_abs_logit_diff": float(np.max(np.abs(logits - keras_logits))),
             "top1_agreement": float(np.mean(logits.argmax(-1) == keras_logits.argmax(-1))),
-            "accuracy": _accuracy(logits, eval_labels),
-            **entry,
-        }
+            "accuracy": _accuracy(logits, eval_labels), **entry}
     if runners:
         with console.stage(f"export: batch-1 latency of {len(runners)} TFLite files"):
             latencies = _latencies(runners, latency_runs)
@@ -108,6 +99,19 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
                        (json.dumps(report, indent=2) + "\n").encode())
     return report
+
+
+def _write_format(model, name, path, representative_images, eval_images, lite_options):
+    """Writes one format; returns (its LiteRT runner or None, its logits on the evaluation
+    images, its export.json entry so far)."""
+    from vit_keras import export
+
+    if name == "saved_model":
+        export.saved_model(model, path)
+        return None, _saved_model_logits(path, eval_images), {"latency_ms": None}
+    runner, entry = _write_tflite(model, name, path, representative_images, eval_images,
+                                  **lite_options)
+    return runner, runner(eval_images), entry
 
 
 def _report_header(eval_images, latency_runs: int, keras_accuracy) -> dict:
