@@ -4,7 +4,7 @@ from vit_keras.config import HYBRID_VARIANTS, VARIANTS, ViTConfig, get_variant
 from vit_keras.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbedding,
                               PositionEmbedding, TokenPooling)
 from vit_keras.attention import MultiHeadSelfAttention
-from vit_keras.checkpoints import load_weights
+from vit_keras.checkpoints import load_weights, resample_patch_embedding
 from vit_keras.heads import MAPHead
 from vit_keras.model import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32, ViTR26B32,
                              ViTR26S32, ViTR50B16, ViTR50L32, ViTRTi16, ViTS16, ViTS32,
@@ -25,4 +25,5 @@ __all__ = [
     "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
     "ViTRTi16", "ViTR26S32", "ViTR26B32", "ViTR50B16", "ViTR50L32", "HYBRID_VARIANTS",
     "load_weights", "no_weight_decay", "decode_predictions", "create_model",
+    "resample_patch_embedding",
 ]

@@ -5,10 +5,13 @@
   or released name (see `vit_keras.pretrained`).
 - `save_npz(model, path)`: the official release layout.
 - `resize_position_embedding(posemb, new_grid, has_class_token)`: the official resize rule.
+- `resample_patch_embedding(kernel, new_patch_size)`: FlexiViT's patch-size resize.
 """
 
 from vit_keras.checkpoints.loading import load_weights, read_checkpoint
 from vit_keras.checkpoints.official import save_npz
+from vit_keras.checkpoints.patch_resize import resample_patch_embedding
 from vit_keras.checkpoints.resize import resize_position_embedding
 
-__all__ = ["load_weights", "read_checkpoint", "resize_position_embedding", "save_npz"]
+__all__ = ["load_weights", "read_checkpoint", "resample_patch_embedding",
+           "resize_position_embedding", "save_npz"]

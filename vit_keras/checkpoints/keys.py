@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
+EMBEDDING_KERNEL = "embedding/kernel"
 CLS = "cls"
 ATTENTION = "MultiHeadDotProductAttention_1"
 MLP = "MlpBlock_3"

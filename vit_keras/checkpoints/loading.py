@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from vit_keras.checkpoints import huggingface, io, keys, official, resize, timm
+from vit_keras.checkpoints import huggingface, io, keys, official, patch_resize, resize, timm
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +122,19 @@ def _fit_position_embedding(checkpoint, targets, model):
     tensors[keys.POSEMB] = posemb
 
 
+def _fit_patch_embedding(tensors, targets) -> None:
+    """Resamples a patch-embedding kernel of another patch size to the model's (FlexiViT)."""
+    kernel, target = tensors.get(keys.EMBEDDING_KERNEL), targets.get(keys.EMBEDDING_KERNEL)
+    if kernel is None or target is None or kernel.ndim != 4:
+        return
+    expected = tuple(target.shape)
+    if kernel.shape != expected and kernel.shape[2:] == expected[2:]:
+        logger.info("Resampling the patch embedding from %sx%s to %sx%s patches (FlexiViT)",
+                    *kernel.shape[:2], *expected[:2])
+        tensors[keys.EMBEDDING_KERNEL] = patch_resize.resample_patch_embedding(kernel,
+                                                                               expected[:2])
+
+
 def _listing(title: str, lines: list[str]) -> str:
     shown = lines[:MAX_LISTED]
     more = f"\n    ... and {len(lines) - MAX_LISTED} more" if len(lines) > MAX_LISTED else ""
@@ -152,10 +165,12 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
     Linen-numbered names, `opt/target/` prefix), big_vision `.npz` (`params/` prefix), timm ViT
     `.safetensors` and Hugging Face `ViTModel` / `ViTForImageClassification` `.safetensors`.
     A position embedding of another grid is resized to the model's as the official
-    `interpolate_posembed` does (see `resize_position_embedding`).
+    `interpolate_posembed` does (see `resize_position_embedding`); a patch embedding of another
+    patch size is resampled to the model's as FlexiViT does (see `resample_patch_embedding`).
 
     Args:
-        model: the target model; its architecture must match the checkpoint's.
+        model: the target model; its architecture must match the checkpoint's (the patch size
+            may differ).
         weights: a released weight name ('imagenet21k+imagenet2012', see
             `vit_keras.pretrained.releases()`), an `https://` URL, `hf://ORG/REPO[/FILE]`
             (with `huggingface_hub`), or the path of a checkpoint file (local or `gs://`).
@@ -204,6 +219,7 @@ def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
     tensors = {name: value for name, value in checkpoint.tensors.items() if name not in skipped}
     targets = {name: value for name, value in targets.items() if name not in skipped}
     checkpoint.tensors = tensors
+    _fit_patch_embedding(tensors, targets)
     _fit_position_embedding(checkpoint, targets, model)
     problems = _check(tensors, targets)
     if problems:

@@ -12,8 +12,8 @@ def trained_config_fields(checkpoint: keys.Checkpoint, config: ViTConfig) -> dic
 
     Args:
         checkpoint: from `vit_keras.checkpoints.read_checkpoint` (canonical names).
-        config: the architecture it is loaded into (its patch size and ResNet stride turn the
-            position-embedding grid into pixels).
+        config: the architecture it is loaded into (its ResNet stride, and the patch size when
+            the file has no patch embedding, turn the position-embedding grid into pixels).
 
     Returns:
         classifier ('token' with a class token, 'map' with a MAP head, else 'gap'), distilled,
@@ -31,8 +31,10 @@ def trained_config_fields(checkpoint: keys.Checkpoint, config: ViTConfig) -> dic
     if keys.HEAD_PREFIX + "kernel" in tensors:
         fields["num_classes"] = int(tensors[keys.HEAD_PREFIX + "kernel"].shape[-1])
     grid = _posemb_grid(checkpoint)
-    if grid is not None:
-        fields["image_size"] = grid * config.patch_size * config.resnet_stride
+    kernel = tensors.get(keys.EMBEDDING_KERNEL)
+    patch = int(kernel.shape[0]) if kernel is not None and kernel.ndim == 4 else config.patch_size
+    if grid is not None:  # in the checkpoint's own patch size: the resolution it was trained at
+        fields["image_size"] = grid * patch * config.resnet_stride
     return fields
 
 
