@@ -80,28 +80,39 @@ def _finished_run(folder):
     (folder / "metrics.json").write_text("{}")
     (folder / "logs" / "events.out").write_text("old run")
     os.makedirs(folder / ".worker-1")
+    (folder / "notes.txt").write_text("the user's own file")
 
 
 def test_an_earlier_run_is_refused_unless_overwrite(tmp_path):
     run = tmp_path / "run"
     _finished_run(run)
     with pytest.raises(ValueError, match="already holds a finished run.*--overwrite"):
-        outputs.claim_output_dir(str(run), resume=False, overwrite=False)
+        outputs.check_output_dir(str(run), resume=False, overwrite=False)
     with pytest.raises(ValueError, match="finished.*nothing to continue"):
-        outputs.claim_output_dir(str(run), resume=True, overwrite=False)
+        outputs.check_output_dir(str(run), resume=True, overwrite=False)
     with pytest.raises(ValueError, match="give one of them"):
-        outputs.claim_output_dir(str(run), resume=True, overwrite=True)
-    outputs.claim_output_dir(str(run), resume=False, overwrite=True)
-    assert sorted(os.listdir(run)) == [".worker-1"]  # old logs gone: TensorBoard cannot mix
+        outputs.check_output_dir(str(run), resume=True, overwrite=True)
+    outputs.check_output_dir(str(run), resume=False, overwrite=True)
+    outputs.clear_run_files(str(run))
+    # The old run's files are gone (TensorBoard cannot mix); nothing else was touched.
+    assert sorted(os.listdir(run)) == [".worker-1", "notes.txt"]
 
 
-def test_an_unfinished_run_points_at_resume(tmp_path):
+@pytest.mark.parametrize("leftover", ["backup", "logs", "history.csv"])
+def test_an_unfinished_or_killed_run_is_refused_too(tmp_path, leftover):
     run = tmp_path / "run"
-    os.makedirs(run / "backup")
-    with pytest.raises(ValueError, match=r"an unfinished run \(backup/\): --resume continues"):
-        outputs.claim_output_dir(str(run), resume=False, overwrite=False)
-    outputs.claim_output_dir(str(run), resume=True, overwrite=False)
-    outputs.claim_output_dir(str(tmp_path / "new"), resume=False, overwrite=False)
+    os.makedirs(run / leftover if "." not in leftover else run)
+    if "." in leftover:
+        (run / leftover).write_text("epoch")
+    with pytest.raises(ValueError, match=r"holds an unfinished run \(" + leftover):
+        outputs.check_output_dir(str(run), resume=False, overwrite=False)
+    outputs.check_output_dir(str(run), resume=True, overwrite=False)
+
+
+def test_a_folder_without_a_run_is_fine(tmp_path):
+    (tmp_path / "data.csv").write_text("a user's file")
+    outputs.check_output_dir(str(tmp_path), resume=False, overwrite=False)
+    outputs.check_output_dir(str(tmp_path / "new"), resume=False, overwrite=False)
 
 
 def test_vit_train_refuses_before_reading_any_data(tmp_path, monkeypatch, capsys):
@@ -142,3 +153,17 @@ def test_readme_example_keeps_the_first_and_last_epochs():
     output = "header\n" + "".join(f"epoch {i}/9\n" for i in range(1, 10)) + "table\n"
     assert readme_example.shorten(output).splitlines() == [
         "header", "epoch 1/9", "epoch 2/9", "...", "epoch 8/9", "epoch 9/9", "table"]
+
+
+def test_a_preset_reports_every_bad_value_at_once():
+    from training.configs import get_preset
+
+    with pytest.raises(ValueError) as caught:
+        get_preset("digits_tiny").replace(epochs=0, lr=float("nan"), label_smoothing=1.0,
+                                          erasing_prob=1.5)
+    message = str(caught.value)
+    for expected in ("epochs must be >= 1, got 0", "lr must be a finite number >= 0, got nan",
+                     "label_smoothing must be in [0, 1), got 1.0",
+                     "erasing_prob must be in [0, 1], got 1.5"):
+        assert expected in message
+    assert get_preset("digits_tiny").replace(erasing_prob=1.0).erasing_prob == 1.0

@@ -1,7 +1,8 @@
 """The `vit` command line: one sub-command per module, registered in `COMMANDS`.
 
 Each command module defines `add_arguments(parser)` and `run(args) -> int`, and its docstring's
-first line is the command's help. Modules import TensorFlow inside `run`, so `vit --help` is fast.
+first line is the command's help. `main` imports TensorFlow first, with its start-up logging
+silenced (see `training.console`).
 
 Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
 `vit CMD: error: ...` and exits with status 2; a run that fails on its way (`RuntimeError`,

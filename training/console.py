@@ -10,6 +10,7 @@ variable (oneDNN and "Could not find cuda drivers" lines, printed once per libra
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import sys
@@ -29,7 +30,7 @@ HARMLESS_WARNINGS = (
 # deprecation notes) and JAX's search for accelerators on a CPU-only machine.
 QUIET_LOGGERS = ("absl", "jax._src.xla_bridge")
 
-_state = {"verbose": False, "started": time.perf_counter()}
+_state = {"verbose": False, "started": None}
 
 
 def configure(verbose: bool) -> None:
@@ -66,9 +67,11 @@ def is_verbose() -> bool:
     return _state["verbose"]
 
 
-def elapsed() -> float:
-    """Seconds since the command started (since `configure`)."""
-    return time.perf_counter() - _state["started"]
+def elapsed(since: float) -> float:
+    """Seconds since the command started (`configure`), else since `since` (a perf_counter
+    time: a run started from Python has no command around it)."""
+    started = _state["started"] if _state["started"] is not None else since
+    return time.perf_counter() - min(started, since)
 
 
 @contextlib.contextmanager
@@ -92,14 +95,24 @@ def stage(what: str):
         finished = True
     finally:
         seconds = time.perf_counter() - started
-        print(f" {seconds:.1f} s" if finished else " failed", flush=True)
+        print(f" {seconds:.1f} s" if finished else
+              " failed (--verbose shows the libraries' own messages)", flush=True)
 
 
 @contextlib.contextmanager
 def _native_stderr_discarded():
-    """Points file descriptor 2 at /dev/null (what C/C++ code writes), then restores it."""
+    """Points file descriptor 2 at /dev/null (what C/C++ code writes), then restores it.
+
+    A hard crash meanwhile (segfault, abort) still prints its Python traceback on the real
+    stderr: faulthandler writes to a copy of the original descriptor (unless it was already
+    enabled by the caller, e.g. `python -X faulthandler` or pytest, on a file of its own).
+    """
     sys.stderr.flush()
     saved = os.dup(2)
+    crash_report = None
+    if not faulthandler.is_enabled():
+        crash_report = os.fdopen(os.dup(saved), "w")
+        faulthandler.enable(file=crash_report)
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
@@ -108,3 +121,6 @@ def _native_stderr_discarded():
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+        if crash_report is not None:
+            faulthandler.disable()
+            crash_report.close()

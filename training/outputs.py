@@ -92,12 +92,19 @@ def summary_table(rows: list[tuple[str, str]]) -> str:
     return "\n".join([rule, *body, rule])
 
 
-def claim_output_dir(output: str, resume: bool, overwrite: bool) -> None:
-    """Makes sure a run may write into `output`: never silently over an earlier run.
+# What a run writes into its output folder (export and analysis included): `--overwrite`
+# removes these and nothing else.
+RUN_FILES = ("model.keras", "labels.txt", "metrics.json", "history.csv", "curves.png",
+             "config.json", "best.weights.h5", "final.weights.h5", "encoder.npz", "logs",
+             "backup", "inspect", "saved_model", "model.tflite", "model_fp16.tflite",
+             "model_dynamic_int8.tflite", "model_int8.tflite", "export.json")
 
-    A folder with a finished run (metrics.json) or an unfinished one (backup/) is refused
-    unless `overwrite` (which empties it, so TensorBoard logs never mix) or, for an unfinished
-    run, `resume`. Other processes' scratch folders (`.worker-N`) are left alone.
+
+def check_output_dir(output: str, resume: bool, overwrite: bool) -> None:
+    """Refuses to start a run over an earlier one (read-only: every process may call it).
+
+    A folder holding a finished run (metrics.json) or the files of an unfinished or killed one
+    is refused unless `overwrite`, or `resume` for an unfinished run.
 
     Args:
         output: the run's output folder (local or gs://).
@@ -110,18 +117,21 @@ def claim_output_dir(output: str, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise ValueError("--resume continues the run in the output folder, --overwrite "
                          "replaces it: give one of them")
-    finished = atomic.exists(os.path.join(output, "metrics.json"))
-    unfinished = atomic.exists(os.path.join(output, "backup"))
-    if overwrite:
-        for name in (tf.io.gfile.listdir(output) if atomic.exists(output) else []):
-            if not name.startswith(".worker-"):
-                atomic.remove(os.path.join(output, name.rstrip("/")))
-    elif resume and finished and not unfinished:
-        raise ValueError(f"--resume: the run in {output} finished (metrics.json); there is "
-                         "nothing to continue: pass --overwrite to train it again, or "
-                         "--output for a new folder")
-    elif not resume and (finished or unfinished):
-        state = "a finished run (metrics.json)" if finished else \
-            "an unfinished run (backup/): --resume continues it"
-        raise ValueError(f"{output} already holds {state}; pass --overwrite to replace it, "
-                         "or --output for a new folder")
+    found = [name for name in RUN_FILES if atomic.exists(os.path.join(output, name))]
+    finished = "metrics.json" in found
+    if overwrite or not found or (resume and not finished):
+        return
+    if finished:
+        raise ValueError(f"{output} already holds a finished run (metrics.json); pass "
+                         f"--overwrite to replace it, or --output for a new folder" +
+                         ("" if not resume else " (--resume: there is nothing to continue)"))
+    hint = "--resume continues it, " if "backup" in found else ""
+    raise ValueError(f"{output} holds an unfinished run ({', '.join(found[:4])}); {hint}"
+                     "--overwrite replaces it, --output starts elsewhere")
+
+
+def clear_run_files(output: str) -> None:
+    """Removes an earlier run's files (`RUN_FILES`, so TensorBoard logs never mix), nothing
+    else: other files in the folder and other processes' `.worker-N` stay."""
+    for name in RUN_FILES:
+        atomic.remove(os.path.join(output, name))

@@ -40,7 +40,8 @@ def read_images(paths: list[str], size: int):
 
     images = []
     for path in paths:
-        why = sources.check_image_file(path)
+        with sources.bomb_warnings_silenced():
+            why = sources.check_image_file(path)
         if why:
             raise ValueError(f"{path} {why}")
         try:

@@ -116,7 +116,7 @@ class Run:
         output: output folder (default saved_models/<preset.name>); local or gs://.
         resume: continue from `<output>/backup` when there is a backup.
         overwrite: replace an earlier run in `output` (refused otherwise, see
-            `outputs.claim_output_dir`).
+            `outputs.check_output_dir`).
         strategy_name, tpu: see `training.distribute.get_strategy` (TensorFlow).
         model_parallel, coordinator, num_processes, process_id: see
             `training.distribute.place` (JAX).
@@ -153,13 +153,17 @@ class Run:
 
     def setup(self) -> None:
         """Placement, precision, seed, folders, data, batch plan and model config."""
+        # Every process checks (so none goes on to wait for a chief that refused); the
+        # chief alone clears, once all have joined the cluster.
+        outputs.check_output_dir(self.output, self.resume, self.overwrite)
+        self.started = time.perf_counter()
         self.backend = keras.backend.backend()
         self.placement = distribute.place(self.backend, self.strategy_name, self.tpu,
                                           **self.processes)
         self.strategy = self.placement.strategy
         self.on_tpu, self.chief = self.placement.on_tpu, self.placement.chief
-        if self.chief:  # before any data is read
-            outputs.claim_output_dir(self.output, self.resume, self.overwrite)
+        if self.chief and self.overwrite:  # before any data is read
+            outputs.clear_run_files(self.output)
         self.policy = resolve_precision(self.preset, self.on_tpu)
         keras.mixed_precision.set_global_policy(self.policy)
         keras.utils.set_random_seed(self.preset.seed)
@@ -349,9 +353,12 @@ class Run:
                            {"preset": self.preset.to_dict(), "model": self.config.to_dict()})
         outputs.plot_curves(outputs.read_history(os.path.join(output, "history.csv")),
                             os.path.join(output, "curves.png"))
+        # Written before the export (a failed export leaves a finished run), then again with
+        # the whole command's time: start-up, data, training, evaluation, export, analysis.
+        metrics["wall_seconds"] = round(console.elapsed(self.started), 2)
+        outputs.write_json(os.path.join(output, "metrics.json"), metrics)
         self._export_and_inspect(classifier)
-        # The whole command's time: start-up, data, training, evaluation, export, analysis.
-        metrics["wall_seconds"] = round(console.elapsed(), 2)
+        metrics["wall_seconds"] = round(console.elapsed(self.started), 2)
         outputs.write_json(os.path.join(output, "metrics.json"), metrics)
         if self.chief:
             log(outputs.summary_table(summary_rows(metrics, output, self.objective)))

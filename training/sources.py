@@ -19,6 +19,7 @@ a record whose image does not decode is skipped (TensorFlow logs a warning for e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -216,7 +217,11 @@ def digits_source(split: str) -> Source:
 # --- folder -------------------------------------------------------------------------------------
 
 def check_image_file(path: str) -> str | None:
-    """Returns why `path` is not a readable JPEG/PNG/BMP/GIF image, or None if it is."""
+    """Returns why `path` is not a readable JPEG/PNG/BMP/GIF image, or None if it is.
+
+    Call it inside `bomb_warnings_silenced()`: PIL warns about images between 1x and 2x its
+    pixel limit, which this check refuses with its own message.
+    """
     from PIL import Image
 
     try:
@@ -227,13 +232,9 @@ def check_image_file(path: str) -> str | None:
     if not any(head.startswith(signature) for signature in _SIGNATURES):
         return "is not a JPEG, PNG, BMP or GIF file"
     try:
-        with warnings.catch_warnings():
-            # PIL warns between 1x and 2x its pixel limit (and refuses above); the size check
-            # below refuses those files with a clear message instead.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                width, height = image.size
-                image.verify()
+        with Image.open(path) as image:
+            width, height = image.size
+            image.verify()
     except Image.DecompressionBombError as error:  # PIL refuses before reading the size out
         declared = re.search(r"\((\d+) pixels\)", str(error))
         return (f"is too large ({declared.group(1) if declared else 'too many'} pixels "
@@ -283,11 +284,21 @@ def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:
     return class_names, files, labels
 
 
+@contextlib.contextmanager
+def bomb_warnings_silenced():
+    """PIL's DecompressionBombWarning silenced; enter it in one thread (filters are global)."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
+
+
 def check_files(files: list[str]) -> None:
     """Raises ValueError naming every file that is not a readable image."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with bomb_warnings_silenced(), ThreadPoolExecutor(max_workers=8) as pool:
         problems = [(path, why) for path, why in zip(files, pool.map(check_image_file, files))
                     if why]
     if problems:

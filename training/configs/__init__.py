@@ -137,13 +137,17 @@ class Preset:
         non_negative = ("lr", "weight_decay", "warmup_steps", "warmup_epochs", "min_lr",
                         "clipnorm", "pad", "translate", "rotate", "zoom", "randaugment_ops",
                         "randaugment_magnitude", "mixup_alpha", "cutmix_alpha", "backup_every")
-        fractions = ("val_split", "label_smoothing", "erasing_prob", "ema_momentum")
+        below_one = ("val_split", "label_smoothing", "ema_momentum")
+        # Written as `not (... )` so that NaN fails every check.
         found = [f"{name} must be >= 1, got {getattr(self, name)}"
-                 for name in at_least_one if getattr(self, name) < 1]
-        found += [f"{name} must be >= 0, got {getattr(self, name)}"
-                  for name in non_negative if getattr(self, name) < 0]
+                 for name in at_least_one if not getattr(self, name) >= 1]
+        found += [f"{name} must be a finite number >= 0, got {getattr(self, name)}"
+                  for name in non_negative
+                  if not 0 <= getattr(self, name) < float("inf")]
         found += [f"{name} must be in [0, 1), got {getattr(self, name)}"
-                  for name in fractions if not 0 <= getattr(self, name) < 1]
+                  for name in below_one if not 0 <= getattr(self, name) < 1]
+        if not 0 <= self.erasing_prob <= 1:
+            found.append(f"erasing_prob must be in [0, 1], got {self.erasing_prob}")
         return found
 
     def replace(self, **changes) -> "Preset":

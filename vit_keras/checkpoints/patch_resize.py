@@ -7,8 +7,9 @@ w' = pinv(R^T) w pinv(R) (the pseudo-inverse of the Kronecker product is the pro
 pseudo-inverses). When upsampling (P' >= P), R^T has full row rank and the equality is exact;
 when downsampling it holds in the least-squares sense.
 
-The resize is TensorFlow's and JAX's bilinear (half-pixel centres, no antialiasing) of each
-patch on its own. Resizing a whole image also blends pixels across patch borders, so a model at
+The resize is TensorFlow's bilinear (half-pixel centres, no antialiasing; `jax.image.resize`
+is the same when upsampling, but antialiases when downsampling, as big_vision's FlexiViT does,
+so a shrunk kernel differs from theirs) of each patch on its own. Resizing a whole image also blends pixels across patch borders, so a model at
 the new patch size on a resized image is close to, not equal to, the original model.
 """
 
