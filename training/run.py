@@ -404,7 +404,8 @@ def export_in_tensorflow(model_path: str) -> None:
     Raises:
         RuntimeError: the export failed.
     """
-    command = [sys.executable, "-m", "training.cli", "export", "--model", model_path]
+    command = [sys.executable, "-m", "training.cli", "export", "--model", model_path,
+               *(["--verbose"] if console.is_verbose() else [])]
     environment = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
     log("export: SavedModel and TFLite are TensorFlow formats; exporting model.keras in a "
         "TensorFlow process")
