@@ -46,6 +46,11 @@ def mirror(server, tmp_path, monkeypatch):
     return server, release, source, str(tmp_path / "source.npz")
 
 
+def _process_env(**extra):
+    """The environment of a fresh Python on the JAX backend (quicker to import)."""
+    return dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
 def leftovers(path):
     """Files of a download into `path` that are still around (the file, temporary parts)."""
     return glob.glob(path + "*")
@@ -138,8 +143,7 @@ def test_two_processes_share_a_cold_cache(mirror):
     server.barrier = threading.Barrier(2)
     script = ("from vit_keras import pretrained; "
               "print(pretrained.weights_file('imagenet21k', 'B/16', quiet=True))")
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
-    processes = [subprocess.Popen([sys.executable, "-c", script], env=env,
+    processes = [subprocess.Popen([sys.executable, "-c", script], env=_process_env(),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(2)]
     outputs = [process.communicate(timeout=240) for process in processes]
@@ -154,9 +158,8 @@ def test_two_processes_share_a_cold_cache(mirror):
 
 def _in_a_process(script, **env):
     """Runs `script` in a fresh Python on the JAX backend (quicker to import); (rc, out, err)."""
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", **env)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=240)
+    done = subprocess.run([sys.executable, "-c", script], env=_process_env(**env),
+                          capture_output=True, text=True, timeout=240)
     return done.returncode, done.stdout.strip(), done.stderr
 
 

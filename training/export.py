@@ -60,14 +60,8 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         The export.json content: {'formats': {name: {file, size_bytes, max_abs_logit_diff,
         top1_agreement, accuracy, latency_ms, ...}}, 'keras': {'accuracy': ...}, ...}.
     """
-    import numpy as np
-
     formats = _check_formats(formats)
-    if "tflite_int8" in formats and representative_images is None:
-        raise ValueError("format 'tflite_int8' (full-integer) needs representative_images: a "
-                         "few hundred training images, float32 [N, H, W, 3] in 0..255, to "
-                         "calibrate; got None. Pass them (vit export --data ...) or drop "
-                         "tflite_int8 from the formats.")
+    _require_calibration(formats, representative_images)
     eval_images, eval_labels = _evaluation_set(model, eval_images, eval_labels,
                                                representative_images)
     keras_logits = _keras_logits(model, eval_images)
@@ -84,11 +78,8 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
                                                   eval_images, lite_options)
         if runner is not None:
             runners[name] = runner
-        report["formats"][name] = {
-            "file": FILENAMES[name], "size_bytes": _size(path),
-            "max_abs_logit_diff": float(np.max(np.abs(logits - keras_logits))),
-            "top1_agreement": float(np.mean(logits.argmax(-1) == keras_logits.argmax(-1))),
-            "accuracy": _accuracy(logits, eval_labels), **entry}
+        report["formats"][name] = {"file": FILENAMES[name], "size_bytes": _size(path),
+                                   **_agreement(logits, keras_logits, eval_labels), **entry}
     if runners:
         with console.stage(f"export: batch-1 latency of {len(runners)} TFLite files"):
             latencies = _latencies(runners, latency_runs)
@@ -99,6 +90,23 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
                        (json.dumps(report, indent=2) + "\n").encode())
     return report
+
+
+def _require_calibration(formats, representative_images) -> None:
+    if "tflite_int8" in formats and representative_images is None:
+        raise ValueError("format 'tflite_int8' (full-integer) needs representative_images: a "
+                         "few hundred training images, float32 [N, H, W, 3] in 0..255, to "
+                         "calibrate; got None. Pass them (vit export --data ...) or drop "
+                         "tflite_int8 from the formats.")
+
+
+def _agreement(logits, keras_logits, labels) -> dict:
+    """An exported file's logits against Keras': max |difference|, top-1 agreement, accuracy."""
+    import numpy as np
+
+    return {"max_abs_logit_diff": float(np.max(np.abs(logits - keras_logits))),
+            "top1_agreement": float(np.mean(logits.argmax(-1) == keras_logits.argmax(-1))),
+            "accuracy": _accuracy(logits, labels)}
 
 
 def _write_format(model, name, path, representative_images, eval_images, lite_options):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vit_keras.checkpoints import resize
+
 
 def bilinear_resize_matrix(old: int, new: int) -> np.ndarray:
     """The [new, old] matrix of a 1-D bilinear resize with half-pixel centres (tf.image.resize).
@@ -39,18 +41,6 @@ def bilinear_resize_matrix(old: int, new: int) -> np.ndarray:
     return matrix
 
 
-def _as_size(size, what: str) -> tuple[int, int]:
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        size = (size, size)
-    try:
-        height, width = (int(side) for side in size)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be an int or (height, width), got {size!r}") from None
-    if height < 1 or width < 1:
-        raise ValueError(f"{what} must be positive, got {size!r}")
-    return height, width
-
-
 def resample_patch_embedding(kernel, new_patch_size) -> np.ndarray:
     """The patch-embedding kernel for another patch size (FlexiViT's pseudo-inverse resize).
 
@@ -67,7 +57,7 @@ def resample_patch_embedding(kernel, new_patch_size) -> np.ndarray:
     if kernel.ndim != 4:
         raise ValueError(f"kernel must be [patch_h, patch_w, channels, hidden], got shape "
                          f"{kernel.shape}")
-    new_h, new_w = _as_size(new_patch_size, "new_patch_size")
+    new_h, new_w = resize.as_pair(new_patch_size, "new_patch_size")
     old_h, old_w = kernel.shape[:2]
     if (new_h, new_w) == (old_h, old_w):
         return kernel

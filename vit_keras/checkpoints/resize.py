@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 
-def _as_grid(grid, what: str) -> tuple[int, int]:
+def as_pair(grid, what: str) -> tuple[int, int]:
+    """An int (square) or a pair as two positive ints; a ValueError naming `what` otherwise."""
     if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
         grid = (grid, grid)
     try:
@@ -77,11 +78,11 @@ def resize_position_embedding(posemb, new_grid, has_class_token: bool, old_grid=
             raise ValueError(
                 f"cannot infer the grid of a position embedding with {num_grid} patch tokens: "
                 "expected a square number (pass old_grid=(rows, cols) for a non-square grid)")
-    old_rows, old_cols = _as_grid(old_grid, "old_grid")
+    old_rows, old_cols = as_pair(old_grid, "old_grid")
     if old_rows * old_cols != num_grid:
         raise ValueError(f"old_grid {old_grid} has {old_rows * old_cols} tokens, but posemb has "
                          f"{num_grid} patch tokens")
-    new_rows, new_cols = _as_grid(new_grid, "new_grid")
+    new_rows, new_cols = as_pair(new_grid, "new_grid")
     grid = grid_rows.reshape(old_rows, old_cols, -1).astype(np.float64)
     grid = _resize_axis(_resize_axis(grid, new_rows, 0), new_cols, 1)
     grid = grid.reshape(new_rows * new_cols, -1).astype(table.dtype)
