@@ -97,7 +97,10 @@ def test_registers_are_left_out_of_gap(tiny_config):
     config = tiny_config.replace(classifier="gap", num_register_tokens=3)
     model = VisionTransformer(config, include_top=False)
     assert model.output_shape == (None, config.num_patches + 3, config.hidden_size)
-    assert VisionTransformer(config).get_layer("pool").stop == config.num_patches
+    pool = VisionTransformer(config).get_layer("pool")
+    tokens = np.random.default_rng(0).normal(size=(2, config.num_patches + 3, config.hidden_size))
+    np.testing.assert_allclose(pool(tokens.astype("float32")),
+                               tokens[:, :config.num_patches].mean(axis=1), rtol=1e-5, atol=1e-6)
 
 
 ROUND_TRIP = {

@@ -131,7 +131,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _merge_heads(self, attended):
         """[batch, tokens, heads, head_dim] -> the output projection [batch, tokens, D]."""
-        _, tokens, heads, head_dim = attended.shape
+        _, tokens, heads, head_dim = ops.shape(attended)
         attended = ops.reshape(attended, (-1, tokens, heads * head_dim))
         out_kernel = ops.reshape(self.out_kernel, (heads * head_dim, -1))
         return dense_last_axis(attended, out_kernel, self.out_bias)
@@ -181,7 +181,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def _heads(self, inputs, name):
         """[batch, tokens, D] -> [batch, tokens, heads, head_dim] through one 2-D MatMul."""
         _, heads, head_dim = self.query_kernel.shape
-        return ops.reshape(self._project(inputs, name), (-1, inputs.shape[1], heads, head_dim))
+        return ops.reshape(self._project(inputs, name),
+                           (-1, ops.shape(inputs)[1], heads, head_dim))
 
     def _split_heads(self, inputs, name):
         """[batch, tokens, D] -> [batch, heads, tokens, head_dim]."""

@@ -70,6 +70,13 @@ class ViTConfig:
             the output ("Vision Transformers Need Registers"); 0 = off.
         distilled: DeiT: a distillation token after the class token with its own head
             `head_dist`; the model returns the average of both heads. Needs classifier='token'.
+        dynamic_image_size: the model takes images of any size, (None, None, channels): the
+            patch grid is read from each input and the position embeddings are resampled to it
+            at call time (skipped at `image_size`, which stays the size the position
+            embeddings are stored at). Sides must be multiples of the patch step.
+        dynamic_image_pad: with `dynamic_image_size`: pad images on the bottom and right up to
+            the next multiple of the patch step instead of rejecting them (timm's
+            `dynamic_img_pad`).
     """
 
     image_size: int | tuple[int, int] = 224
@@ -93,6 +100,8 @@ class ViTConfig:
     layer_scale_init: float | None = None
     num_register_tokens: int = 0
     distilled: bool = False
+    dynamic_image_size: bool = False
+    dynamic_image_pad: bool = False
 
     def __post_init__(self):
         hw = _as_hw(self.image_size)
@@ -131,6 +140,9 @@ class ViTConfig:
             raise ValueError("distilled=True needs classifier='token' and no representation_size, "
                              f"got classifier={self.classifier!r}, representation_size="
                              f"{self.representation_size!r}")
+        if self.dynamic_image_pad and not self.dynamic_image_size:
+            raise ValueError("dynamic_image_pad=True needs dynamic_image_size=True (a fixed-size "
+                             "model has nothing to pad)")
 
     def _check_positive_ints(self):
         names = ["patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
@@ -146,7 +158,7 @@ class ViTConfig:
                 raise ValueError(f"image_size must be positive, got {self.image_size!r}")
 
     def _check_divisibility(self, hw):
-        step = self.patch_size * self.resnet_stride
+        step = self.patch_step
         if hw[0] % step or hw[1] % step:
             what = (f"patch_size {self.patch_size}" if self.resnet_stride == 1 else
                     f"patch_size {self.patch_size} x ResNet stride {self.resnet_stride}")
@@ -168,16 +180,18 @@ class ViTConfig:
     @property
     def resnet_stride(self) -> int:
         """Down-scaling of the hybrid's ResNet (1 for a plain ViT)."""
-        if self.resnet_layers is None:
-            return 1
-        return RESNET_STEM_STRIDE * 2 ** max(len(self.resnet_layers) - 1, 0)
+        return resnet_stride(self.resnet_layers)
 
     @property
     def grid_size(self) -> tuple[int, int]:
         """Patch grid (rows, columns)."""
         height, width = self.image_hw
-        step = self.patch_size * self.resnet_stride
-        return (height // step, width // step)
+        return (height // self.patch_step, width // self.patch_step)
+
+    @property
+    def patch_step(self) -> int:
+        """Image pixels per patch side (the patch size times a hybrid's ResNet stride)."""
+        return self.patch_size * self.resnet_stride
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -226,6 +240,13 @@ class ViTConfig:
         if unknown:
             raise ValueError(f"unknown ViTConfig field(s) {unknown}; expected some of {sorted(fields)}")
         return cls(**data)
+
+
+def resnet_stride(resnet_layers) -> int:
+    """Down-scaling of a hybrid's ResNet with these stage sizes (1 for None, a plain ViT)."""
+    if resnet_layers is None:
+        return 1
+    return RESNET_STEM_STRIDE * 2 ** max(len(resnet_layers) - 1, 0)
 
 
 def _as_block_counts(layers: Any) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ Sub-layer names follow the released checkpoints (`LayerNorm_0`, `MultiHeadDotPro
 import keras
 from keras import ops
 
+from vit_keras import grid_resize
 from vit_keras.activations import gelu
 from vit_keras.attention import MultiHeadSelfAttention
 from vit_keras.initializers import PACKAGE
@@ -30,42 +31,95 @@ class PatchEmbedding(keras.layers.Layer):
     Args:
         hidden_size: output width D.
         patch_size: patch side P.
+        flatten: True: [batch, rows * cols, D] tokens; False: the [batch, rows, cols, D] grid
+            (what a model taking any image size needs to know its grid).
+        pad: pad the bottom and right of images whose sides are not multiples of P with zeros
+            (timm's `dynamic_img_pad`); False rejects them.
     """
 
-    def __init__(self, hidden_size, patch_size, **kwargs):
+    def __init__(self, hidden_size, patch_size, flatten=True, pad=False, **kwargs):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.patch_size = patch_size
+        self.flatten = flatten
+        self.pad = pad
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def build(self, input_shape):
-        _, height, width, channels = input_shape
-        for side, value in (("height", height), ("width", width)):
-            if value is not None and value % self.patch_size:
-                raise ValueError(
-                    f"image {side} {value} is not divisible by patch_size {self.patch_size}: "
-                    f"expected a multiple of {self.patch_size}, got input shape {input_shape}"
-                )
+        channels = input_shape[-1]
+        self._check_sides(input_shape)
         self.kernel = self.add_weight(
             name="kernel", shape=(self.patch_size, self.patch_size, channels, self.hidden_size),
             initializer="lecun_normal")
         self.bias = self.add_weight(name="bias", shape=(self.hidden_size,), initializer="zeros")
 
+    def _check_sides(self, input_shape):
+        """A ValueError for a side known now that is not a multiple of P (unless padding)."""
+        if self.pad:
+            return
+        for side, value in (("height", input_shape[1]), ("width", input_shape[2])):
+            if value is not None and value % self.patch_size:
+                raise ValueError(
+                    f"image {side} {value} is not divisible by patch_size {self.patch_size}: "
+                    f"expected a multiple of {self.patch_size}, got input shape "
+                    f"{tuple(input_shape)}"
+                    + ("" if self.flatten else " (dynamic_image_pad=True pads such images)"))
+
+    def _pad_or_check(self, images):
+        """Pads to multiples of P, or checks the sides (at run time where unknown when traced)."""
+        height, width = ops.shape(images)[1], ops.shape(images)[2]
+        if self.pad:
+            return ops.pad(images, ((0, 0), (0, -height % self.patch_size),
+                                    (0, -width % self.patch_size), (0, 0)))
+        self._check_sides(images.shape)
+        if images.shape[1] is None or images.shape[2] is None:
+            return _checked_at_run_time(images, self.patch_size)
+        return images
+
     def call(self, images):
-        patches = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
+        patches = ops.conv(self._pad_or_check(images), self.kernel, strides=self.patch_size,
+                           padding="valid")
         patches = patches + self.bias
+        if not self.flatten:
+            return patches
         rows, cols = patches.shape[1], patches.shape[2]
         return ops.reshape(patches, (-1, rows * cols, self.hidden_size))
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
-        tokens = (height // self.patch_size) * (width // self.patch_size)
-        return (batch, tokens, self.hidden_size)
+        grid = [None if side is None else
+                (-(-side // self.patch_size) if self.pad else side // self.patch_size)
+                for side in (height, width)]
+        if not self.flatten:
+            return (batch, *grid, self.hidden_size)
+        return (batch, grid[0] * grid[1], self.hidden_size)
 
     def get_config(self):
         config = super().get_config()
         config.update(hidden_size=self.hidden_size, patch_size=self.patch_size)
+        if not self.flatten or self.pad:
+            config.update(flatten=self.flatten, pad=self.pad)
         return config
+
+
+def _checked_at_run_time(images, patch_size: int):
+    """`images`, failing at run time when a side is not a multiple of `patch_size`.
+
+    Only a TensorFlow graph traced for any size (`tf.function(reduce_retracing=True)`, as
+    `model.predict` retraces) has sides unknown while tracing: JAX traces every shape and
+    PyTorch runs eagerly, so there the Python check in `PatchEmbedding` already ran.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return images
+    import tensorflow as tf
+
+    sides = tf.shape(images)[1:3]
+    check = tf.debugging.assert_equal(
+        sides % patch_size, tf.zeros_like(sides),
+        message=f"image height and width must be multiples of patch_size {patch_size} "
+                "(dynamic_image_pad=True pads them); x below is [height, width] % patch_size")
+    with tf.control_dependencies([check]):
+        return tf.identity(images)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -93,19 +147,29 @@ class PositionEmbedding(keras.layers.Layer):
     """Adds a learned 1-D position embedding (initialised normal(0.02)) to every token.
 
     Its weight `pos_embedding` is (1, tokens, D), the class token row first when there is one.
+    A model taking any image size passes the patch grid of each input: the patch rows are then
+    resampled from `grid_size` to it (bilinear, aligned corners, as at load time) and the
+    prefix rows are kept.
+
+    Args:
+        grid_size: the (rows, cols) the weight is stored at; needed only for inputs of any size.
+        num_prefix_tokens: the class/distillation token rows before the patch rows; likewise.
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, grid_size=None, num_prefix_tokens=None, **kwargs):
         super().__init__(**kwargs)
-        self.input_spec = keras.layers.InputSpec(ndim=3)
+        self.grid_size = None if grid_size is None else tuple(int(side) for side in grid_size)
+        self.num_prefix_tokens = num_prefix_tokens
 
-    def build(self, input_shape):
-        _, length, width = input_shape
+    def build(self, tokens_shape, patch_grid_shape=None):
+        _, length, width = tokens_shape
+        if length is None and self.grid_size is not None:
+            length = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
         if length is None:
             raise ValueError(
                 "PositionEmbedding needs a static token count; got input shape "
-                f"{input_shape}. Build the model with a fixed image size."
-            )
+                f"{tokens_shape}. Build the model with a fixed image size, or set "
+                "dynamic_image_size=True.")
         self.pos_embedding = self.add_weight(
             name="pos_embedding", shape=(1, length, width),
             initializer=keras.initializers.RandomNormal(stddev=0.02))
@@ -113,11 +177,32 @@ class PositionEmbedding(keras.layers.Layer):
     def no_weight_decay(self):
         return [self.pos_embedding]
 
-    def call(self, tokens):
-        return tokens + ops.cast(self.pos_embedding, tokens.dtype)
+    def call(self, tokens, patch_grid=None):
+        """Adds the embedding to `tokens`; `patch_grid` ([batch, rows, cols, D]) gives the grid."""
+        return tokens + ops.cast(self.table(patch_grid), tokens.dtype)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def table(self, patch_grid=None):
+        """The (1, tokens, D) embedding for the grid of `patch_grid` (None: as stored)."""
+        if patch_grid is None:
+            return self.pos_embedding
+        grid = grid_resize.grid_of(patch_grid)
+        if grid_resize.is_static_grid(grid, self.grid_size):
+            return self.pos_embedding
+        prefix = self.pos_embedding[0, :self.num_prefix_tokens]
+        patches = ops.reshape(self.pos_embedding[0, self.num_prefix_tokens:],
+                              (*self.grid_size, -1))
+        patches = ops.reshape(grid_resize.resize_grid(patches, grid), (-1, patches.shape[-1]))
+        return ops.concatenate([prefix, patches], axis=0)[None]
+
+    def compute_output_shape(self, tokens_shape, patch_grid_shape=None):
+        return tokens_shape
+
+    def get_config(self):
+        config = super().get_config()
+        if self.grid_size is not None:
+            config.update(grid_size=list(self.grid_size),
+                          num_prefix_tokens=self.num_prefix_tokens)
+        return config
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -158,7 +243,7 @@ class MLPBlock(keras.layers.Layer):
         hidden = self.dropout(hidden, training=training)
         outputs = dense_2d(hidden, self.dense_1.kernel, self.dense_1.bias)
         outputs = self.dropout(outputs, training=training)
-        return ops.reshape(outputs, (-1, *inputs.shape[1:-1], width))
+        return ops.reshape(outputs, (-1, *ops.shape(inputs)[1:-1], width))
 
     def compute_output_shape(self, input_shape):
         return input_shape

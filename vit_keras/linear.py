@@ -43,4 +43,4 @@ def dense_last_axis(inputs, kernel, bias):
         [..., N].
     """
     outputs = dense_2d(ops.reshape(inputs, (-1, kernel.shape[0])), kernel, bias)
-    return ops.reshape(outputs, (-1, *inputs.shape[1:-1], kernel.shape[-1]))
+    return ops.reshape(outputs, (-1, *ops.shape(inputs)[1:-1], kernel.shape[-1]))

@@ -6,35 +6,46 @@ import keras
 from keras import ops
 
 from vit_keras import layers as vit_layers
-from vit_keras.config import ViTConfig, get_variant
+from vit_keras.config import ViTConfig, get_variant, resnet_stride
 from vit_keras.normalization import LayerNorm
 
 POOLING_MODES = (None, "token", "gap", "avg", "map")
 
 
 def patch_tokens(config: ViTConfig, images):
-    """Images -> [batch, patches, D] patch embeddings (through the ResNet for hybrids)."""
+    """Images -> patch embeddings (through the ResNet for hybrids).
+
+    Returns:
+        [batch, patches, D]; for `config.dynamic_image_size`, the [batch, rows, cols, D] grid,
+        whose shape gives each input's grid to the position embedding.
+    """
     features = images
     if config.resnet_layers is not None:
         from vit_keras.resnet import ResNetStem
 
         features = ResNetStem(config.resnet_layers, config.resnet_width, name="resnet")(images)
-    return vit_layers.PatchEmbedding(config.hidden_size, config.patch_size,
-                                     name="embedding")(features)
+    return vit_layers.PatchEmbedding(
+        config.hidden_size, config.patch_size, flatten=not config.dynamic_image_size,
+        pad=config.dynamic_image_pad, name="embedding")(features)
 
 
-def _add_positions(config: ViTConfig, tokens):
+def _add_positions(config: ViTConfig, patches):
     """Class/distillation tokens and the position embedding of `config.posemb`.
 
     The official 1-D embedding covers the class (and distillation) token rows; the 2-D kinds
-    are added to the patches before those tokens are prepended (as big_vision does).
+    are added to the patches before those tokens are prepended (as big_vision does). A model
+    taking any size passes the patch grid to the position embedding, which resamples to it.
     """
+    grid, tokens = None, patches
+    if config.dynamic_image_size:
+        grid = patches
+        tokens = keras.layers.Reshape((-1, config.hidden_size), name="patch_tokens")(patches)
     if config.posemb != "learn":
         from vit_keras import posemb
 
         kind = (posemb.SinCosPositionEmbedding if config.posemb == "sincos2d"
                 else posemb.Learned2DPositionEmbedding)
-        tokens = kind(config.grid_size, name="posembed_input")(tokens)
+        tokens = _call_with_grid(kind(config.grid_size, name="posembed_input"), tokens, grid)
     if config.classifier == "token":
         tokens = vit_layers.ClassToken(name="cls")(tokens)
     if config.distilled:
@@ -42,8 +53,15 @@ def _add_positions(config: ViTConfig, tokens):
 
         tokens = DistillationToken(name="dist")(tokens)
     if config.posemb == "learn":
-        tokens = vit_layers.PositionEmbedding(name="posembed_input")(tokens)
+        stored = (dict(grid_size=config.grid_size, num_prefix_tokens=config.num_prefix_tokens)
+                  if grid is not None else {})
+        tokens = _call_with_grid(vit_layers.PositionEmbedding(name="posembed_input", **stored),
+                                 tokens, grid)
     return tokens
+
+
+def _call_with_grid(layer, tokens, grid):
+    return layer(tokens) if grid is None else layer(tokens, grid)
 
 
 def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None):
@@ -93,7 +111,7 @@ def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0):
     if mode == "token":
         return vit_layers.TokenPooling("token", start=index, name=name)
     # Registers (appended last) are left out of the mean; the rest is averaged as officially.
-    stop = config.num_prefix_tokens + config.num_patches if config.num_register_tokens else None
+    stop = -config.num_register_tokens if config.num_register_tokens else None
     return vit_layers.TokenPooling("gap", stop=stop, name=name)
 
 
@@ -142,7 +160,7 @@ def VisionTransformer(config: ViTConfig, include_top: bool = True, pooling: str 
     if pooling == "token" and config.classifier != "token":
         raise ValueError("pooling='token' needs classifier='token' (a model with a class token), "
                          f"got classifier={config.classifier!r}")
-    height, width = config.image_hw
+    height, width = (None, None) if config.dynamic_image_size else config.image_hw
     images = keras.Input((height, width, config.channels), name="images")
     tokens = _encode(config, images, last_block_outputs(config, include_top, pooling))
     if include_top:
@@ -293,11 +311,11 @@ def config_from_model(model: keras.Model) -> ViTConfig:
         raise ValueError(f"model {model.name!r} was not built by VisionTransformer: {error}")
     layer_names = {layer.name for layer in model.layers}
     num_layers = sum(name.startswith("encoderblock_") for name in layer_names)
-    _, height, width, channels = model.inputs[0].shape
+    channels = model.inputs[0].shape[-1]
     head = model.get_layer("head") if "head" in layer_names else None
     pre_logits = model.get_layer("pre_logits") if "pre_logits" in layer_names else None
     values = dict(
-        image_size=(height, width), patch_size=embedding.patch_size,
+        patch_size=embedding.patch_size,
         hidden_size=embedding.hidden_size, mlp_dim=block.mlp_dim, num_heads=block.num_heads,
         num_layers=num_layers, num_classes=head.units if head is not None else 1,
         classifier="token" if "cls" in layer_names else "gap",
@@ -306,7 +324,19 @@ def config_from_model(model: keras.Model) -> ViTConfig:
         channels=channels, gelu_approximate=block.gelu_approximate,
     )
     values.update(_option_fields(model, layer_names, num_layers))
+    values.update(_image_size_fields(model, embedding, values))
     return ViTConfig(**values)
+
+
+def _image_size_fields(model, embedding, values) -> dict:
+    """`image_size` (the stored size, for a model taking any size) and the dynamic options."""
+    _, height, width, _ = model.inputs[0].shape
+    if height is not None and width is not None:
+        return dict(image_size=(height, width))
+    stored = model.get_layer("posembed_input").grid_size
+    step = embedding.patch_size * resnet_stride(values.get("resnet_layers"))
+    return dict(image_size=(stored[0] * step, stored[1] * step), dynamic_image_size=True,
+                dynamic_image_pad=embedding.pad)
 
 
 def _option_fields(model, layer_names, num_layers) -> dict:

@@ -47,7 +47,7 @@ class GroupNorm(keras.layers.GroupNormalization):
             return super().call(inputs)
         x = ops.cast(inputs, "float32")
         channels = x.shape[-1]
-        grouped = ops.reshape(x, (-1, *x.shape[1:-1], self.groups, channels // self.groups))
+        grouped = ops.reshape(x, (-1, *ops.shape(x)[1:-1], self.groups, channels // self.groups))
         axes = [axis for axis in range(1, len(grouped.shape)) if axis != len(grouped.shape) - 2]
         centred = grouped - ops.mean(grouped, axis=axes, keepdims=True)
         variance = ops.mean(centred * centred, axis=axes, keepdims=True)

@@ -85,20 +85,23 @@ def _model_grid(model) -> tuple[int, int]:
     return config_from_model(model).grid_size
 
 
-def _with_cls_row(posemb: np.ndarray, has_cls: bool, flag, num_patches: int) -> np.ndarray:
+def _with_cls_row(posemb: np.ndarray, has_cls: bool, flag, num_patches: int,
+                  prefix: int) -> np.ndarray:
     """Returns the posemb with a class-token row iff the model has a class token.
 
     A layout that adds the position embedding before prepending the class token (big_vision,
-    timm `no_embed_class`) has no such row: a zero row is exactly equivalent.
+    timm `no_embed_class`) has no such row: a zero row is exactly equivalent. `prefix` counts
+    the model's rows before the grid (class and distillation tokens).
     """
     if not has_cls or posemb.ndim != 3:
         return posemb
     rows = posemb.shape[1]
     if flag is None:  # the row count tells: first at the model's grid, then by squareness
-        if rows in (num_patches + 1, num_patches):
-            flag = rows == num_patches + 1
+        if rows in (num_patches + prefix, num_patches + prefix - 1):
+            flag = rows == num_patches + prefix
         else:
-            flag = resize.square_grid(rows) is None and resize.square_grid(rows - 1) is not None
+            flag = (resize.square_grid(rows - prefix + 1) is None
+                    and resize.square_grid(rows - prefix) is not None)
     if flag:
         return posemb
     return np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
@@ -110,16 +113,29 @@ def _fit_position_embedding(checkpoint, targets, model):
     if keys.POSEMB not in tensors or keys.POSEMB not in targets:
         return
     has_cls = keys.CLS in targets and keys.CLS in tensors
+    prefix = has_cls + (keys.DIST in targets and keys.DIST in tensors)
     grid = _model_grid(model)
     posemb = _with_cls_row(tensors[keys.POSEMB], has_cls, checkpoint.posemb_has_cls_row,
-                           grid[0] * grid[1])
+                           grid[0] * grid[1], prefix)
     expected = tuple(targets[keys.POSEMB].shape)
     if (posemb.shape != expected and posemb.ndim == 3 and posemb.shape[-1] == expected[-1]
-            and resize.square_grid(posemb.shape[1] - has_cls) is not None):
+            and resize.square_grid(posemb.shape[1] - prefix) is not None):
         logger.info("Resizing the position embedding from %s to %s (grid %s)", posemb.shape,
                     expected, grid)
-        posemb = resize.resize_position_embedding(posemb, grid, has_cls)
+        posemb = resize.resize_position_embedding(posemb, grid, has_cls,
+                                                  num_prefix_tokens=prefix)
     tensors[keys.POSEMB] = posemb
+
+
+def _fit_2d_position_embedding(tensors, targets) -> None:
+    """Resizes learned row / column embeddings of another grid along their axis (aligned
+    corners, as the 1-D embedding's grid)."""
+    for name in (keys.POSEMB_ROW, keys.POSEMB_COL):
+        table, target = tensors.get(name), targets.get(name)
+        if (table is not None and target is not None and table.ndim == 2
+                and table.shape != tuple(target.shape) and table.shape[1] == target.shape[1]):
+            logger.info("Resizing %s from %s to %s", name, table.shape, tuple(target.shape))
+            tensors[name] = resize.resize_axis(table, target.shape[0], axis=0)
 
 
 def _fit_patch_embedding(tensors, targets) -> None:
@@ -221,6 +237,7 @@ def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
     checkpoint.tensors = tensors
     _fit_patch_embedding(tensors, targets)
     _fit_position_embedding(checkpoint, targets, model)
+    _fit_2d_position_embedding(tensors, targets)
     problems = _check(tensors, targets)
     if problems:
         raise ValueError(f"checkpoint {path!r} ({checkpoint.layout}) does not fit model "

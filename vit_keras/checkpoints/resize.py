@@ -32,8 +32,17 @@ def square_grid(num_tokens: int) -> tuple[int, int] | None:
     return (side, side) if side * side == num_tokens else None
 
 
-def _resize_axis(values: np.ndarray, new_length: int, axis: int) -> np.ndarray:
-    """Linear interpolation along one axis with aligned corners (the ends map onto the ends)."""
+def resize_axis(values: np.ndarray, new_length: int, axis: int) -> np.ndarray:
+    """Linear interpolation along one axis with aligned corners (the ends map onto the ends).
+
+    Args:
+        values: any array.
+        new_length: the length `axis` gets.
+        axis: the axis resized.
+
+    Returns:
+        float array (float64 for float inputs) with `axis` of `new_length`.
+    """
     old_length = values.shape[axis]
     if new_length == old_length:
         return values
@@ -49,8 +58,8 @@ def _resize_axis(values: np.ndarray, new_length: int, axis: int) -> np.ndarray:
             + np.take(values, upper, axis=axis) * upper_weight)
 
 
-def resize_position_embedding(posemb, new_grid, has_class_token: bool, old_grid=None
-                              ) -> np.ndarray:
+def resize_position_embedding(posemb, new_grid, has_class_token: bool, old_grid=None, *,
+                              num_prefix_tokens: int | None = None) -> np.ndarray:
     """Resizes a learned position embedding to a new patch grid (official rule).
 
     Args:
@@ -59,6 +68,8 @@ def resize_position_embedding(posemb, new_grid, has_class_token: bool, old_grid=
         has_class_token: whether the first row belongs to the class token (kept unchanged).
         old_grid: the grid of `posemb`, (rows, cols); None infers a square grid, as the
             official code does.
+        num_prefix_tokens: the rows kept unchanged before the grid (2 for DeiT's class and
+            distillation tokens); None = 1 with a class token, else 0.
 
     Returns:
         float array shaped like `posemb` with rows * cols (+1) tokens, in `posemb`'s dtype.
@@ -70,7 +81,8 @@ def resize_position_embedding(posemb, new_grid, has_class_token: bool, old_grid=
     if posemb.ndim not in (2, 3) or (posemb.ndim == 3 and posemb.shape[0] != 1):
         raise ValueError(f"posemb must be (1, tokens, D) or (tokens, D), got {posemb.shape}")
     table = posemb.reshape(posemb.shape[-2:])
-    prefix, grid_rows = (table[:1], table[1:]) if has_class_token else (table[:0], table)
+    kept = int(has_class_token) if num_prefix_tokens is None else num_prefix_tokens
+    prefix, grid_rows = table[:kept], table[kept:]
     num_grid = grid_rows.shape[0]
     if old_grid is None:
         old_grid = square_grid(num_grid)
@@ -84,7 +96,7 @@ def resize_position_embedding(posemb, new_grid, has_class_token: bool, old_grid=
                          f"{num_grid} patch tokens")
     new_rows, new_cols = as_pair(new_grid, "new_grid")
     grid = grid_rows.reshape(old_rows, old_cols, -1).astype(np.float64)
-    grid = _resize_axis(_resize_axis(grid, new_rows, 0), new_cols, 1)
+    grid = resize_axis(resize_axis(grid, new_rows, 0), new_cols, 1)
     grid = grid.reshape(new_rows * new_cols, -1).astype(table.dtype)
     resized = np.concatenate([prefix, grid], axis=0)
     return resized[None] if posemb.ndim == 3 else resized
