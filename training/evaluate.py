@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
                         "data's class names)")
     parser.add_argument("--output", help="also write the results as JSON here")
+    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
+                        help="evaluate at this size (a model trained with "
+                             "model.dynamic_image_size=true; default: its training size)")
     parser.add_argument("--few-shot", nargs="*", type=int, metavar="N", default=None,
                         help="also run the paper's few-shot linear evaluation (ridge regression "
                         "on frozen pre-logit features) with N training examples per class "
@@ -50,13 +53,15 @@ def class_names_for(model_path: str, labels_path: str | None, fallback: list[str
     return read_labels(path) if os.path.exists(path) else fallback
 
 
-def evaluate(model, source, batch_size: int = 256) -> dict:
+def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
     """Runs `model` over `source`; returns top-1, top-5, loss and per-class accuracy.
 
     Args:
         model: a Keras classifier taking [-1, 1] images and returning logits.
         source: a `training.sources.Source`.
         batch_size: batch size.
+        image_size: (height, width) the images are resized to; only for a model taking any
+            size (None: the model's input size, or the size it was trained at).
 
     Returns:
         {'examples', 'top1', 'top5', 'loss', 'per_class': [{'class', 'examples', 'top1'}]}.
@@ -66,7 +71,7 @@ def evaluate(model, source, batch_size: int = 256) -> dict:
 
     from training import pipeline
 
-    size = int(model.input_shape[1])
+    size = evaluation_size(model, image_size)
     logits, labels = [], []
     for images, batch_labels in pipeline.eval_images(source, size).batch(batch_size):
         logits.append(np.asarray(model(pipeline.scale(images), training=False), np.float64))
@@ -95,13 +100,30 @@ def evaluate(model, source, batch_size: int = 256) -> dict:
 FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
 
 
-def few_shot_report(model, spec: str, data_dir, test_source, shots) -> dict:
+def evaluation_size(model, image_size=None) -> tuple[int, int]:
+    """The (height, width) to evaluate `model` at: `image_size` if given (a model taking any
+    size), else the model's own input size or training size."""
+    from vit_keras.model import input_image_size
+
+    own = input_image_size(model)
+    if image_size is None:
+        return own
+    image_size = tuple(image_size)
+    height, width = model.inputs[0].shape[1:3]
+    if height is not None and width is not None and image_size != own:
+        raise ValueError(f"the model takes {own[0]}x{own[1]} images only, got --image-size "
+                         f"{image_size[0]} {image_size[1]}; train with --set "
+                         "model.dynamic_image_size=true to evaluate at other sizes")
+    return image_size
+
+
+def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=None) -> dict:
     """Few-shot accuracy per shot count: shots from `spec`'s training split, tested on
     `test_source` (for folder/tfrecord data both are the same images)."""
     from training import pipeline, sources
     from vit_keras import analysis
 
-    size = int(model.input_shape[1])
+    size = evaluation_size(model, image_size)
     train_source = sources.load_source(spec, "train", data_dir, val_split=0.0)
     train_images, train_labels = pipeline.take_raw_images(train_source, size, FEW_SHOT_POOL)
     test_images, test_labels = pipeline.take_raw_images(test_source, size, FEW_SHOT_POOL)
@@ -118,12 +140,14 @@ def run(args: argparse.Namespace) -> int:
     source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                  args.data_dir, val_split=0.0)
     model = load_model(args.model)
-    results = evaluate(model, source, args.batch_size)
+    results = evaluate(model, source, args.batch_size, args.image_size)
     if args.few_shot is not None:
         shots = tuple(args.few_shot) or (1, 5, 10, 25)
-        results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots)
+        results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots,
+                                              args.image_size)
     names = class_names_for(args.model, args.labels, source.class_names)
-    print(f"{args.data}: {results['examples']} images  top-1 {100 * results['top1']:.2f}%  "
+    height, width = evaluation_size(model, args.image_size)
+    print(f"{args.data}: {results['examples']} images at {height}x{width}  top-1 {100 * results['top1']:.2f}%  "
           f"top-5 {100 * results['top5']:.2f}%  cross-entropy {results['loss']:.4f}")
     width = max(len(name) for name in names)
     for row in results["per_class"]:

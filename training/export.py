@@ -35,7 +35,7 @@ LATENCY_THREADS = 2
 def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representative_images=None,
                  eval_images=None, eval_labels=None, num_calibration_images: int = 300,
                  latency_runs: int = 50, int8_float_ops=(), int8_per_channel: bool = True,
-                 keep_tensor_names: bool = False) -> dict:
+                 keep_tensor_names: bool = False, image_size=None) -> dict:
     """Exports `model` in every chosen format, checks each file against Keras, writes export.json.
 
     Args:
@@ -55,17 +55,24 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         int8_per_channel: per-channel weight scales for 'tflite_int8' (False = per tensor,
             smaller by 12 bytes per channel).
         keep_tensor_names: keep tensor names in the .tflite files (dropped by default).
+        image_size: (height, width) for a model taking any size (`dynamic_image_size`): the
+            size of the TFLite files and of both SavedModel signatures. None: TFLite at the
+            training size, and the SavedModel's `serving_default` takes any size.
 
     Returns:
         The export.json content: {'formats': {name: {file, size_bytes, max_abs_logit_diff,
         top1_agreement, accuracy, latency_ms, ...}}, 'keras': {'accuracy': ...}, ...}.
     """
+    from vit_keras.export import graph
+
     formats = _check_formats(formats)
     _require_calibration(formats, representative_images)
-    eval_images, eval_labels = _evaluation_set(model, eval_images, eval_labels,
+    fixed = graph.at_image_size(model, image_size)
+    eval_images, eval_labels = _evaluation_set(fixed, eval_images, eval_labels,
                                                representative_images)
-    keras_logits = _keras_logits(model, eval_images)
+    keras_logits = _keras_logits(fixed, eval_images)
     report = _report_header(eval_images, latency_runs, _accuracy(keras_logits, eval_labels))
+    report["serving_default_any_size"] = image_size is None and graph.takes_any_size(model)
     os.makedirs(output_dir, exist_ok=True)
     runners = {}
     lite_options = dict(num_calibration_images=num_calibration_images,
@@ -75,7 +82,7 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         path = os.path.join(output_dir, FILENAMES[name])
         with console.stage(f"export: {STAGE_NAMES[name]}"):
             runner, logits, entry = _write_format(model, name, path, representative_images,
-                                                  eval_images, lite_options)
+                                                  eval_images, image_size, lite_options)
         if runner is not None:
             runners[name] = runner
         report["formats"][name] = {"file": FILENAMES[name], "size_bytes": _size(path),
@@ -109,16 +116,17 @@ def _agreement(logits, keras_logits, labels) -> dict:
             "accuracy": _accuracy(logits, labels)}
 
 
-def _write_format(model, name, path, representative_images, eval_images, lite_options):
+def _write_format(model, name, path, representative_images, eval_images, image_size,
+                  lite_options):
     """Writes one format; returns (its LiteRT runner or None, its logits on the evaluation
     images, its export.json entry so far)."""
     from vit_keras import export
 
     if name == "saved_model":
-        export.saved_model(model, path)
+        export.saved_model(model, path, image_size=image_size)
         return None, _saved_model_logits(path, eval_images), {"latency_ms": None}
     runner, entry = _write_tflite(model, name, path, representative_images, eval_images,
-                                  **lite_options)
+                                  image_size=image_size, **lite_options)
     return runner, runner(eval_images), entry
 
 
@@ -135,7 +143,7 @@ def _report_header(eval_images, latency_runs: int, keras_accuracy) -> dict:
     }
 
 
-def _write_tflite(model, name, path, representative_images, eval_images, *,
+def _write_tflite(model, name, path, representative_images, eval_images, *, image_size,
                   num_calibration_images, int8_float_ops, int8_per_channel, keep_tensor_names):
     """Writes the TFLite format `name`; returns (its LiteRT runner, its export.json entry)."""
     from vit_keras import export
@@ -145,7 +153,7 @@ def _write_tflite(model, name, path, representative_images, eval_images, *,
         model, path, quantization=QUANTIZATION[name], representative_data=representative_images,
         verify_images=eval_images[:32], num_calibration_images=num_calibration_images,
         float_ops=float_ops, per_channel=int8_per_channel or name != "tflite_int8",
-        keep_tensor_names=keep_tensor_names)
+        keep_tensor_names=keep_tensor_names, image_size=image_size)
     entry = {"quantization": QUANTIZATION[name] or "float32", "ops": lite_report["ops"],
              "latency_ms": None}
     if name == "tflite_int8":
@@ -256,6 +264,10 @@ def add_arguments(parser) -> None:
                              "output channel: smaller, for small models")
     parser.add_argument("--keep-tensor-names", action="store_true",
                         help="keep tensor names in the .tflite files (for Netron/debugging)")
+    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
+                        help="for a model trained with model.dynamic_image_size=true: the input "
+                             "size of the TFLite files and the SavedModel (default: TFLite at "
+                             "the training size, SavedModel serving_default at any size)")
     parser.add_argument("--latency-runs", type=int, default=50,
                         help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
 
@@ -271,7 +283,7 @@ def run(args) -> int:
         raise ValueError(f"no model file at {args.model}: expected a .keras file written by "
                          "`vit train`")
     model = keras.saving.load_model(args.model, safe_mode=True)
-    image_hw = graph.image_size(model)
+    image_hw = graph.image_size(graph.at_image_size(model, args.image_size))
     calibration = eval_images = eval_labels = None
     trained_on = {} if args.data else _training_data(args.model)
     data_spec = args.data or trained_on.get("data")
@@ -291,7 +303,8 @@ def run(args) -> int:
         num_calibration_images=args.calibration_images, latency_runs=args.latency_runs,
         int8_float_ops=[op.strip().upper() for op in args.int8_float_ops.split(",")
                         if op.strip()],
-        int8_per_channel=not args.int8_per_tensor, keep_tensor_names=args.keep_tensor_names)
+        int8_per_channel=not args.int8_per_tensor, keep_tensor_names=args.keep_tensor_names,
+        image_size=args.image_size)
     print(format_report(report))
     print(f"wrote {', '.join(FILENAMES[name] for name in formats)} and {REPORT_NAME} "
           f"to {output}")

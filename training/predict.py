@@ -31,8 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", help="labels.txt (default: next to the model file)")
 
 
-def read_images(paths: list[str], size: int):
-    """Decodes and resizes image files to float32 [n, size, size, 3] in 0..255."""
+def read_images(paths: list[str], size):
+    """Decodes and resizes image files to float32 [n, height, width, 3] in 0..255.
+
+    Args:
+        paths: image files.
+        size: an int (square) or (height, width).
+    """
     import numpy as np
     import tensorflow as tf
 
@@ -56,7 +61,8 @@ IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (mul
 
 
 def predictor(args: argparse.Namespace):
-    """(function images_0_255 -> logits, model resolution, class names or None)."""
+    """(function images_0_255 -> logits, model resolution (height, width), class names or
+    None)."""
     import numpy as np
 
     if args.tflite:
@@ -67,7 +73,7 @@ def predictor(args: argparse.Namespace):
         if not os.path.exists(args.tflite):
             raise ValueError(f"tflite file {args.tflite!r} does not exist")
         lite = TFLiteModel(args.tflite, num_threads=2)
-        return (lambda images: np.asarray(lite(images))), lite.input_shape[0], \
+        return (lambda images: np.asarray(lite(images))), lite.input_shape[:2], \
             _file_labels(args.tflite, args.labels)
     from training import pipeline
 
@@ -82,8 +88,10 @@ def predictor(args: argparse.Namespace):
         model = load_model(args.model)
     labels = (_imagenet_labels(model.output_shape[-1], args.labels) if args.weights else
               _file_labels(args.model, args.labels))
+    from vit_keras.model import input_image_size
+
     return (lambda images: np.asarray(model(pipeline.scale(images), training=False))), \
-        int(model.input_shape[1]), labels
+        input_image_size(model), labels
 
 
 def refuse_untrained_head(weights: str, architecture: str) -> None:

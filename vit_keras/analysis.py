@@ -73,8 +73,10 @@ def attention_maps(model: keras.Model, images, batch_size: int = 32) -> list[np.
 
 def _check_images(model, images) -> np.ndarray:
     images = np.asarray(images, dtype=np.float32)
-    expected = tuple(model.inputs[0].shape[1:])
-    if images.ndim != 4 or images.shape[1:] != expected or len(images) == 0:
+    expected = tuple(model.inputs[0].shape[1:])  # None: a model taking any size
+    fits = images.ndim == 4 and all(side in (None, got)
+                                    for side, got in zip(expected, images.shape[1:]))
+    if not fits or len(images) == 0:
         raise ValueError(f"images must be a non-empty batch of shape (batch, {expected[0]}, "
                          f"{expected[1]}, {expected[2]}) (the model's input), got {images.shape}")
     return images

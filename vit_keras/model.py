@@ -328,6 +328,29 @@ def config_from_model(model: keras.Model) -> ViTConfig:
     return ViTConfig(**values)
 
 
+def input_image_size(model: keras.Model) -> tuple[int, int]:
+    """(height, width) of the images `model` is meant for.
+
+    Args:
+        model: a fixed-size model (any Keras image model), or a ViT taking any size.
+
+    Returns:
+        The fixed input size; for a ViT built with `dynamic_image_size`, the size its position
+        embeddings are stored at (the size it was trained at).
+
+    Raises:
+        ValueError: a model taking any size that was not built by `VisionTransformer`.
+    """
+    height, width = model.inputs[0].shape[1:3]
+    if height is not None and width is not None:
+        return int(height), int(width)
+    try:
+        return config_from_model(model).image_hw
+    except ValueError as error:
+        raise ValueError(f"model {model.name!r} takes images of any size and is not a ViT of "
+                         f"vit_keras: give the image size explicitly ({error})") from None
+
+
 def _image_size_fields(model, embedding, values) -> dict:
     """`image_size` (the stored size, for a model taking any size) and the dynamic options."""
     _, height, width, _ = model.inputs[0].shape

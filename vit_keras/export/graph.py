@@ -81,13 +81,54 @@ def split_activation(model: keras.Model):
 
 def image_size(model: keras.Model) -> tuple[int, int]:
     """(height, width) of the model's NHWC RGB input; raises ValueError for anything else."""
-    if len(model.inputs) != 1:
-        raise ValueError(f"expected a model with one image input, got {len(model.inputs)} inputs")
-    shape = tuple(model.inputs[0].shape)
-    if len(shape) != 4 or shape[-1] != 3 or shape[1] is None or shape[2] is None:
+    shape = _image_input_shape(model)
+    if shape[1] is None or shape[2] is None:
         raise ValueError("expected a model input of shape [batch, height, width, 3] with a fixed "
                          f"height and width, got {shape}")
     return int(shape[1]), int(shape[2])
+
+
+def takes_any_size(model: keras.Model) -> bool:
+    """Whether the model's image input has no fixed height and width (dynamic_image_size)."""
+    shape = _image_input_shape(model)
+    return shape[1] is None or shape[2] is None
+
+
+def _image_input_shape(model: keras.Model) -> tuple:
+    if len(model.inputs) != 1:
+        raise ValueError(f"expected a model with one image input, got {len(model.inputs)} inputs")
+    shape = tuple(model.inputs[0].shape)
+    if len(shape) != 4 or shape[-1] != 3:
+        raise ValueError(f"expected a model input of shape [batch, height, width, 3], got {shape}")
+    return shape
+
+
+def at_image_size(model: keras.Model, size=None) -> keras.Model:
+    """The model with a fixed input size, as TFLite and other static-shape targets need.
+
+    Args:
+        model: a classifier; one taking any size (`dynamic_image_size`) gets a view with the
+            same layers and weights at `size`.
+        size: (height, width), or None: a fixed model's own size, or the size an any-size
+            ViT's position embeddings are stored at (its training size).
+
+    Returns:
+        `model` itself when its size already is `size`, else the fixed-size view.
+
+    Raises:
+        ValueError: `size` differs from a fixed model's size.
+    """
+    from vit_keras.model import input_image_size
+
+    if not takes_any_size(model):
+        if size is not None and tuple(size) != image_size(model):
+            raise ValueError(f"the model takes {image_size(model)} images only, got image size "
+                             f"{tuple(size)}; a model built with dynamic_image_size=True "
+                             "exports at any size")
+        return model
+    height, width = input_image_size(model) if size is None else size
+    images = keras.Input((height, width, 3), name=model.inputs[0].name)
+    return keras.models.clone_model(model, input_tensors=images, clone_function=lambda layer: layer)
 
 
 def logits_function(logits_model: keras.Model, include_preprocessing: bool = True):

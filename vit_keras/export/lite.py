@@ -35,7 +35,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
            representative_data=None, io_type: str = "float32", batch_size: int = 1,
            num_calibration_images: int = 300, verify_images=None,
            include_preprocessing: bool = True, float_ops=(), per_channel: bool = True,
-           keep_tensor_names: bool = False) -> dict:
+           keep_tensor_names: bool = False, image_size=None) -> dict:
     """Converts `model` to a `.tflite` file that runs on LiteRT with builtin operators only.
 
     Args:
@@ -66,6 +66,8 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
             matters only for small models.
         keep_tensor_names: keep the graph's tensor names (for Netron or debugging); by default
             they are dropped, which LiteRT does not need (inputs and outputs are found by index).
+        image_size: (height, width) of the file's input, for a model taking any size (devices
+            need static shapes); None: its training size.
 
     Returns:
         A report: path, quantization, io_type, float_ops, size_bytes, ops (operator names),
@@ -79,7 +81,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     graph.require_tensorflow("TFLite export")
     _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,
                      per_channel)
-    model = graph.float32_model(model)
+    model = graph.float32_model(graph.at_image_size(model, image_size))
     logits_model, _ = graph.split_activation(model)
     height, width = graph.image_size(model)
     logits = graph.logits_function(logits_model, include_preprocessing)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from vit_keras import atomic
 from vit_keras.export import graph
+from vit_keras.model import input_image_size
 
 SERVING_DEFAULT = "serving_default"
 SERVE_BYTES = "serve_bytes"
@@ -53,13 +54,19 @@ def declared_pixels(encoded: tf.Tensor) -> tf.Tensor:
 class _ServingFunctions:
     """The two serving functions over one float32 model, ready to register as endpoints."""
 
-    def __init__(self, model: keras.Model, include_preprocessing: bool):
+    def __init__(self, model: keras.Model, include_preprocessing: bool, image_size=None):
+        if image_size is not None or not graph.takes_any_size(model):
+            model = graph.at_image_size(model, image_size)
         self.model = graph.float32_model(model)
         logits_model, self._activation = graph.split_activation(self.model)
         self._logits = graph.logits_function(logits_model, include_preprocessing)
-        self.height, self.width = graph.image_size(self.model)
-        self.images_spec = tf.TensorSpec([None, self.height, self.width, 3], tf.float32,
-                                         name="images")
+        # serve_bytes resizes to the training size; serving_default of an any-size model
+        # takes any size.
+        self.height, self.width = input_image_size(self.model)
+        fixed = not graph.takes_any_size(self.model)
+        self.images_spec = tf.TensorSpec(
+            [None, self.height if fixed else None, self.width if fixed else None, 3],
+            tf.float32, name="images")
         self.bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
 
     def _outputs(self, images):
@@ -98,15 +105,19 @@ class _ServingFunctions:
         return tf.clip_by_value(image, 0.0, 255.0)
 
 
-def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = True) -> str:
+def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = True,
+                image_size=None) -> str:
     """Writes `model` as a TensorFlow SavedModel for TF Serving / Vertex AI.
 
     Signatures (batch dimension dynamic in both):
     - `serving_default`: `images` float32 [batch, H, W, 3], RGB 0..255 ->
-      `probabilities` and `logits` float32 [batch, classes].
+      `probabilities` and `logits` float32 [batch, classes]. A model taking any size
+      (`dynamic_image_size`) takes [batch, any height, any width, 3] here, unless
+      `image_size` fixes it.
     - `serve_bytes`: `image_bytes` string [batch] of encoded JPEG, PNG, BMP or GIF files
       (grayscale and RGBA become RGB; GIFs use their first frame), resized to H x W
-      (bilinear, antialiased) inside the graph -> the same outputs.
+      (bilinear, antialiased) inside the graph -> the same outputs. H x W is the model's
+      input size: for a model taking any size, `image_size` or else its training size.
 
     Args:
         model: a Keras image classifier taking [batch, H, W, 3] (e.g. from `VisionTransformer`).
@@ -117,6 +128,8 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
             so a failed export leaves nothing under `path`.
         include_preprocessing: map 0..255 to [-1, 1] inside the graph (the ViT input range).
             False when the model already takes 0..255 pixels.
+        image_size: (height, width) fixing both signatures' size; only for a model taking any
+            size (None: any size in `serving_default`).
 
     Returns:
         `path`.
@@ -125,7 +138,7 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
         RuntimeError: Keras does not run on TensorFlow.
     """
     graph.require_tensorflow("SavedModel export")
-    functions = _ServingFunctions(model, include_preprocessing)
+    functions = _ServingFunctions(model, include_preprocessing, image_size)
     # keras.export.ExportArchive (rather than a bare tf.Module) registers the Keras variables
     # so that TF1-style loaders (TF Serving, saved_model_cli) restore them too.
     archive = keras.export.ExportArchive()

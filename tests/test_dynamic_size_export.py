@@ -1,0 +1,111 @@
+"""Exports and evaluation of a model taking any image size (`dynamic_image_size`).
+
+The SavedModel's `serving_default` takes any size (`serve_bytes` resizes to the training size);
+`image_size` fixes both, and TFLite files, which devices run with static shapes, are written at
+one size. A fixed-size model refuses other sizes with a clear error.
+"""
+
+import io
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import randomize_weights
+from PIL import Image
+
+from vit_keras import VisionTransformer, export, preprocess_input
+from vit_keras.export import graph
+from vit_keras.model import input_image_size
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory):
+    """A random any-size classifier stored at 32x32 and its default SavedModel."""
+    from vit_keras import ViTConfig
+
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
+                       num_layers=2, num_classes=5, posemb="learn2d",
+                       dynamic_image_size=True)
+    model = randomize_weights(VisionTransformer(config), stddev=0.3)
+    path = str(tmp_path_factory.mktemp("export") / "saved_model")
+    export.saved_model(model, path)
+    return model, path
+
+
+def _pixels(height, width, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (2, height, width, 3)).astype("float32")
+
+
+def _keras_logits(model, pixels):
+    return model(preprocess_input(pixels)).numpy()
+
+
+def test_serving_default_takes_any_size(dynamic):
+    model, path = dynamic
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    assert serve.structured_input_signature[1]["images"].shape.as_list() == [None, None, None, 3]
+    for height, width in ((32, 32), (48, 24), (16, 40)):
+        pixels = _pixels(height, width)
+        logits = serve(images=tf.constant(pixels))["logits"].numpy()
+        np.testing.assert_allclose(logits, _keras_logits(model, pixels), atol=1e-5)
+
+
+def test_serve_bytes_resizes_to_the_training_size(dynamic):
+    model, path = dynamic
+    serve_bytes = tf.saved_model.load(path).signatures["serve_bytes"]
+    pixels = _pixels(32, 32)
+    encoded = []
+    for image in pixels:
+        buffer = io.BytesIO()
+        Image.fromarray(image.astype("uint8")).save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
+    logits = serve_bytes(image_bytes=tf.constant(encoded))["logits"].numpy()
+    np.testing.assert_allclose(logits, _keras_logits(model, pixels), atol=1e-5)
+
+
+def test_image_size_fixes_the_saved_model_and_the_tflite_file(dynamic, tmp_path):
+    model, _ = dynamic
+    path = str(tmp_path / "fixed")
+    export.saved_model(model, path, image_size=(24, 40))
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    assert serve.structured_input_signature[1]["images"].shape.as_list() == [None, 24, 40, 3]
+    pixels = _pixels(24, 40, seed=1)
+    report = export.tflite(model, str(tmp_path / "model.tflite"), image_size=(24, 40),
+                           verify_images=pixels)
+    lite = export.TFLiteModel(str(tmp_path / "model.tflite"))
+    assert lite.input_shape == (24, 40, 3)
+    assert report["max_abs_logit_diff"] <= 1e-4
+    np.testing.assert_allclose(lite(pixels), _keras_logits(model, pixels), atol=1e-4)
+
+
+def test_tflite_defaults_to_the_training_size(dynamic, tmp_path):
+    model, _ = dynamic
+    export.tflite(model, str(tmp_path / "model.tflite"))
+    assert export.TFLiteModel(str(tmp_path / "model.tflite")).input_shape == (32, 32, 3)
+    assert input_image_size(model) == (32, 32)
+
+
+def test_export_model_records_the_size(dynamic, tmp_path):
+    from training.export import export_model
+
+    model, _ = dynamic
+    report = export_model(model, str(tmp_path), formats=("saved_model", "tflite"),
+                          latency_runs=2, image_size=(40, 16))
+    assert report["input"]["shape"] == [40, 16, 3]
+    assert report["serving_default_any_size"] is False
+    assert all(entry["max_abs_logit_diff"] <= 1e-4 for entry in report["formats"].values())
+    with open(tmp_path / "export.json") as file:
+        assert json.load(file)["input"]["shape"] == [40, 16, 3]
+
+
+def test_a_fixed_model_refuses_another_size(tiny_config, tmp_path):
+    from training.evaluate import evaluation_size
+
+    model = VisionTransformer(tiny_config)
+    with pytest.raises(ValueError, match=r"takes \(32, 32\) images only.*dynamic_image_size"):
+        graph.at_image_size(model, (48, 48))
+    with pytest.raises(ValueError, match="32x32 images only.*model.dynamic_image_size=true"):
+        evaluation_size(model, (48, 48))
+    assert evaluation_size(model) == (32, 32)
+    assert graph.at_image_size(model) is model
