@@ -87,16 +87,22 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
             runners[name] = runner
         report["formats"][name] = {"file": FILENAMES[name], "size_bytes": _size(path),
                                    **_agreement(logits, keras_logits, eval_labels), **entry}
-    if runners:
-        with console.stage(f"export: batch-1 latency of {len(runners)} TFLite files"):
-            latencies = _latencies(runners, latency_runs)
-        for name, latency in latencies.items():
-            report["formats"][name]["latency_ms"] = round(latency, 4)
+    _add_latencies(report, runners, latency_runs)
     from vit_keras import atomic
 
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
                        (json.dumps(report, indent=2) + "\n").encode())
     return report
+
+
+def _add_latencies(report: dict, runners: dict, latency_runs: int) -> None:
+    """Times the TFLite files side by side and records each median in the report."""
+    if not runners:
+        return
+    with console.stage(f"export: batch-1 latency of {len(runners)} TFLite files"):
+        latencies = _latencies(runners, latency_runs)
+    for name, latency in latencies.items():
+        report["formats"][name]["latency_ms"] = round(latency, 4)
 
 
 def _require_calibration(formats, representative_images) -> None:
