@@ -24,7 +24,8 @@ def test_export_model_writes_every_format_and_a_report(tiny_config, tmp_path):
         model, str(tmp_path), representative_images=random_pixels(tiny_config, batch=32),
         eval_images=images, eval_labels=labels, latency_runs=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["saved_model", "model.tflite", "model_fp16.tflite", "model_int8.tflite", "export.json"])
+        ["saved_model", "model.tflite", "model_fp16.tflite", "model_int8.tflite", "model.onnx",
+         "model_int8.onnx", "export.json"])
     assert json.loads((tmp_path / "export.json").read_text()) == report
     assert report["eval_examples"] == 16 and report["latency"]["threads"] == 2
     formats = report["formats"]
@@ -32,9 +33,10 @@ def test_export_model_writes_every_format_and_a_report(tiny_config, tmp_path):
     assert formats["saved_model"]["max_abs_logit_diff"] <= 1e-5
     assert formats["saved_model"]["latency_ms"] is None
     assert formats["tflite"]["max_abs_logit_diff"] <= 1e-4
+    assert formats["onnx"]["max_abs_logit_diff"] <= 1e-4
     assert formats["tflite_fp16"]["max_abs_logit_diff"] <= 1e-2
     keras_accuracy = report["keras"]["accuracy"]
-    for name in ("saved_model", "tflite", "tflite_fp16"):
+    for name in ("saved_model", "tflite", "tflite_fp16", "onnx"):
         assert formats[name]["top1_agreement"] == 1.0
         assert formats[name]["accuracy"] == keras_accuracy
     for name, entry in formats.items():
@@ -42,13 +44,16 @@ def test_export_model_writes_every_format_and_a_report(tiny_config, tmp_path):
         if name != "saved_model":
             assert entry["latency_ms"] > 0
     assert formats["tflite_int8"]["size_bytes"] < formats["tflite"]["size_bytes"]
+    assert formats["onnx_int8"]["size_bytes"] < formats["onnx"]["size_bytes"]
+    assert formats["onnx"]["fused_layer_norms"] == 2 * tiny_config.num_layers + 1
+    assert {"QuantizeLinear", "DequantizeLinear"} <= set(formats["onnx_int8"]["ops"])
 
 
 def test_export_model_refuses_int8_without_images_before_writing(tiny_config, tmp_path):
-    with pytest.raises(ValueError, match="tflite_int8.*needs representative_images"):
+    with pytest.raises(ValueError, match="tflite_int8, onnx_int8.*need representative_images"):
         export_command.export_model(_model(tiny_config), str(tmp_path / "out"))
     with pytest.raises(ValueError, match="formats must be a non-empty subset"):
-        export_command.export_model(_model(tiny_config), str(tmp_path / "out"), formats="onnx")
+        export_command.export_model(_model(tiny_config), str(tmp_path / "out"), formats="coreml")
     assert not (tmp_path / "out").exists()
 
 
@@ -62,7 +67,7 @@ def test_vit_export_command(tiny_config, tmp_path, capsys):
     argv = ["export", "--model", str(model_path), "--formats", "tflite,tflite_int8",
             "--latency-runs", "2"]
     assert cli.main(argv) == 2  # int8 needs calibration data
-    assert "needs --data" in capsys.readouterr().err
+    assert "tflite_int8 needs --data" in capsys.readouterr().err
     assert cli.main(argv + ["--data", "nonsense:x"]) == 2
     assert "data spec 'nonsense:x' not understood" in capsys.readouterr().err
     assert cli.main(argv + ["--data", str(data), "--int8-float-ops", "batch_matmul,softmax",

@@ -1,10 +1,12 @@
-"""Export a trained model: SavedModel, TFLite fp32/fp16/int8, with a parity and speed report.
+"""Export a trained model: SavedModel, TFLite fp32/fp16/int8, ONNX fp32/int8, with a parity and
+speed report.
 
 Writes into the output directory `saved_model/`, `model.tflite`, `model_fp16.tflite`,
-`model_dynamic_int8.tflite`, `model_int8.tflite` (the chosen formats) and `export.json`, which
-records per format: size in bytes, max |logit difference| against the Keras model, top-1
-agreement with Keras and accuracy on the evaluation images, and the median batch-1 latency
-through LiteRT. Full-integer int8 is calibrated on images of `--data`.
+`model_dynamic_int8.tflite`, `model_int8.tflite`, `model.onnx`, `model_dynamic_int8.onnx`,
+`model_int8.onnx` (the chosen formats) and `export.json`, which records per format: size in
+bytes, max |logit difference| against the Keras model, top-1 agreement with Keras and accuracy
+on the evaluation images, and the median batch-1 latency through LiteRT or ONNX Runtime.
+Full-integer int8 files are calibrated on images of `--data`.
 """
 
 from __future__ import annotations
@@ -14,19 +16,27 @@ import os
 
 from training import console
 
-FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_dynamic_int8", "tflite_int8")
-DEFAULT_FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_int8")
+FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_dynamic_int8", "tflite_int8",
+           "onnx", "onnx_dynamic_int8", "onnx_int8")
+DEFAULT_FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_int8", "onnx", "onnx_int8")
+CALIBRATED_FORMATS = ("tflite_int8", "onnx_int8")
 FILENAMES = {
     "saved_model": "saved_model",
     "tflite": "model.tflite",
     "tflite_fp16": "model_fp16.tflite",
     "tflite_dynamic_int8": "model_dynamic_int8.tflite",
     "tflite_int8": "model_int8.tflite",
+    "onnx": "model.onnx",
+    "onnx_dynamic_int8": "model_dynamic_int8.onnx",
+    "onnx_int8": "model_int8.onnx",
 }
 STAGE_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite fp32", "tflite_fp16": "TFLite fp16",
-               "tflite_dynamic_int8": "TFLite dynamic int8", "tflite_int8": "TFLite int8"}
+               "tflite_dynamic_int8": "TFLite dynamic int8", "tflite_int8": "TFLite int8",
+               "onnx": "ONNX fp32", "onnx_dynamic_int8": "ONNX dynamic int8",
+               "onnx_int8": "ONNX int8 (static QDQ)"}
 QUANTIZATION = {"tflite": None, "tflite_fp16": "fp16", "tflite_dynamic_int8": "dynamic_int8",
-                "tflite_int8": "int8"}
+                "tflite_int8": "int8", "onnx": None, "onnx_dynamic_int8": "dynamic_int8",
+                "onnx_int8": "int8"}
 REPORT_NAME = "export.json"
 ATTENTION_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX")
 LATENCY_THREADS = 2
@@ -43,12 +53,12 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         output_dir: directory receiving the files (created if missing).
         formats: names out of `FORMATS`.
         representative_images: float32 [N, H, W, 3] in 0..255 from the training data; required
-            for 'tflite_int8' (the first `num_calibration_images` calibrate it).
+            for 'tflite_int8' and 'onnx_int8' (the first `num_calibration_images` calibrate).
         eval_images: float32 [N, H, W, 3] in 0..255 to measure parity and accuracy on;
             defaults to the representative images (or 8 random images).
         eval_labels: int labels [N] of `eval_images`; without them accuracy is null.
         num_calibration_images: calibration set size for int8.
-        latency_runs: timed batch-1 LiteRT calls per TFLite file (median reported).
+        latency_runs: timed batch-1 calls per TFLite / ONNX file (median reported).
         int8_float_ops: TFLite operators 'tflite_int8' keeps in float32; empty (default) =
             full-integer. `ATTENTION_FLOAT_OPS` makes it ~3x faster on CPUs (LiteRT's int8
             activation-by-activation matmul is slow) at the cost of full-integer-only targets.
@@ -99,18 +109,19 @@ def _add_latencies(report: dict, runners: dict, latency_runs: int) -> None:
     """Times the TFLite files side by side and records each median in the report."""
     if not runners:
         return
-    with console.stage(f"export: batch-1 latency of {len(runners)} TFLite files"):
+    with console.stage(f"export: batch-1 latency of {len(runners)} TFLite/ONNX files"):
         latencies = _latencies(runners, latency_runs)
     for name, latency in latencies.items():
         report["formats"][name]["latency_ms"] = round(latency, 4)
 
 
 def _require_calibration(formats, representative_images) -> None:
-    if "tflite_int8" in formats and representative_images is None:
-        raise ValueError("format 'tflite_int8' (full-integer) needs representative_images: a "
-                         "few hundred training images, float32 [N, H, W, 3] in 0..255, to "
-                         "calibrate; got None. Pass them (vit export --data ...) or drop "
-                         "tflite_int8 from the formats.")
+    calibrated = [name for name in formats if name in CALIBRATED_FORMATS]
+    if calibrated and representative_images is None:
+        raise ValueError(f"format(s) {', '.join(calibrated)} (full-integer) need "
+                         "representative_images: a few hundred training images, float32 "
+                         "[N, H, W, 3] in 0..255, to calibrate; got None. Pass them (vit export "
+                         "--data ...) or drop those formats.")
 
 
 def _agreement(logits, keras_logits, labels) -> dict:
@@ -131,6 +142,10 @@ def _write_format(model, name, path, representative_images, eval_images, image_s
     if name == "saved_model":
         export.saved_model(model, path, image_size=image_size)
         return None, _saved_model_logits(path, eval_images), {"latency_ms": None}
+    if name.startswith("onnx"):
+        runner, entry = _write_onnx(model, name, path, representative_images, eval_images,
+                                    image_size, lite_options["num_calibration_images"])
+        return runner, runner(eval_images), entry
     runner, entry = _write_tflite(model, name, path, representative_images, eval_images,
                                   image_size=image_size, **lite_options)
     return runner, runner(eval_images), entry
@@ -165,6 +180,28 @@ def _write_tflite(model, name, path, representative_images, eval_images, *, imag
     if name == "tflite_int8":
         entry.update(float_ops=list(float_ops), per_channel=int8_per_channel)
     return export.TFLiteModel(path, num_threads=LATENCY_THREADS), entry
+
+
+def _write_onnx(model, name, path, representative_images, eval_images, image_size,
+                num_calibration_images):
+    """Writes the ONNX format `name` (int8 ones from the float file next to `path`, written
+    first if it is not there); returns (its ONNX Runtime runner, its export.json entry)."""
+    from vit_keras import export
+    from vit_keras.export import onnx_quantize
+
+    float_path = os.path.join(os.path.dirname(path), FILENAMES["onnx"])
+    entry = {"quantization": QUANTIZATION[name] or "float32", "latency_ms": None}
+    if name == "onnx" or not os.path.exists(float_path):
+        report = export.onnx(model, float_path, image_size=image_size,
+                             verify_images=eval_images[:32])
+        entry.update(opset=report["opset"], fused_layer_norms=report["fused_layer_norms"])
+    if name != "onnx":
+        entry.update(onnx_quantize.quantize(
+            float_path, path, QUANTIZATION[name], representative_data=representative_images,
+            num_calibration_images=num_calibration_images))
+    runner = export.ONNXModel(path, num_threads=LATENCY_THREADS)
+    entry["ops"] = runner.operators()
+    return runner, entry
 
 
 def _latencies(runners: dict, runs: int, rounds: int = 5) -> dict:
@@ -299,9 +336,10 @@ def run(args) -> int:
                   "was trained on (from its config.json)")
         calibration, eval_images, eval_labels = _load_data(
             data_spec, image_hw, args.calibration_images, args.eval_images, trained_on)
-    elif "tflite_int8" in formats:
-        raise ValueError("tflite_int8 needs --data to calibrate on (a few hundred training "
-                         "images); pass --data or choose --formats without tflite_int8")
+    elif set(formats) & set(CALIBRATED_FORMATS):
+        calibrated = ", ".join(name for name in formats if name in CALIBRATED_FORMATS)
+        raise ValueError(f"{calibrated} needs --data to calibrate on (a few hundred training "
+                         f"images); pass --data or choose --formats without {calibrated}")
     output = args.output or os.path.dirname(os.path.abspath(args.model))
     report = export_model(
         model, output, formats=formats, representative_images=calibration,

@@ -1,8 +1,9 @@
-"""Classify image files with a trained model (.keras) or an exported .tflite file.
+"""Classify image files with a trained model (.keras) or an exported .tflite or .onnx file.
 
 Examples:
   vit predict cat.jpg dog.png --model saved_models/run/model.keras --top-k 3
   vit predict digit.png --tflite saved_models/digits_tiny/model.tflite
+  vit predict digit.png --onnx saved_models/digits_tiny/model_int8.onnx
   vit predict cat.jpg --weights imagenet21k+imagenet2012 --model B/16
 
 Images are resized to the model resolution (bilinear, as in evaluation). Class names come from
@@ -25,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--model", help="a .keras model saved by `vit train`; with --weights, "
                         "the architecture (B/16, S/16, R50+B/16, ...)")
     source.add_argument("--tflite", help="a .tflite file exported by `vit train`/`vit export`")
+    source.add_argument("--onnx", help="an .onnx file exported by `vit train`/`vit export`, "
+                        "run by ONNX Runtime on the CPU")
     parser.add_argument("--weights", help="pretrained weights for the --model architecture: a "
                         "name from `vit weights list`, an https:// URL, hf://ORG/REPO or a file")
     parser.add_argument("--top-k", type=int, default=5, help="classes shown per image")
@@ -65,16 +68,17 @@ def predictor(args: argparse.Namespace):
     None)."""
     import numpy as np
 
-    if args.tflite:
+    exported = args.tflite or args.onnx
+    if exported:
         if args.weights:
-            raise ValueError("--weights goes with --model ARCHITECTURE, not with --tflite")
-        from vit_keras.export import TFLiteModel
+            raise ValueError("--weights goes with --model ARCHITECTURE, not with --tflite/--onnx")
+        from vit_keras.export import ONNXModel, TFLiteModel
 
-        if not os.path.exists(args.tflite):
-            raise ValueError(f"tflite file {args.tflite!r} does not exist")
-        lite = TFLiteModel(args.tflite, num_threads=2)
-        return (lambda images: np.asarray(lite(images))), lite.input_shape[:2], \
-            _file_labels(args.tflite, args.labels)
+        if not os.path.exists(exported):
+            raise ValueError(f"file {exported!r} does not exist")
+        runner = (TFLiteModel if args.tflite else ONNXModel)(exported, num_threads=2)
+        return (lambda images: np.asarray(runner(images))), runner.input_shape[:2], \
+            _file_labels(exported, args.labels)
     from training import pipeline
 
     if args.weights:

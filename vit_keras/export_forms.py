@@ -1,4 +1,5 @@
-"""Graph forms for TFLite export: the same values, traced as operators LiteRT runs well.
+"""Graph forms for TFLite and ONNX export: the same values, traced as operators the runtimes
+run well.
 
 `vit_keras.export.tflite` traces the model inside `tflite_form()`; layers that have a better
 form for the converter ask `active()` / `integer()` while they are traced:
@@ -15,6 +16,17 @@ import contextlib
 import contextvars
 
 _FORM = contextvars.ContextVar("vit_keras_export_form", default=None)
+
+
+@contextlib.contextmanager
+def onnx_form():
+    """Layers traced inside this context take their ONNX forms: the TFLite float forms, whose
+    LayerNorm `vit_keras.export.onnx_graph` recognises and fuses."""
+    token = _FORM.set("float")
+    try:
+        yield
+    finally:
+        _FORM.reset(token)
 
 
 @contextlib.contextmanager

@@ -103,7 +103,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     if quantization == "int8":
         report["per_channel"] = per_channel
     if verify_images is None:
-        verify_images = _verification_images(representative_data, (height, width))
+        verify_images = verification_images(representative_data, (height, width))
     report.update(compare_with_keras(logits_model, TFLiteModel(path), verify_images,
                                      include_preprocessing))
     return report
@@ -145,7 +145,7 @@ def _convert(concrete_function, quantization, representative_data, io_type,
     if quantization == "fp16":
         converter.target_spec.supported_types = [tf.float16]
     elif quantization == "int8":
-        images = list(_calibration_images(representative_data, image_hw, num_calibration_images))
+        images = list(calibration_images(representative_data, image_hw, num_calibration_images))
         converter.representative_dataset = lambda: ([image] for image in images)
         keras_compat.set_per_channel(converter, per_channel)
         if not float_ops:
@@ -207,8 +207,14 @@ def strip_tensor_names(content: bytes) -> bytes:
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
-def _calibration_images(representative_data, image_hw, limit):
-    """Yields single images [1, H, W, 3] float32 from an array or an iterable of batches."""
+def calibration_images(representative_data, image_hw, limit):
+    """Yields single images [1, H, W, 3] float32 from an array or an iterable of batches.
+
+    Args:
+        representative_data: images [N, H, W, 3] in 0..255, or an iterable of such batches.
+        image_hw: the expected (H, W).
+        limit: at most this many images.
+    """
     if isinstance(representative_data, np.ndarray) or tf.is_tensor(representative_data):
         batches = [representative_data]
     else:
@@ -230,9 +236,10 @@ def _calibration_images(representative_data, image_hw, limit):
         raise ValueError("representative_data holds no images")
 
 
-def _verification_images(representative_data, image_hw):
+def verification_images(representative_data, image_hw):
+    """Up to 32 images of `representative_data` (or 8 random ones) to compare a file on."""
     if representative_data is not None:
-        images = list(itertools.islice(_calibration_images(representative_data, image_hw, 32),
+        images = list(itertools.islice(calibration_images(representative_data, image_hw, 32),
                                        32))
         return np.concatenate(images, axis=0)
     return np.random.default_rng(0).uniform(0, 255, (8, *image_hw, 3)).astype(np.float32)

@@ -79,25 +79,32 @@ class TFLiteModel:
         return _dequantize(self._interpreter.get_tensor(self._output["index"]), self._output)
 
     def latency_ms(self, runs: int = 50, warmup: int = 5) -> float:
-        """Median wall time of one batch-1 call, in milliseconds.
+        """Median wall time of one batch-1 call, in milliseconds (see `median_latency_ms`)."""
+        return median_latency_ms(self, self.input_shape, runs, warmup)
 
-        Args:
-            runs: timed calls.
-            warmup: untimed calls first (XNNPACK packs weights on the first call).
 
-        Returns:
-            The median over `runs`.
-        """
-        image = np.random.default_rng(0).uniform(0, 255, (1, *self.input_shape))
-        image = image.astype(np.float32)
-        for _ in range(warmup):
-            self(image)
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            self(image)
-            times.append(time.perf_counter() - start)
-        return 1000.0 * statistics.median(times)
+def median_latency_ms(run, input_shape, runs: int = 50, warmup: int = 5) -> float:
+    """Median wall time of `run` on one random image, in milliseconds.
+
+    Args:
+        run: function(images [1, H, W, C] float32 0..255) -> anything, blocking.
+        input_shape: (H, W, C).
+        runs: timed calls.
+        warmup: untimed calls first (XNNPACK packs weights on the first call, ONNX Runtime
+            allocates its arenas).
+
+    Returns:
+        The median over `runs`.
+    """
+    image = np.random.default_rng(0).uniform(0, 255, (1, *input_shape)).astype(np.float32)
+    for _ in range(warmup):
+        run(image)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run(image)
+        times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
 
 
 def _quantize(values: np.ndarray, details: dict) -> np.ndarray:

@@ -1,0 +1,102 @@
+"""ONNX export: every model option converts, runs in ONNX Runtime with Keras' logits, and its
+LayerNorms become single LayerNormalization nodes; int8 files through ONNX Runtime's quantizer;
+`vit predict --onnx`."""
+
+import numpy as np
+import onnx
+import pytest
+from helpers import random_pixels, randomize_weights
+
+from training import cli
+from vit_keras import VisionTransformer, export, preprocess_input
+from vit_keras.export import onnx_quantize
+
+OPTIONS = {
+    "token": {},
+    "gap_sincos_layer_scale": dict(classifier="gap", posemb="sincos2d", layer_scale_init=0.5),
+    "map_registers": dict(classifier="map", num_register_tokens=2),
+    "deit": dict(distilled=True),
+    "learn2d_pre_logits": dict(posemb="learn2d", representation_size=16),
+    "hybrid": dict(resnet_layers=(1,), patch_size=1),
+}
+
+
+def _model(config):
+    return randomize_weights(VisionTransformer(config, classifier_activation="softmax"),
+                             stddev=0.2)
+
+
+def _keras_logits(model, pixels):
+    logits_model = export.graph.split_activation(model)[0]
+    return np.asarray(logits_model(preprocess_input(pixels)))
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_every_option_exports(name, tiny_config, tmp_path):
+    config = tiny_config.replace(**OPTIONS[name])
+    model = _model(config)
+    pixels = random_pixels(config, batch=4, seed=2)
+    path = str(tmp_path / "model.onnx")
+    report = export.onnx(model, path, verify_images=pixels)
+    assert report["max_abs_logit_diff"] <= 1e-4 and report["top1_agreement"] == 1.0
+    assert report["fused_layer_norms"] == 2 * config.num_layers + 1 + (name == "map_registers")
+    assert "LayerNormalization" in report["ops"] and "Reciprocal" not in report["ops"] or \
+        name == "hybrid"  # the ResNet's GroupNorms stay spelled out
+    expected = _keras_logits(model, pixels)
+    runner = export.ONNXModel(path)
+    assert runner.input_shape == (32, 32, 3) and runner.num_classes == config.num_classes
+    np.testing.assert_allclose(runner(pixels), expected, atol=1e-4)
+    assert np.abs(expected).max() > 0.1
+
+
+def test_fixed_batch_and_errors(tiny_config, tmp_path):
+    model = _model(tiny_config)
+    path = str(tmp_path / "model.onnx")
+    export.onnx(model, path, dynamic_batch=False)
+    graph_input = onnx.load(path).graph.input[0]
+    assert [d.dim_value for d in graph_input.type.tensor_type.shape.dim] == [1, 32, 32, 3]
+    runner = export.ONNXModel(path)
+    pixels = random_pixels(tiny_config, batch=3)
+    np.testing.assert_allclose(runner(pixels), _keras_logits(model, pixels), atol=1e-4)
+    with pytest.raises(ValueError, match=r"expected images of shape \[batch, 32, 32, 3\]"):
+        runner(random_pixels((48, 48), batch=1))
+    with pytest.raises(ValueError, match="opset must be >= 17"):
+        export.onnx(model, str(tmp_path / "old.onnx"), opset=13)
+    assert not (tmp_path / "old.onnx").exists()
+
+
+def test_int8_files(tiny_config, tmp_path):
+    model = _model(tiny_config)
+    float_path = str(tmp_path / "model.onnx")
+    export.onnx(model, float_path)
+    calibration = random_pixels(tiny_config, batch=32, seed=3)
+    pixels = random_pixels(tiny_config, batch=16, seed=4)
+    expected = _keras_logits(model, pixels)
+    spread = expected.max() - expected.min()
+    for quantization, op in (("dynamic_int8", "MatMulInteger"), ("int8", "QuantizeLinear")):
+        path = str(tmp_path / f"{quantization}.onnx")
+        report = onnx_quantize.quantize(float_path, path, quantization,
+                                        representative_data=calibration)
+        runner = export.ONNXModel(path)
+        assert op in runner.operators()
+        assert np.abs(runner(pixels) - expected).max() <= 0.1 * spread, quantization
+        assert report["calibration_images"] == (32 if quantization == "int8" else 0)
+    with pytest.raises(ValueError, match="needs representative_data"):
+        onnx_quantize.quantize(float_path, str(tmp_path / "x.onnx"), "int8")
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_vit_predict_onnx_equals_keras(tiny_config, tmp_path, capsys):
+    from PIL import Image
+
+    model = _model(tiny_config)
+    model.save(tmp_path / "model.keras")
+    export.onnx(model, str(tmp_path / "model.onnx"))
+    (tmp_path / "labels.txt").write_text("\n".join(f"class{i}" for i in range(5)) + "\n")
+    image = tmp_path / "image.png"
+    Image.fromarray(random_pixels(tiny_config, batch=1)[0].astype("uint8")).save(image)
+    outputs = {}
+    for flag, path in (("--model", "model.keras"), ("--onnx", "model.onnx")):
+        assert cli.main(["predict", str(image), flag, str(tmp_path / path), "--top-k", "1"]) == 0
+        outputs[flag] = capsys.readouterr().out.split()[:3]
+    assert outputs["--onnx"][:2] == outputs["--model"][:2]

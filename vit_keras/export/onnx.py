@@ -1,0 +1,97 @@
+"""ONNX export through tf2onnx, checked in ONNX Runtime, and int8 through ONNX Runtime's
+quantization tools.
+
+Why tf2onnx on our own inference graph: Keras 3's `model.export(format="onnx")` also runs
+tf2onnx on the TensorFlow backend (and jax2tf + tf2onnx on JAX), but it converts the bare model
+call. Converting the graph every other format is made of (`export.graph.logits_function`) keeps
+the contract of the other exports (RGB 0..255 float32 NHWC in, preprocessing inside, logits
+out), and tracing it in `export_forms.onnx_form` gives LayerNorms that `onnx_graph` fuses into
+single `LayerNormalization` nodes (opset 17).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from vit_keras import atomic, export_forms
+from vit_keras.export import graph, onnx_graph
+from vit_keras.export.lite import compare_with_keras, verification_images
+from vit_keras.export.onnx_runtime import ONNXModel
+
+DEFAULT_OPSET = 17
+INPUT_NAME, OUTPUT_NAME = "images", "logits"
+
+
+def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_batch: bool = True,
+         include_preprocessing: bool = True, image_size=None, verify_images=None) -> dict:
+    """Writes `model` as an `.onnx` file and checks it in ONNX Runtime against Keras.
+
+    Args:
+        model: a Keras image classifier taking [batch, H, W, 3]; mixed-precision models are
+            converted in float32; a final `Activation` layer is dropped (the file returns
+            logits).
+        path: destination `.onnx` file, written atomically (temporary file + rename).
+        opset: ONNX opset, >= 17 (`LayerNormalization`); default 17.
+        dynamic_batch: a dynamic batch dimension; False fixes it to 1.
+        include_preprocessing: map 0..255 to [-1, 1] inside the graph.
+        image_size: (height, width) for a model taking any size (default: its training size).
+        verify_images: float32 [N, H, W, 3] in 0..255 to compare with Keras on (default: 8
+            random images).
+
+    Returns:
+        A report: path, opset, size_bytes, fused_layer_norms, ops, and max_abs_logit_diff,
+        top1_agreement and verified_images against Keras.
+
+    Raises:
+        ValueError: opset below 17.
+        RuntimeError: Keras does not run on TensorFlow.
+    """
+    graph.require_tensorflow("ONNX export")
+    opset = DEFAULT_OPSET if opset is None else opset
+    if opset < onnx_graph.LAYER_NORM_OPSET:
+        raise ValueError(f"opset must be >= {onnx_graph.LAYER_NORM_OPSET} (LayerNormalization), "
+                         f"got {opset}")
+    model = graph.float32_model(graph.at_image_size(model, image_size))
+    logits_model, _ = graph.split_activation(model)
+    proto, fused = _convert(logits_model, opset, dynamic_batch, include_preprocessing)
+    content = proto.SerializeToString()
+    atomic.write_bytes(path, content)
+    report = {"path": path, "opset": opset, "size_bytes": len(content),
+              "fused_layer_norms": fused,
+              "ops": sorted({node.op_type for node in proto.graph.node})}
+    if verify_images is None:
+        verify_images = verification_images(None, graph.image_size(model))
+    report.update(compare_with_keras(logits_model, ONNXModel(path), verify_images,
+                                     include_preprocessing))
+    return report
+
+
+def _convert(logits_model: keras.Model, opset: int, dynamic_batch: bool,
+             include_preprocessing: bool):
+    """tf2onnx conversion of the logits graph, then the graph rewrites; (ModelProto, fused)."""
+    import onnx as onnx_lib
+    import tf2onnx
+
+    height, width = graph.image_size(logits_model)
+    signature = [tf.TensorSpec([None if dynamic_batch else 1, height, width, 3], tf.float32,
+                               name=INPUT_NAME)]
+    function = tf.function(graph.logits_function(logits_model, include_preprocessing),
+                           input_signature=signature)
+    with export_forms.onnx_form():
+        proto, _ = tf2onnx.convert.from_function(function, input_signature=signature,
+                                                 opset=opset)
+    _rename_output(proto, OUTPUT_NAME)
+    fused = onnx_graph.fuse_layer_norms(proto)
+    onnx_lib.checker.check_model(proto)
+    return proto, fused
+
+
+def _rename_output(proto, name: str) -> None:
+    """Gives the single graph output a readable name (tf2onnx keeps TF's 'Identity:0')."""
+    old = proto.graph.output[0].name
+    for node in proto.graph.node:
+        for index, output in enumerate(node.output):
+            if output == old:
+                node.output[index] = name
+    proto.graph.output[0].name = name
