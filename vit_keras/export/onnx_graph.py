@@ -146,7 +146,16 @@ def fuse_layer_norms(model: onnx.ModelProto) -> int:
         _insert_layer_norm(model.graph, nodes, x, output, epsilon, gamma, beta)
         removed.update(matched.output[0] for matched in nodes)
         fused += 1
+    _drop_unused_initializers(model.graph)
     return fused
+
+
+def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
+    """Removes constants no node reads any more (the fused LayerNorms' epsilons)."""
+    used = {name for node in graph.node for name in node.input}
+    unused = [init for init in graph.initializer if init.name not in used]
+    for init in unused:
+        graph.initializer.remove(init)
 
 
 def _insert_layer_norm(graph: onnx.GraphProto, nodes, x: str, output: str, epsilon: float,
