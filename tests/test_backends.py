@@ -36,12 +36,15 @@ BACKENDS = [pytest.param(name, id=name, marks=pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def jax_cache(tmp_path_factory):
-    """One persistent XLA compilation cache for every JAX subprocess of this module.
+    """One persistent XLA compilation cache for every JAX subprocess of this module, shared by
+    the xdist workers (JAX's cache takes concurrent writers).
 
     JAX compiles each eager op for every new shape; the test files share most shapes, and
     reusing those compilations takes about a third off the JAX passes.
     """
-    return str(tmp_path_factory.mktemp("jax_compilation_cache"))
+    path = tmp_path_factory.getbasetemp().parent / "jax_compilation_cache"
+    path.mkdir(exist_ok=True)
+    return str(path)
 
 
 def _run(backend, args, jax_cache, timeout=600):
