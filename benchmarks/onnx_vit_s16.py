@@ -24,7 +24,7 @@ from vit_keras.export import onnx_quantize  # noqa: E402
 
 
 def write_files(model, folder: str, calibration: int) -> dict:
-    """Writes the four files; returns name -> (runner, size in bytes, operators)."""
+    """Writes the four files; returns name -> (runner, size in bytes)."""
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 255, (calibration, 224, 224, 3)).astype(np.float32)
     paths = {name: os.path.join(folder, file) for name, file in (

@@ -109,3 +109,13 @@ def test_a_fixed_model_refuses_another_size(tiny_config, tmp_path):
         evaluation_size(model, (48, 48))
     assert evaluation_size(model) == (32, 32)
     assert graph.at_image_size(model) is model
+
+
+def test_analysis_runs_at_the_stored_size(dynamic):
+    from vit_keras import analysis
+
+    model, _ = dynamic
+    images = preprocess_input(_pixels(32, 32))
+    assert len(analysis.attention_maps(model, images)) == 2
+    with pytest.raises(ValueError, match=r"shape \(batch, 32, 32, 3\)"):
+        analysis.attention_maps(model, preprocess_input(_pixels(48, 24)))

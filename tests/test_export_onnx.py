@@ -100,3 +100,42 @@ def test_vit_predict_onnx_equals_keras(tiny_config, tmp_path, capsys):
         assert cli.main(["predict", str(image), flag, str(tmp_path / path), "--top-k", "1"]) == 0
         outputs[flag] = capsys.readouterr().out.split()[:3]
     assert outputs["--onnx"][:2] == outputs["--model"][:2]
+
+
+def test_any_size_classifier_with_softmax_exports_at_a_fixed_size(tiny_config, tmp_path):
+    model = _model(tiny_config.replace(dynamic_image_size=True))
+    pixels = random_pixels((24, 40), batch=3, seed=5)
+    report = export.onnx(model, str(tmp_path / "model.onnx"), image_size=(24, 40),
+                         verify_images=pixels)
+    assert report["max_abs_logit_diff"] <= 1e-4
+    runner = export.ONNXModel(str(tmp_path / "model.onnx"))
+    assert runner.input_shape == (24, 40, 3)
+    np.testing.assert_allclose(runner(pixels), _keras_logits(model, pixels), atol=1e-4)
+
+
+def test_static_int8_keeps_probabilities_times_values_in_float(tiny_config, tmp_path):
+    float_path, path = str(tmp_path / "model.onnx"), str(tmp_path / "int8.onnx")
+    export.onnx(_model(tiny_config), float_path)
+    onnx_quantize.quantize(float_path, path, "int8",
+                           representative_data=random_pixels(tiny_config, batch=8))
+    graph = onnx.load(path).graph
+    producers = {output: node.op_type for node in graph.node for output in node.output}
+    after_softmax = [node for node in graph.node if node.op_type == "MatMul"
+                     and any(producers.get(name) == "Softmax" for name in node.input)]
+    assert len(after_softmax) == tiny_config.num_layers
+    quantized = [node for node in graph.node if node.op_type == "MatMul"
+                 and all(producers.get(name) == "DequantizeLinear" for name in node.input)]
+    assert len(quantized) >= 6 * tiny_config.num_layers  # q, k, v, out, 2 MLP, q.k^T per block
+
+
+def test_int8_export_never_quantizes_a_stale_float_file(tiny_config, tmp_path):
+    from training import export as export_command
+
+    calibration = random_pixels(tiny_config, batch=16)
+    other = _model(tiny_config.replace(num_classes=3))  # a leftover model.onnx, other head
+    export.onnx(other, str(tmp_path / "model.onnx"))
+    report = export_command.export_model(_model(tiny_config), str(tmp_path),
+                                         formats=("onnx_int8",), latency_runs=1,
+                                         representative_images=calibration)
+    assert export.ONNXModel(str(tmp_path / "model_int8.onnx")).num_classes == 5
+    assert report["formats"]["onnx_int8"]["top1_agreement"] >= 0.75

@@ -92,7 +92,8 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         path = os.path.join(output_dir, FILENAMES[name])
         with console.stage(f"export: {STAGE_NAMES[name]}"):
             runner, logits, entry = _write_format(model, name, path, representative_images,
-                                                  eval_images, image_size, lite_options)
+                                                  eval_images, image_size,
+                                                  dict(lite_options, written=report["formats"]))
         if runner is not None:
             runners[name] = runner
         report["formats"][name] = {"file": FILENAMES[name], "size_bytes": _size(path),
@@ -142,9 +143,11 @@ def _write_format(model, name, path, representative_images, eval_images, image_s
     if name == "saved_model":
         export.saved_model(model, path, image_size=image_size)
         return None, _saved_model_logits(path, eval_images), {"latency_ms": None}
+    written = lite_options.pop("written")
     if name.startswith("onnx"):
         runner, entry = _write_onnx(model, name, path, representative_images, eval_images,
-                                    image_size, lite_options["num_calibration_images"])
+                                    image_size, lite_options["num_calibration_images"],
+                                    float_written="onnx" in written)
         return runner, runner(eval_images), entry
     runner, entry = _write_tflite(model, name, path, representative_images, eval_images,
                                   image_size=image_size, **lite_options)
@@ -183,22 +186,30 @@ def _write_tflite(model, name, path, representative_images, eval_images, *, imag
 
 
 def _write_onnx(model, name, path, representative_images, eval_images, image_size,
-                num_calibration_images):
-    """Writes the ONNX format `name` (int8 ones from the float file next to `path`, written
-    first if it is not there); returns (its ONNX Runtime runner, its export.json entry)."""
+                num_calibration_images, float_written: bool):
+    """Writes the ONNX format `name`; returns (its ONNX Runtime runner, its export.json entry).
+
+    int8 files quantize the float file this export wrote (`float_written`), else one written
+    to a temporary folder: never a `model.onnx` left in the folder by an earlier export.
+    """
+    import tempfile
+
     from vit_keras import export
     from vit_keras.export import onnx_quantize
 
-    float_path = os.path.join(os.path.dirname(path), FILENAMES["onnx"])
     entry = {"quantization": QUANTIZATION[name] or "float32", "latency_ms": None}
-    if name == "onnx" or not os.path.exists(float_path):
-        report = export.onnx(model, float_path, image_size=image_size,
-                             verify_images=eval_images[:32])
-        entry.update(opset=report["opset"], fused_layer_norms=report["fused_layer_norms"])
-    if name != "onnx":
-        entry.update(onnx_quantize.quantize(
-            float_path, path, QUANTIZATION[name], representative_data=representative_images,
-            num_calibration_images=num_calibration_images))
+    with tempfile.TemporaryDirectory() as scratch:
+        float_path = (path if name == "onnx" else
+                      os.path.join(os.path.dirname(path), FILENAMES["onnx"]) if float_written
+                      else os.path.join(scratch, FILENAMES["onnx"]))
+        if name == "onnx" or not float_written:
+            report = export.onnx(model, float_path, image_size=image_size,
+                                 verify_images=eval_images[:32])
+            entry.update(opset=report["opset"], fused_layer_norms=report["fused_layer_norms"])
+        if name != "onnx":
+            entry.update(onnx_quantize.quantize(
+                float_path, path, QUANTIZATION[name], representative_data=representative_images,
+                num_calibration_images=num_calibration_images))
     runner = export.ONNXModel(path, num_threads=LATENCY_THREADS)
     entry["ops"] = runner.operators()
     return runner, entry

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 from PIL import Image
 
-from vit_keras.model import config_from_model
+from vit_keras.model import config_from_model, input_image_size
 
 HEAD_FUSIONS = ("mean", "max", "min")
 
@@ -73,9 +73,9 @@ def attention_maps(model: keras.Model, images, batch_size: int = 32) -> list[np.
 
 def _check_images(model, images) -> np.ndarray:
     images = np.asarray(images, dtype=np.float32)
-    expected = tuple(model.inputs[0].shape[1:])  # None: a model taking any size
-    fits = images.ndim == 4 and all(side in (None, got)
-                                    for side, got in zip(expected, images.shape[1:]))
+    # A model taking any size is analysed at its stored size, the grid its maps are drawn on.
+    expected = (*input_image_size(model), model.inputs[0].shape[-1])
+    fits = images.ndim == 4 and images.shape[1:] == expected
     if not fits or len(images) == 0:
         raise ValueError(f"images must be a non-empty batch of shape (batch, {expected[0]}, "
                          f"{expected[1]}, {expected[2]}) (the model's input), got {images.shape}")

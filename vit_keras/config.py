@@ -73,10 +73,11 @@ class ViTConfig:
         dynamic_image_size: the model takes images of any size, (None, None, channels): the
             patch grid is read from each input and the position embeddings are resampled to it
             at call time (skipped at `image_size`, which stays the size the position
-            embeddings are stored at). Sides must be multiples of the patch step.
-        dynamic_image_pad: with `dynamic_image_size`: pad images on the bottom and right up to
-            the next multiple of the patch step instead of rejecting them (timm's
-            `dynamic_img_pad`).
+            embeddings are stored at). Sides must be multiples of the patch size (for a
+            hybrid: the ResNet feature map's sides).
+        dynamic_image_pad: with `dynamic_image_size`: pad images (a hybrid: its feature map)
+            on the bottom and right up to the next multiple of the patch size instead of
+            rejecting them (timm's `dynamic_img_pad`).
     """
 
     image_size: int | tuple[int, int] = 224

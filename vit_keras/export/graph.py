@@ -128,7 +128,15 @@ def at_image_size(model: keras.Model, size=None) -> keras.Model:
         return model
     height, width = input_image_size(model) if size is None else size
     images = keras.Input((height, width, 3), name=model.inputs[0].name)
-    return keras.models.clone_model(model, input_tensors=images, clone_function=lambda layer: layer)
+    return keras.models.clone_model(model, input_tensors=images, clone_function=_share_weights)
+
+
+def _share_weights(layer):
+    """The same layer (its weights shared with the view), except weightless activations: a
+    fresh copy has only the view's call, so `split_activation` finds the view's logits."""
+    if isinstance(layer, keras.layers.Activation):
+        return layer.__class__.from_config(layer.get_config())
+    return layer
 
 
 def logits_function(logits_model: keras.Model, include_preprocessing: bool = True):

@@ -20,6 +20,7 @@ from vit_keras.export.lite import compare_with_keras, verification_images
 from vit_keras.export.onnx_runtime import ONNXModel
 
 DEFAULT_OPSET = 17
+MAX_PROTO_BYTES = 2**31  # protobuf's limit for one serialized message
 INPUT_NAME, OUTPUT_NAME = "images", "logits"
 
 
@@ -53,6 +54,9 @@ def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_bat
         raise ValueError(f"opset must be >= {onnx_graph.LAYER_NORM_OPSET} (LayerNormalization), "
                          f"got {opset}")
     model = graph.float32_model(graph.at_image_size(model, image_size))
+    if model.count_params() * 4 >= MAX_PROTO_BYTES:
+        raise ValueError(f"{model.count_params() / 1e6:.0f}M float32 parameters exceed the 2 GB "
+                         "of a single .onnx file; ONNX external data files are not written here")
     logits_model, _ = graph.split_activation(model)
     proto, fused = _convert(logits_model, opset, dynamic_batch, include_preprocessing)
     content = proto.SerializeToString()

@@ -62,14 +62,15 @@ def _match_layer_norm(graph: _Graph, mean_node):
         (nodes, x, output name, epsilon, gamma or None, beta or None).
     """
     x = mean_node.input[0]
-    sub = next((node for node in graph.consumers.get(mean_node.output[0], [])
-                if node.op_type == "Sub" and list(node.input) == [x, mean_node.output[0]]), None)
-    if sub is None:
+    sub = graph.only_consumer(mean_node.output[0], "Sub")
+    if sub is None or list(sub.input) != [x, mean_node.output[0]]:
         return None
     centred = sub.output[0]
     square = next((node for node in graph.consumers.get(centred, [])
                    if node.op_type == "Mul" and list(node.input) == [centred, centred]), None)
     variance = square and graph.only_consumer(square.output[0], mean_node.op_type)
+    if not variance or not _is_last_axis_mean(graph, variance):
+        return None
     add_eps = variance and graph.only_consumer(variance.output[0], "Add")
     sqrt = add_eps and graph.only_consumer(add_eps.output[0], "Sqrt")
     reciprocal = sqrt and graph.only_consumer(sqrt.output[0], "Reciprocal")
@@ -131,16 +132,17 @@ def fuse_layer_norms(model: onnx.ModelProto) -> int:
     if opset < LAYER_NORM_OPSET:
         raise ValueError(f"LayerNormalization needs opset >= {LAYER_NORM_OPSET}, the model has "
                          f"opset {opset}")
-    graph, widths = _Graph(model.graph), _last_axis_sizes(model)
+    graph, shapes = _Graph(model.graph), _ranks_and_widths(model)
     fused, removed = 0, set()
     for node in list(model.graph.node):
         if node.output[0] in removed or not _is_last_axis_mean(graph, node):
             continue
         match = _match_layer_norm(graph, node)
-        if match is None or not widths.get(match[1]):
+        # GlobalAveragePool averages every axis after the second: the last one only at rank 3.
+        if match is None or shapes.get(match[1], (0, None))[0] != 3 or not shapes[match[1]][1]:
             continue
         nodes, x, output, epsilon, gamma, beta = match
-        width = widths[x]
+        width = shapes[x][1]
         gamma = np.broadcast_to(np.float32(1) if gamma is None else gamma, (width,))
         beta = np.broadcast_to(np.float32(0) if beta is None else beta, (width,))
         _insert_layer_norm(model.graph, nodes, x, output, epsilon, gamma, beta)
@@ -151,8 +153,8 @@ def fuse_layer_norms(model: onnx.ModelProto) -> int:
 
 
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
-    """Removes constants no node reads any more (the fused LayerNorms' epsilons)."""
-    used = {name for node in graph.node for name in node.input}
+    """Removes constants nothing reads any more (the fused LayerNorms' epsilons)."""
+    used = _names_read(graph) | {output.name for output in graph.output}
     unused = [init for init in graph.initializer if init.name not in used]
     for init in unused:
         graph.initializer.remove(init)
@@ -172,13 +174,28 @@ def _insert_layer_norm(graph: onnx.GraphProto, nodes, x: str, output: str, epsil
         graph.node.remove(matched)
 
 
-def _last_axis_sizes(model: onnx.ModelProto) -> dict[str, int]:
-    """Tensor name -> static size of its last axis, from ONNX shape inference."""
+def _ranks_and_widths(model: onnx.ModelProto) -> dict[str, tuple]:
+    """Tensor name -> (rank, static size of the last axis or None), from shape inference."""
     inferred = onnx.shape_inference.infer_shapes(model)
     infos = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-    sizes = {}
+    shapes = {}
     for info in infos:
         dims = info.type.tensor_type.shape.dim
-        if dims and dims[-1].HasField("dim_value"):
-            sizes[info.name] = dims[-1].dim_value
-    return sizes
+        if dims:
+            last = dims[-1].dim_value if dims[-1].HasField("dim_value") else None
+            shapes[info.name] = (len(dims), last)
+    return shapes
+
+
+def _names_read(graph: onnx.GraphProto) -> set:
+    """Every tensor name a node reads, in subgraphs (If / Loop bodies) too."""
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                names |= _names_read(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    names |= _names_read(subgraph)
+    return names

@@ -107,6 +107,9 @@ def _quantize_static(ort_quantization, float_path, staged, representative_data, 
     producers = {output: node for node in model.graph.node for output in node.output}
     after_softmax = [node.name for node in model.graph.node if node.op_type == "MatMul" and any(
         getattr(producers.get(name), "op_type", None) == "Softmax" for name in node.input)]
+    if not all(after_softmax):
+        raise ValueError(f"{float_path}: unnamed MatMul nodes; expected a file written by "
+                         "vit_keras.export.onnx (tf2onnx names every node)")
     input_name = model.graph.input[0].name
     height, width = (dim.dim_value for dim in model.graph.input[0].type.tensor_type.shape.dim[1:3])
     images = list(calibration_images(representative_data, (height, width), limit))
