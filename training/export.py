@@ -84,10 +84,27 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     report = _report_header(eval_images, latency_runs, _accuracy(keras_logits, eval_labels))
     report["serving_default_any_size"] = image_size is None and graph.takes_any_size(model)
     os.makedirs(output_dir, exist_ok=True)
-    runners = {}
     lite_options = dict(num_calibration_images=num_calibration_images,
                         int8_float_ops=int8_float_ops, int8_per_channel=int8_per_channel,
                         keep_tensor_names=keep_tensor_names)
+    runners = _write_formats(model, formats, output_dir, report, (eval_images, eval_labels,
+                             keras_logits), representative_images, image_size, lite_options)
+    _add_latencies(report, runners, latency_runs)
+    from vit_keras import atomic
+
+    atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
+                       (json.dumps(report, indent=2) + "\n").encode())
+    return report
+
+
+def _write_formats(model, formats, output_dir, report, evaluation, representative_images,
+                   image_size, lite_options) -> dict:
+    """Writes each format, recording its entry in `report`; returns the timeable runners.
+
+    `evaluation` is (images, labels, Keras logits) for the agreement columns.
+    """
+    eval_images, eval_labels, keras_logits = evaluation
+    runners = {}
     for name in formats:
         path = os.path.join(output_dir, FILENAMES[name])
         with console.stage(f"export: {STAGE_NAMES[name]}"):
@@ -98,12 +115,7 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
             runners[name] = runner
         report["formats"][name] = {"file": FILENAMES[name], "size_bytes": _size(path),
                                    **_agreement(logits, keras_logits, eval_labels), **entry}
-    _add_latencies(report, runners, latency_runs)
-    from vit_keras import atomic
-
-    atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
-                       (json.dumps(report, indent=2) + "\n").encode())
-    return report
+    return runners
 
 
 def _add_latencies(report: dict, runners: dict, latency_runs: int) -> None:

@@ -84,11 +84,8 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     model = graph.float32_model(graph.at_image_size(model, image_size))
     logits_model, _ = graph.split_activation(model)
     height, width = graph.image_size(model)
-    logits = graph.logits_function(logits_model, include_preprocessing)
-    function = tf.function(logits, input_signature=[
-        tf.TensorSpec([batch_size, height, width, 3], tf.float32, name="images")])
-    with export_forms.tflite_form(integer=quantization == "int8" and not float_ops):
-        concrete_function = function.get_concrete_function()
+    concrete_function = _trace(logits_model, include_preprocessing, batch_size,
+                               integer=quantization == "int8" and not float_ops)
     content = _convert(concrete_function, quantization, representative_data,
                        io_type, num_calibration_images, (height, width), tuple(float_ops),
                        per_channel)
@@ -107,6 +104,16 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     report.update(compare_with_keras(logits_model, TFLiteModel(path), verify_images,
                                      include_preprocessing))
     return report
+
+
+def _trace(logits_model, include_preprocessing: bool, batch_size, integer: bool):
+    """The concrete inference function of `logits_model`, traced in its TFLite form."""
+    height, width = graph.image_size(logits_model)
+    logits = graph.logits_function(logits_model, include_preprocessing)
+    function = tf.function(logits, input_signature=[
+        tf.TensorSpec([batch_size, height, width, 3], tf.float32, name="images")])
+    with export_forms.tflite_form(integer=integer):
+        return function.get_concrete_function()
 
 
 def _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,

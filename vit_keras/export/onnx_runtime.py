@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vit_keras.export.runtime import median_latency_ms
+from vit_keras.export.runtime import median_latency_ms, run_in_batches
 
 
 class ONNXModel:
@@ -52,17 +52,8 @@ class ONNXModel:
         Returns:
             float32 logits [batch, num_classes].
         """
-        images = np.asarray(images, dtype=np.float32)
-        if images.ndim == 3:
-            images = images[None]
-        if images.ndim != 4 or images.shape[1:] != self.input_shape:
-            raise ValueError(f"expected images of shape [batch, "
-                             f"{', '.join(map(str, self.input_shape))}], got {images.shape}")
-        step = self._fixed_batch or 64
-        if self._fixed_batch and len(images) % step:
-            raise ValueError(f"{self.path} has a fixed batch of {step}; got {len(images)} images")
-        return np.concatenate([self._run(images[i:i + step])
-                               for i in range(0, len(images), step)], axis=0)
+        return run_in_batches(self._run, images, self.input_shape, self._fixed_batch, self.path,
+                              chunk=64)
 
     def _run(self, images: np.ndarray) -> np.ndarray:
         return self._session.run(None, {self._input_name: images})[0].astype(np.float32)

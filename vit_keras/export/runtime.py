@@ -55,19 +55,8 @@ class TFLiteModel:
         Returns:
             float32 logits [batch, num_classes].
         """
-        images = np.asarray(images, dtype=np.float32)
-        if images.ndim == 3:
-            images = images[None]
-        if images.ndim != 4 or images.shape[1:] != self.input_shape:
-            raise ValueError(f"expected images of shape [batch, {', '.join(map(str, self.input_shape))}]"
-                             f", got {images.shape}")
-        if self._fixed_batch is None:
-            return self._invoke(images)
-        step = self._fixed_batch
-        if len(images) % step:
-            raise ValueError(f"{self.path} has a fixed batch of {step}; got {len(images)} images")
-        return np.concatenate([self._invoke(images[i:i + step])
-                               for i in range(0, len(images), step)], axis=0)
+        return run_in_batches(self._invoke, images, self.input_shape, self._fixed_batch,
+                              self.path)
 
     def _invoke(self, images: np.ndarray) -> np.ndarray:
         if self._batch != len(images):
@@ -81,6 +70,34 @@ class TFLiteModel:
     def latency_ms(self, runs: int = 50, warmup: int = 5) -> float:
         """Median wall time of one batch-1 call, in milliseconds (see `median_latency_ms`)."""
         return median_latency_ms(self, self.input_shape, runs, warmup)
+
+
+def run_in_batches(run, images, input_shape, fixed_batch, path: str, chunk: int | None = None):
+    """Checks an image batch against a file's input and runs it through `run` batch by batch.
+
+    Args:
+        run: function(images [n, H, W, C] float32) -> logits [n, classes].
+        images: float32 [batch, H, W, C] (or one image [H, W, C]) in 0..255.
+        input_shape: the file's (H, W, C).
+        fixed_batch: the file's fixed batch size, or None (dynamic).
+        path: the file, for messages.
+        chunk: with a dynamic batch, at most this many images per call (None: all at once).
+
+    Returns:
+        float32 logits [batch, classes].
+    """
+    images = np.asarray(images, dtype=np.float32)
+    if images.ndim == 3:
+        images = images[None]
+    if images.ndim != 4 or images.shape[1:] != tuple(input_shape):
+        raise ValueError(f"expected images of shape [batch, {', '.join(map(str, input_shape))}]"
+                         f", got {images.shape}")
+    if fixed_batch and len(images) % fixed_batch:
+        raise ValueError(f"{path} has a fixed batch of {fixed_batch}; got {len(images)} images")
+    step = fixed_batch or chunk
+    if step is None:
+        return run(images)
+    return np.concatenate([run(images[i:i + step]) for i in range(0, len(images), step)], axis=0)
 
 
 def median_latency_ms(run, input_shape, runs: int = 50, warmup: int = 5) -> float:
