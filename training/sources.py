@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import os
 import re
 import warnings
@@ -222,17 +223,28 @@ def check_image_file(path: str) -> str | None:
     Call it inside `bomb_warnings_silenced()`: PIL warns about images between 1x and 2x its
     pixel limit, which this check refuses with its own message.
     """
-    from PIL import Image
-
     try:
         with open(path, "rb") as file:
-            head = file.read(8)
+            data = file.read()
     except OSError as error:
         return f"cannot be read ({error.strerror})"
-    if not any(head.startswith(signature) for signature in _SIGNATURES):
+    return check_image_bytes(data)
+
+
+def check_image_bytes(data: bytes) -> str | None:
+    """Returns why `data` is not a readable JPEG/PNG/BMP/GIF file, or None if it is.
+
+    The format comes from the file's signature, the size from its header (a file declaring more
+    than `MAX_IMAGE_PIXELS` pixels is refused before any decoding); the structure is verified
+    by PIL, truncated JPEG/PNG files by their end markers. Call it inside
+    `bomb_warnings_silenced()`.
+    """
+    from PIL import Image
+
+    if not any(data.startswith(signature) for signature in _SIGNATURES):
         return "is not a JPEG, PNG, BMP or GIF file"
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
             image.verify()
     except Image.DecompressionBombError as error:  # PIL refuses before reading the size out
@@ -244,23 +256,17 @@ def check_image_file(path: str) -> str | None:
     if width * height > MAX_IMAGE_PIXELS:
         return (f"is too large ({width}x{height} = {width * height} pixels); the limit is "
                 f"{MAX_IMAGE_PIXELS} pixels")
-    if head.startswith(_SIGNATURES[0]) and not _ends_with_marker(path, b"\xff\xd9"):
+    # PIL's verify does not check the end markers: look for them in the last kB.
+    if data.startswith(_SIGNATURES[0]) and b"\xff\xd9" not in data[-1024:]:
         return "is a truncated JPEG (no end-of-image marker)"
-    if head.startswith(_SIGNATURES[1]) and not _ends_with_marker(path, b"IEND\xaeB`\x82"):
+    if data.startswith(_SIGNATURES[1]) and b"IEND\xaeB`\x82" not in data[-1024:]:
         return "is a truncated PNG (no complete IEND chunk)"
-    if head.startswith((b"BM", b"GIF")):  # verify() does not read their pixels, and PIL reads
+    if data.startswith((b"BM", b"GIF")):  # verify() does not read their pixels, and PIL reads
         try:                                 # BMP/GIF variants TensorFlow does not: decode
-            decode_image(tf.io.read_file(path))
+            decode_image(tf.constant(data))
         except tf.errors.OpError as error:
             return f"cannot be decoded ({error.message.split(' [Op:')[0].split('}} ')[-1]})"
     return None
-
-
-def _ends_with_marker(path: str, marker: bytes) -> bool:
-    """True when the format's end marker is in the last kB (PIL's verify does not check it)."""
-    with open(path, "rb") as file:
-        file.seek(max(0, os.path.getsize(path) - 1024))
-        return marker in file.read()
 
 
 def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:
