@@ -9,7 +9,9 @@ tests/ on sys.path, as for `localhost`). Every check raises AssertionError with 
 import copy
 import json
 import os
+import struct
 import tempfile
+import zlib
 
 import keras
 import numpy as np
@@ -478,3 +480,15 @@ def run_model_saving_test(model, input_data, tmp_path=None, path=None, atol=0.0,
     assert_outputs_equal(loaded(input_data, training=False), expected, atol,
                          f"{model.name} loaded from .keras")
     return loaded
+
+
+def png_bomb(width: int, height: int) -> bytes:
+    """A tiny, well-formed PNG declaring width x height pixels (a decompression bomb)."""
+    def chunk(kind, body):
+        return (struct.pack(">I", len(body)) + kind + body +
+                struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+
+    rows = zlib.compress(b"\x00" * (3 * width + 1) * 4, 9)  # a few rows are enough to declare
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
+                                                                0, 0, 0))
+            + chunk(b"IDAT", rows) + chunk(b"IEND", b""))

@@ -1,6 +1,9 @@
-"""Helpers for tests that start local multi-worker clusters."""
+"""Helpers for tests that start local servers: multi-worker clusters, `vit serve`."""
 
+import contextlib
 import socket
+import threading
+import time
 
 
 def free_ports(count):
@@ -12,3 +15,29 @@ def free_ports(count):
     for sock in sockets:
         sock.close()
     return ports
+
+
+@contextlib.contextmanager
+def served(app):
+    """Runs an ASGI `app` with uvicorn on a free loopback port in a background thread.
+
+    Yields:
+        The base URL, e.g. http://127.0.0.1:40123. The server stops when the block ends.
+    """
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error",
+                                           access_log=False))
+    thread = threading.Thread(target=server.run, name="test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -19,6 +19,7 @@ COMMANDS = {
     "train": "training.train",
     "evaluate": "training.evaluate",
     "predict": "training.predict",
+    "serve": "training.serve",
     "export": "training.export",
     "inspect": "training.inspect",
     "bench": "training.bench",

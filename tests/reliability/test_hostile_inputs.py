@@ -7,13 +7,12 @@ commands; `tf.errors.InvalidArgumentError` for one bad request to an exported Sa
 
 import io
 import os
-import struct
-import zlib
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import png_bomb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -38,18 +37,6 @@ def _encoded(fmt: str, seed: int = 0) -> bytes:
 
 
 VALID = {fmt: _encoded(fmt) for fmt in ("JPEG", "PNG", "BMP", "GIF")}
-
-
-def _png_bomb(width: int, height: int) -> bytes:
-    """A tiny, well-formed PNG declaring width x height pixels (a decompression bomb)."""
-    def chunk(kind, body):
-        return (struct.pack(">I", len(body)) + kind + body +
-                struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
-
-    rows = zlib.compress(b"\x00" * (3 * width + 1) * 4, 9)  # a few rows are enough to declare
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
-                                                                0, 0, 0))
-            + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
 
 
 # Random bytes behind a real image signature, and valid images cut at any point.
@@ -81,7 +68,7 @@ def test_image_files_are_refused_or_decode(tmp_path, payload):
 def test_decompression_bomb_is_refused_with_the_limit(tmp_path, width, height):
     path = tmp_path / "cls" / "bomb.png"
     path.parent.mkdir()
-    path.write_bytes(_png_bomb(width, height))
+    path.write_bytes(png_bomb(width, height))
     assert path.stat().st_size < 100_000
     limit = str(sources.MAX_IMAGE_PIXELS)
     with pytest.raises(ValueError, match=f"bomb.png:? is too large.*limit is {limit}"):
@@ -188,5 +175,5 @@ def test_serve_bytes_fails_the_request_not_the_server(served, payload):
 @pytest.mark.parametrize("width, height", [(20000, 20000), (60000, 60000)])
 def test_serve_bytes_refuses_decompression_bombs(served, width, height):
     with pytest.raises(tf.errors.InvalidArgumentError, match="decompression bomb"):
-        served(image_bytes=tf.constant([_png_bomb(width, height)]))
+        served(image_bytes=tf.constant([png_bomb(width, height)]))
     assert served(image_bytes=tf.constant([VALID["JPEG"]]))["logits"].shape == (1, 2)

@@ -1,0 +1,363 @@
+"""`vit serve` over real HTTP on loopback: TF Serving's predict API for both signatures equals
+the model, every bad request gets a JSON 4xx and leaves the server answering, a full queue
+answers 503, concurrent requests share batches, and every served format agrees."""
+
+import base64
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+from helpers import png_bomb, random_pixels, randomize_weights
+from localhost import free_ports, served
+from PIL import Image
+
+from training import classifier
+from training.predict import read_images
+from training.server import ServeOptions, create_app
+from vit_keras import VisionTransformer, ViTConfig, export, preprocess_input
+
+CONFIG = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
+                   num_layers=2, num_classes=5)
+LABELS = ["cat", "dog", "bird", "fish", "frog"]
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """A run folder as `vit train` leaves it: model.keras and labels.txt."""
+    folder = tmp_path_factory.mktemp("run")
+    model = randomize_weights(VisionTransformer(CONFIG), stddev=0.2)
+    model.save(str(folder / "model.keras"))
+    (folder / "labels.txt").write_text("".join(f"{name}\n" for name in LABELS))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def keras_model(run_folder):
+    return classifier.load(str(run_folder / "model.keras"))
+
+
+@pytest.fixture(scope="module")
+def base_url(keras_model):
+    with served(create_app(keras_model, "tiny", ServeOptions(max_request_bytes=2**20))) as url:
+        yield url
+
+
+@pytest.fixture
+def client(base_url):
+    with httpx.Client(base_url=base_url, timeout=60) as session:
+        yield session
+
+
+def _expected(model, pixels):
+    logits = np.asarray(model.keras_model(preprocess_input(pixels)))
+    return logits, classifier.scores_from_logits(logits)
+
+
+def _png(pixels) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(pixels, np.uint8)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _jpeg(height, width, seed=0) -> bytes:
+    buffer = io.BytesIO()
+    colours = np.random.default_rng(seed).integers(0, 256, (height, width, 3), np.uint8)
+    Image.fromarray(colours).save(buffer, "JPEG", quality=95)
+    return buffer.getvalue()
+
+
+def _b64(data: bytes) -> dict:
+    return {"b64": base64.b64encode(data).decode()}
+
+
+def _image_files(tmp_path):
+    """A PNG at the model's size and a JPEG and a PNG the server must resize."""
+    files = {"a.png": _png(random_pixels(CONFIG, batch=1, seed=1)[0]),
+             "b.jpg": _jpeg(50, 70, seed=2),
+             "c.png": _png(random_pixels((20, 44), batch=1, seed=3)[0])}
+    paths = []
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        paths.append(str(tmp_path / name))
+    return list(files.values()), paths
+
+
+def test_float_instances_equal_the_model_in_both_formats(client, keras_model):
+    pixels = random_pixels(CONFIG, batch=3, seed=5)
+    logits, probabilities = _expected(keras_model, pixels)
+    rows = client.post("/v1/models/tiny:predict", json={"instances": pixels.tolist()})
+    assert rows.status_code == 200, rows.text
+    predictions = rows.json()["predictions"]
+    np.testing.assert_allclose([p["logits"] for p in predictions], logits, atol=1e-5)
+    np.testing.assert_allclose([p["probabilities"] for p in predictions], probabilities,
+                               atol=1e-6)
+    assert np.abs(logits).max() > 0.1  # random weights: a wrong path could not agree
+    columns = client.post("/v1/models/tiny/versions/1:predict", json={
+        "signature_name": "serving_default", "inputs": {"images": pixels.tolist()}})
+    np.testing.assert_allclose(columns.json()["outputs"]["logits"], logits, atol=1e-5)
+    named = client.post("/v1/models/tiny:predict",
+                        json={"instances": [{"images": image} for image in pixels.tolist()]})
+    np.testing.assert_allclose([p["logits"] for p in named.json()["predictions"]], logits,
+                               atol=1e-5)
+
+
+def test_b64_files_equal_the_model_on_the_decoded_images(client, keras_model, tmp_path):
+    files, paths = _image_files(tmp_path)
+    logits, probabilities = _expected(keras_model, read_images(paths, CONFIG.image_size))
+    response = client.post("/v1/models/tiny:predict", json={
+        "signature_name": "serve_bytes", "instances": [_b64(data) for data in files]})
+    assert response.status_code == 200, response.text
+    predictions = response.json()["predictions"]
+    np.testing.assert_allclose([p["logits"] for p in predictions], logits, atol=1e-5)
+    np.testing.assert_allclose([p["probabilities"] for p in predictions], probabilities,
+                               atol=1e-6)
+    named = client.post("/v1/models/tiny:predict", json={
+        "signature_name": "serve_bytes",
+        "inputs": {"image_bytes": [_b64(data) for data in files]}})
+    np.testing.assert_allclose(named.json()["outputs"]["logits"], logits, atol=1e-5)
+
+
+def test_status_metadata_health_and_page(client):
+    assert client.get("/healthz").json() == {"status": "ok", "model": "tiny"}
+    status = client.get("/v1/models/tiny").json()["model_version_status"][0]
+    assert (status["version"], status["state"]) == ("1", "AVAILABLE")
+    metadata = client.get("/v1/models/tiny/metadata").json()
+    assert metadata["model_spec"]["name"] == "tiny"
+    signatures = metadata["metadata"]["signature_def"]["signature_def"]
+    images = signatures["serving_default"]["inputs"]["images"]
+    assert [d["size"] for d in images["tensor_shape"]["dim"]] == ["-1", "32", "32", "3"]
+    assert signatures["serve_bytes"]["inputs"]["image_bytes"]["dtype"] == "DT_STRING"
+    assert set(signatures["serve_bytes"]["outputs"]) == {"probabilities", "logits"}
+    page = client.get("/")
+    assert page.status_code == 200 and "default-src 'self'" in \
+        page.headers["content-security-policy"]
+    assert "/static/page.js" in page.text and "https://" not in page.text
+    assert client.get("/static/page.js").status_code == 200
+
+
+def test_explain_gives_the_top_classes_and_the_rollout(client, keras_model, tmp_path):
+    files, paths = _image_files(tmp_path)
+    response = client.post("/api/explain", content=files[1],
+                           headers={"content-type": "image/jpeg"})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    _, probabilities = _expected(keras_model, read_images(paths[1:2], CONFIG.image_size))
+    order = np.argsort(-probabilities[0], kind="stable")
+    assert [c["label"] for c in result["top"]] == [LABELS[i] for i in order]
+    np.testing.assert_allclose([c["probability"] for c in result["top"]],
+                               probabilities[0][order], atol=1e-6)
+    heatmap = result["heatmap"]
+    assert (heatmap["rows"], heatmap["cols"]) == CONFIG.grid_size
+    assert max(heatmap["values"]) == 1.0 and min(heatmap["values"]) >= 0.0
+    assert len(set(heatmap["values"])) > 1
+
+
+def _bad_requests():
+    """(what, method, path, body or json, expected status, part of the error)."""
+    good = random_pixels(CONFIG, batch=1).tolist()
+    return [
+        ("bad json", "POST", "/v1/models/tiny:predict", b"{not json", 400, "not valid JSON"),
+        ("no instances", "POST", "/v1/models/tiny:predict", {"signature_name": "x"}, 400,
+         "exactly one of"),
+        ("wrong shape", "POST", "/v1/models/tiny:predict",
+         {"instances": random_pixels((16, 16), batch=1).tolist()}, 400, r"\[32, 32, 3\]"),
+        ("not an image", "POST", "/v1/models/tiny:predict", {"instances": [[1, 2, 3]]}, 400,
+         r"shape \[H, W, 3\]"),
+        ("ragged", "POST", "/v1/models/tiny:predict", {"instances": [[[[1, 2, 3]]], [[1]]]}, 400,
+         "ragged"),
+        ("b64 to floats", "POST", "/v1/models/tiny:predict", {"instances": [_b64(b"x")]}, 400,
+         "serve_bytes"),
+        ("corrupt image", "POST", "/v1/models/tiny:predict",
+         {"signature_name": "serve_bytes", "instances": [_b64(_jpeg(40, 40)[:300])]}, 400,
+         "instance 0: is a corrupt image"),
+        ("not base64", "POST", "/v1/models/tiny:predict",
+         {"signature_name": "serve_bytes", "instances": [{"b64": "@@@"}]}, 400, "base64"),
+        ("decompression bomb", "POST", "/v1/models/tiny:predict",
+         {"signature_name": "serve_bytes", "instances": [_b64(png_bomb(20000, 20000))]}, 413,
+         "too large"),
+        ("body too large", "POST", "/v1/models/tiny:predict", b"x" * (2**20 + 1), 413,
+         "limit is 1048576 bytes"),
+        ("unknown signature", "POST", "/v1/models/tiny:predict",
+         {"signature_name": "serve_tokens", "instances": good}, 400, "unknown signature_name"),
+        ("wrong model", "POST", "/v1/models/resnet:predict", {"instances": good}, 404,
+         "'resnet' is not served here"),
+        ("wrong version", "GET", "/v1/models/tiny/versions/7", None, 404, "no version '7'"),
+        ("classify", "POST", "/v1/models/tiny:classify", {"instances": good}, 400, ":predict"),
+        ("GET predict", "GET", "/v1/models/tiny:predict", None, 405, "POST"),
+        ("empty explain", "POST", "/api/explain", b"", 400, "empty"),
+        ("explain text", "POST", "/api/explain", b"hello", 400, "not a JPEG"),
+        ("no page", "GET", "/nowhere", None, 404, "no such page"),
+    ]
+
+
+@pytest.mark.parametrize("what, method, path, body, status, error", _bad_requests(),
+                         ids=[case[0] for case in _bad_requests()])
+def test_bad_requests_get_a_json_4xx_and_the_server_keeps_answering(
+        client, what, method, path, body, status, error):
+    content = body if isinstance(body, bytes) else None
+    response = client.request(method, path, content=content,
+                              json=None if content is not None else body)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert re.search(error, response.json()["error"]), response.json()
+    good = client.post("/v1/models/tiny:predict",
+                       json={"instances": random_pixels(CONFIG, batch=1).tolist()})
+    assert good.status_code == 200
+
+
+class _SlowModel:
+    """Stands in for a classifier whose every call takes `seconds` (to fill the queue)."""
+
+    def __init__(self, seconds):
+        self.seconds, self.calls = seconds, 0
+
+    def __call__(self, images):
+        self.calls += 1
+        time.sleep(self.seconds)
+        return np.zeros((len(images), 2), np.float32)
+
+
+def _slow_classifier(seconds):
+    return classifier.Classifier(path="slow", format="keras", image_size=(4, 4), num_classes=2,
+                                 labels=None,
+                                 run_outputs=classifier.outputs_from_logits(_SlowModel(seconds)))
+
+
+def test_a_full_queue_answers_503_and_then_recovers():
+    options = ServeOptions(max_batch=1, batch_timeout_ms=0, queue_size=1)
+    body = {"instances": np.zeros((1, 4, 4, 3)).tolist()}
+    with served(create_app(_slow_classifier(0.5), "slow", options)) as url:
+        responses = []
+
+        def call():
+            with httpx.Client(base_url=url, timeout=60) as session:
+                responses.append(session.post("/v1/models/slow:predict", json=body))
+
+        threads = [threading.Thread(target=call) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        codes = sorted(response.status_code for response in responses)
+        busy = [r for r in responses if r.status_code == 503]
+        assert codes[0] == 200 and busy and set(codes) == {200, 503}, codes
+        assert busy[0].headers["retry-after"] == "1" and "busy" in busy[0].json()["error"]
+        assert httpx.post(f"{url}/v1/models/slow:predict", json=body).status_code == 200
+
+
+def test_concurrent_requests_share_batches(keras_model):
+    pixels = random_pixels(CONFIG, batch=12, seed=9)
+    logits, _ = _expected(keras_model, pixels)
+    app = create_app(keras_model, "tiny", ServeOptions(max_batch=12, batch_timeout_ms=200))
+    results = {}
+    with served(app) as url:
+        def call(i):
+            with httpx.Client(base_url=url, timeout=60) as session:
+                response = session.post("/v1/models/tiny:predict",
+                                        json={"instances": pixels[i:i + 1].tolist()})
+                results[i] = response.json()["predictions"][0]["logits"]
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    np.testing.assert_allclose([results[i] for i in range(12)], logits, atol=1e-5)
+    batch_sizes = list(app.state.batcher.batch_sizes)
+    assert sum(batch_sizes) == 12 and max(batch_sizes) > 1, batch_sizes
+
+
+@pytest.mark.parametrize("form", ["saved_model", "tflite", "onnx"])
+def test_exported_formats_serve_the_keras_models_predictions(form, run_folder, keras_model,
+                                                             tmp_path):
+    writers = {"saved_model": (export.saved_model, "saved_model"),
+               "tflite": (export.tflite, "model.tflite"), "onnx": (export.onnx, "model.onnx")}
+    write, name = writers[form]
+    write(keras_model.keras_model, str(run_folder / name))
+    model = classifier.load(str(run_folder / name))
+    assert (model.format, model.labels, model.image_size) == (form, LABELS, (32, 32))
+    files, paths = _image_files(tmp_path)
+    pixels = random_pixels(CONFIG, batch=2, seed=11)
+    with served(create_app(model, "tiny")) as url, httpx.Client(base_url=url) as session:
+        floats = session.post("/v1/models/tiny:predict", json={"instances": pixels.tolist()})
+        encoded = session.post("/v1/models/tiny:predict", json={
+            "signature_name": "serve_bytes", "instances": [_b64(data) for data in files]})
+        explained = session.post("/api/explain", content=files[0]).json()
+    np.testing.assert_allclose([p["logits"] for p in floats.json()["predictions"]],
+                               _expected(keras_model, pixels)[0], atol=1e-4)
+    expected = _expected(keras_model, read_images(paths, CONFIG.image_size))[0]
+    np.testing.assert_allclose([p["logits"] for p in encoded.json()["predictions"]], expected,
+                               atol=1e-4)
+    assert explained["heatmap"] is None and form in explained["heatmap_unavailable"]
+    assert explained["top"][0]["label"] == LABELS[int(np.argmax(expected[0]))]
+
+
+def test_a_model_taking_any_size_serves_any_size(tmp_path):
+    config = CONFIG.replace(dynamic_image_size=True)
+    model = randomize_weights(VisionTransformer(config), stddev=0.2)
+    model.save(str(tmp_path / "model.keras"))
+    served_model = classifier.load(str(tmp_path / "model.keras"))
+    assert served_model.takes_any_size and served_model.image_size == (32, 32)
+    pixels = random_pixels((24, 40), batch=2, seed=4)
+    with served(create_app(served_model, "any")) as url:
+        response = httpx.post(f"{url}/v1/models/any:predict", json={"instances":
+                                                                      pixels.tolist()})
+        odd = httpx.post(f"{url}/v1/models/any:predict",
+                         json={"instances": random_pixels((20, 20), batch=1).tolist()})
+    np.testing.assert_allclose([p["logits"] for p in response.json()["predictions"]],
+                               np.asarray(model(preprocess_input(pixels))), atol=1e-5)
+    assert odd.status_code == 400 and "multiple" in odd.json()["error"], odd.text
+
+
+def test_the_vit_serve_command_serves_until_interrupted(run_folder):
+    port = free_ports(1)[0]
+    command = [sys.executable, "-m", "training.cli", "serve", "--model",
+               str(run_folder / "model.keras"), "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        health = _wait_for(f"http://127.0.0.1:{port}/healthz", process)
+        assert health == {"status": "ok", "model": run_folder.name}
+        response = httpx.post(f"http://127.0.0.1:{port}/v1/models/{run_folder.name}:predict",
+                              json={"instances": random_pixels(CONFIG, batch=1).tolist()})
+        assert response.status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert f"Serving '{run_folder.name}' (keras, 32x32, 5 classes) on " \
+           f"http://127.0.0.1:{port}/" in stdout
+    assert "Traceback" not in stderr
+
+
+def _wait_for(url, process, seconds=120):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"vit serve exited: {process.communicate()}")
+        try:
+            return httpx.get(url, timeout=2).json()
+        except httpx.TransportError:
+            time.sleep(0.25)
+    raise AssertionError(f"{url} did not answer within {seconds} s")
+
+
+def test_vit_serve_refuses_bad_options_and_files(run_folder, capsys):
+    from training import cli
+
+    assert cli.main(["serve", "--model", str(run_folder / "missing.keras")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["serve", "--model", str(run_folder / "labels.txt")]) == 2
+    assert "expected a .keras, .tflite or .onnx file" in capsys.readouterr().err
+    assert cli.main(["serve", "--model", str(run_folder / "model.keras"), "--port", "0"]) == 2
+    assert "--port must be in 1..65535" in capsys.readouterr().err
+    assert cli.main(["serve", "--model", str(run_folder / "model.keras"), "--name", "a/b"]) == 2
+    assert "--name may hold" in capsys.readouterr().err

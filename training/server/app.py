@@ -1,0 +1,288 @@
+"""The `vit serve` web application (Starlette, ASGI): TF Serving's REST API, the page, health.
+
+Routes:
+- `GET /`: the page (drop an image, see the top-5 classes and where the model looks);
+  its script and style under `/static/`, all served from this package, no CDN.
+- `POST /v1/models/NAME[/versions/1]:predict`, `GET /v1/models/NAME[/versions/1]` (status),
+  `GET /v1/models/NAME[/versions/1]/metadata`: TF Serving's REST API (see `tf_serving`).
+- `GET /api/model`, `POST /api/explain` (an image file as the body): what the page uses.
+- `GET /healthz`.
+
+Every error is JSON `{"error": "..."}` with a 4xx status for bad input (413 for a body over the
+limit or an image over the pixel limit, 503 with Retry-After when the queue is full); a failure
+inside the model answers 500 for that request only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from training import classifier as classifiers
+from training.server import tf_serving
+from training.server.batching import Batcher, QueueFull
+
+PAGE_DIR = os.path.join(os.path.dirname(__file__), "page")
+TOP_K = 5
+MODEL_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
+                        r"(?P<suffix>/metadata|:[A-Za-z]+)?$")
+PAGE_POLICY = ("default-src 'self'; img-src 'self' blob: data:; base-uri 'none'; "
+               "form-action 'none'; frame-ancestors 'none'")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    """How `vit serve` admits and batches requests.
+
+    Attributes:
+        max_batch: most images per model call.
+        batch_timeout_ms: how long a request waits for others to share its batch.
+        queue_size: most requests waiting for the model; more are answered 503.
+        max_request_bytes: largest request body; larger ones are answered 413.
+    """
+
+    max_batch: int = 16
+    batch_timeout_ms: float = 5.0
+    queue_size: int = 64
+    max_request_bytes: int = 8 * 2**20
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP `status` and a message saying why."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+def create_app(model: classifiers.Classifier, name: str,
+               options: ServeOptions = ServeOptions()) -> Starlette:
+    """The application serving `model` as `name`.
+
+    Args:
+        model: the classifier to serve.
+        name: its name in the URLs (`/v1/models/NAME:predict`).
+        options: queue, batching and size limits.
+
+    Returns:
+        A Starlette (ASGI) application; run it with uvicorn.
+    """
+    service = _Service(model, name, options)
+    routes = [
+        Route("/", service.page),
+        Route("/healthz", service.health),
+        Route("/api/model", service.page_model),
+        Route("/api/explain", service.explain, methods=["POST"]),
+        Route("/v1/models/{path:path}", service.tf_serving, methods=["GET", "POST"]),
+        Mount("/static", StaticFiles(directory=PAGE_DIR), name="static"),
+    ]
+    handlers = {RequestError: _request_error, HTTPException: _http_error, Exception: _crash}
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=service.lifespan)
+    app.state.batcher = service.batcher  # its batch sizes show how requests were batched
+    return app
+
+
+class _Service:
+    """The request handlers around one classifier and its batcher."""
+
+    def __init__(self, model: classifiers.Classifier, name: str, options: ServeOptions):
+        self.model, self.name, self.options = model, name, options
+        self.batcher = Batcher(self._run, options.max_batch, options.batch_timeout_ms,
+                               options.queue_size)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        await self.batcher.start()
+        try:
+            yield
+        finally:
+            await self.batcher.stop()
+
+    def _run(self, kind: str, inputs: np.ndarray) -> dict:
+        """The model call of one batch, on the batcher's thread."""
+        if kind == "encoded":
+            return self.model.predict_encoded(inputs)
+        outputs = self.model.predict(inputs)
+        if kind == "explain":
+            outputs["rollout"] = self.model.attention_rollout(inputs)
+        return outputs
+
+    async def page(self, request: Request):
+        return FileResponse(os.path.join(PAGE_DIR, "index.html"), headers={
+            "Content-Security-Policy": PAGE_POLICY, "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-cache"})
+
+    async def health(self, request: Request):
+        return JSONResponse({"status": "ok", "model": self.name})
+
+    async def page_model(self, request: Request):
+        size = self.model.image_size
+        return JSONResponse({
+            "name": self.name, "format": self.model.format, "classes": self.model.num_classes,
+            "image_size": list(size) if size else None,
+            "heatmap": self.model.keras_model is not None,
+            "max_request_bytes": self.options.max_request_bytes})
+
+    async def tf_serving(self, request: Request):
+        match = MODEL_PATH.match(request.path_params["path"])
+        if not match:
+            raise RequestError(404, f"no such endpoint {request.url.path!r}; expected "
+                                    "/v1/models/NAME, /v1/models/NAME/metadata or "
+                                    "POST /v1/models/NAME:predict")
+        self._check_model(match["name"], match["version"])
+        suffix = match["suffix"]
+        if request.method == "POST" and suffix == ":predict":
+            return JSONResponse(await self._predict(request))
+        if request.method == "GET" and suffix in (None, "/metadata"):
+            return JSONResponse(tf_serving.model_status() if suffix is None else
+                                tf_serving.model_metadata(self.name, self.model.image_size,
+                                                          self.model.num_classes))
+        if suffix in (":classify", ":regress"):
+            raise RequestError(400, f"{suffix[1:]} takes tf.Example inputs, which an image "
+                                    "model has no use for; use :predict")
+        raise RequestError(405 if suffix in (None, "/metadata", ":predict") else 404,
+                           f"{request.method} {request.url.path} is not served; expected GET "
+                           f"/v1/models/{self.name}[/metadata] or POST "
+                           f"/v1/models/{self.name}:predict")
+
+    def _check_model(self, name: str, version: str | None) -> None:
+        if name != self.name:
+            raise RequestError(404, f"model {name!r} is not served here; this server serves "
+                                    f"{self.name!r} (GET /v1/models/{self.name})")
+        if version not in (None, tf_serving.VERSION):
+            raise RequestError(404, f"model {name!r} has no version {version!r}; its one "
+                                    f"version is {tf_serving.VERSION}")
+
+    async def _predict(self, request: Request) -> dict:
+        body = await read_body(request, self.options.max_request_bytes)
+        parsed = await run_in_threadpool(self._parse_predict, body)
+        if parsed.files is None:
+            outputs = await self._submit("images", parsed.images)
+        elif self.model.decodes_in_graph:
+            outputs = await self._submit("encoded", np.array(parsed.files, dtype=object))
+        else:
+            outputs = await self._submit("images", await run_in_threadpool(
+                self._decode, parsed.files))
+        return tf_serving.predict_response(outputs, parsed.columnar)
+
+    def _parse_predict(self, body: bytes) -> tf_serving.PredictRequest:
+        try:
+            parsed = tf_serving.parse_predict(json.loads(body))
+        except json.JSONDecodeError as error:
+            raise RequestError(400, f"the body is not valid JSON ({error})") from None
+        except ValueError as error:
+            raise RequestError(400, str(error)) from None
+        if parsed.images is not None:
+            self._check_image_shape(parsed.images.shape[1:3])
+        for index, data in enumerate(parsed.files or []):
+            check_encoded(data, f"instance {index}:")
+        return parsed
+
+    def _check_image_shape(self, size) -> None:
+        expected = self.model.image_size
+        if self.model.takes_any_size or tuple(size) == tuple(expected):
+            return
+        raise RequestError(400, f"{tf_serving.SERVING_DEFAULT!r} takes instances of shape "
+                                f"[{expected[0]}, {expected[1]}, 3], got [{size[0]}, "
+                                f"{size[1]}, 3]; send encoded files to "
+                                f"{tf_serving.SERVE_BYTES!r} to have them resized")
+
+    def _decode(self, files: list[bytes]) -> np.ndarray:
+        try:
+            return classifiers.decode_images(files, self.model.image_size)
+        except ValueError as error:
+            raise RequestError(400, str(error)) from None
+
+    async def _submit(self, kind: str, inputs: np.ndarray) -> dict:
+        try:
+            return await self.batcher.submit(kind, inputs)
+        except QueueFull as error:
+            raise RequestError(503, f"the server is busy ({error}); retry shortly",
+                               {"Retry-After": "1"}) from None
+        except ValueError as error:  # the model refused these inputs (e.g. their size)
+            raise RequestError(400, str(error)) from None
+
+    async def explain(self, request: Request):
+        """The page's call: an image file in, the top classes and the rollout heatmap out."""
+        data = await read_body(request, self.options.max_request_bytes)
+        await run_in_threadpool(check_encoded, data, "the image")
+        if self.model.decodes_in_graph:
+            outputs = await self._submit("encoded", np.array([data], dtype=object))
+        else:
+            kind = "images" if self.model.keras_model is None else "explain"
+            outputs = await self._submit(kind, await run_in_threadpool(self._decode, [data]))
+        return JSONResponse(self._explanation(outputs))
+
+    def _explanation(self, outputs: dict) -> dict:
+        scores = outputs["probabilities"][0]
+        names = self.model.class_names
+        top = [{"index": int(i), "label": names[i], "probability": float(scores[i])}
+               for i in np.argsort(-scores, kind="stable")[:TOP_K]]
+        heatmap = None
+        if "rollout" in outputs:
+            rollout = outputs["rollout"][0]
+            heatmap = {"rows": int(rollout.shape[0]), "cols": int(rollout.shape[1]),
+                       "values": [round(float(v), 4) for v in rollout.ravel()]}
+        return {"model": self.name, "top": top, "heatmap": heatmap,
+                "heatmap_unavailable": None if heatmap else
+                f"a {self.model.format} file keeps no attention maps; serve the .keras model "
+                "to see where it looks"}
+
+
+def check_encoded(data: bytes, what: str) -> None:
+    """`classifier.check_encoded` as a RequestError: 413 over the pixel limit, else 400."""
+    try:
+        classifiers.check_encoded(data, what)
+    except ValueError as error:
+        raise RequestError(413 if "too large" in str(error) else 400, str(error)) from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise RequestError(400, f"Content-Length must be a number, got {declared!r}")
+        if int(declared) > limit:
+            raise RequestError(413, _too_large(int(declared), limit))
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, _too_large(size, limit))
+        chunks.append(chunk)
+    if not size:
+        raise RequestError(400, "the request body is empty")
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (f"the request body has {size} bytes (or more); the limit is {limit} bytes "
+            "(vit serve --max-request-mb)")
+
+
+async def _request_error(request: Request, error: RequestError):
+    return JSONResponse({"error": error.message}, error.status, headers=error.headers)
+
+
+async def _http_error(request: Request, error: HTTPException):
+    detail = error.detail if error.status_code != 404 else \
+        f"no such page {request.url.path!r}; see GET / or the API under /v1/models/"
+    return JSONResponse({"error": detail}, error.status_code, headers=error.headers)
+
+
+async def _crash(request: Request, error: Exception):
+    return JSONResponse({"error": f"the model failed on this request ({type(error).__name__}: "
+                                  f"{error}); the server keeps running"}, 500)

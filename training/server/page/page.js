@@ -1,0 +1,162 @@
+// The `vit serve` page: send an image to /api/explain, draw it with the attention-rollout
+// heatmap on top, and list the top classes. No framework, no build step, nothing from a CDN.
+"use strict";
+
+const page = {
+  model: null,
+  status: document.getElementById("status"),
+  photo: document.getElementById("photo"),
+  heatmap: document.getElementById("heatmap"),
+};
+
+// An "inferno"-like colour scale: dark and transparent where the model does not look, bright
+// and opaque where it looks most.
+const COLOUR_STOPS = [
+  [0.0, [0, 0, 4]], [0.25, [87, 16, 110]], [0.5, [188, 55, 84]],
+  [0.75, [249, 142, 9]], [1.0, [252, 255, 164]],
+];
+const VIEW_WIDTH = 448; // canvas pixels of the drawn image (CSS scales it to the column)
+
+function setState(state, message) {
+  document.body.dataset.state = state;
+  page.status.textContent = message;
+}
+
+function colourAt(value) {
+  const v = Math.min(1, Math.max(0, value));
+  for (let i = 1; i < COLOUR_STOPS.length; i++) {
+    const [end, to] = COLOUR_STOPS[i];
+    const [start, from] = COLOUR_STOPS[i - 1];
+    if (v <= end) {
+      const t = (v - start) / (end - start);
+      return from.map((c, k) => Math.round(c + t * (to[k] - c)));
+    }
+  }
+  return COLOUR_STOPS[COLOUR_STOPS.length - 1][1];
+}
+
+async function loadModel() {
+  const response = await fetch("/api/model");
+  page.model = await response.json();
+  const size = page.model.image_size ? page.model.image_size.join("×") + " px" : "any size";
+  document.getElementById("model-line").textContent =
+    `Model “${page.model.name}” (${page.model.format}, ${page.model.classes} classes, ` +
+    `${size}).`;
+  document.getElementById("api-name").textContent = page.model.name;
+  setState("ready", "Ready: choose or drop an image.");
+}
+
+async function classify(file) {
+  if (page.model && file.size > page.model.max_request_bytes) {
+    setState("error", `${file.name} has ${file.size} bytes; this server takes at most ` +
+      `${page.model.max_request_bytes}.`);
+    return;
+  }
+  setState("working", `Classifying ${file.name}…`);
+  const response = await fetch("/api/explain", {
+    method: "POST", body: file,
+    headers: { "Content-Type": file.type || "application/octet-stream" },
+  });
+  const result = await response.json();
+  if (!response.ok) {
+    setState("error", result.error || `The server answered ${response.status}.`);
+    return;
+  }
+  const image = await createImageBitmap(file);
+  drawPhoto(image);
+  drawHeatmap(result.heatmap);
+  showClasses(result.top);
+  document.getElementById("result").hidden = false;
+  document.getElementById("heatmap-caption").textContent = result.heatmap ?
+    "Attention rollout: where the class token looks, through every block." :
+    result.heatmap_unavailable;
+  const best = result.top[0];
+  document.body.dataset.top1 = best.label;
+  setState("done", `${file.name}: ${best.label} (${(100 * best.probability).toFixed(1)}%).`);
+}
+
+function drawPhoto(image) {
+  const height = Math.round(VIEW_WIDTH * image.height / image.width);
+  for (const canvas of [page.photo, page.heatmap]) {
+    canvas.width = VIEW_WIDTH;
+    canvas.height = height;
+  }
+  const small = image.width < VIEW_WIDTH / 4; // tiny images (digits): show their pixels
+  document.querySelector(".stack").classList.toggle("pixelated", small);
+  const context = page.photo.getContext("2d");
+  context.imageSmoothingEnabled = !small;
+  context.drawImage(image, 0, 0, VIEW_WIDTH, height);
+}
+
+// The model saw the image resized to its input size, so the patch grid spans the whole image.
+function drawHeatmap(heatmap) {
+  const context = page.heatmap.getContext("2d");
+  context.clearRect(0, 0, page.heatmap.width, page.heatmap.height);
+  if (!heatmap) {
+    return;
+  }
+  const grid = document.createElement("canvas");
+  grid.width = heatmap.cols;
+  grid.height = heatmap.rows;
+  const cells = grid.getContext("2d").createImageData(heatmap.cols, heatmap.rows);
+  heatmap.values.forEach((value, i) => {
+    cells.data.set([...colourAt(value), 255], 4 * i);
+  });
+  grid.getContext("2d").putImageData(cells, 0, 0);
+  context.imageSmoothingEnabled = true;
+  context.imageSmoothingQuality = "high";
+  context.drawImage(grid, 0, 0, page.heatmap.width, page.heatmap.height);
+}
+
+function showClasses(top) {
+  const list = document.getElementById("top");
+  list.replaceChildren(...top.map(({ label, probability }) => {
+    const item = document.createElement("li");
+    const row = document.createElement("div");
+    row.className = "row";
+    const name = document.createElement("span");
+    name.className = "label";
+    name.textContent = label;
+    const percent = document.createElement("span");
+    percent.textContent = `${(100 * probability).toFixed(1)}%`;
+    row.append(name, percent);
+    const bar = document.createElement("div");
+    bar.className = "bar";
+    const fill = document.createElement("span");
+    fill.style.width = `${(100 * probability).toFixed(1)}%`;
+    bar.append(fill);
+    item.append(row, bar);
+    return item;
+  }));
+}
+
+function report(error) {
+  setState("error", `Something went wrong: ${error.message || error}`);
+}
+
+function watchInputs() {
+  const drop = document.getElementById("drop");
+  document.getElementById("file").addEventListener("change", (event) => {
+    if (event.target.files.length) {
+      classify(event.target.files[0]).catch(report);
+    }
+  });
+  drop.addEventListener("dragover", (event) => {
+    event.preventDefault();
+    drop.classList.add("over");
+  });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (event) => {
+    event.preventDefault();
+    drop.classList.remove("over");
+    if (event.dataTransfer.files.length) {
+      classify(event.dataTransfer.files[0]).catch(report);
+    }
+  });
+  document.getElementById("opacity").addEventListener("input", (event) => {
+    page.heatmap.style.opacity = event.target.value / 100;
+  });
+}
+
+watchInputs();
+loadModel().catch(report);
