@@ -26,7 +26,8 @@ def served(app):
     """
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error",
+    # log_config=None: the test process keeps its logging as it is.
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None,
                                            access_log=False))
     thread = threading.Thread(target=server.run, name="test-server", daemon=True)
     thread.start()

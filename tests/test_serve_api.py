@@ -168,7 +168,8 @@ def _bad_requests():
         ("no instances", "POST", "/v1/models/tiny:predict", {"signature_name": "x"}, 400,
          "exactly one of"),
         ("wrong shape", "POST", "/v1/models/tiny:predict",
-         {"instances": random_pixels((16, 16), batch=1).tolist()}, 400, r"\[32, 32, 3\]"),
+         {"instances": random_pixels((16, 16), batch=1).tolist()}, 400,
+         r"expected images of 32x32 pixels, got instances of shape \[16, 16, 3\]"),
         ("not an image", "POST", "/v1/models/tiny:predict", {"instances": [[1, 2, 3]]}, 400,
          r"shape \[H, W, 3\]"),
         ("ragged", "POST", "/v1/models/tiny:predict", {"instances": [[[[1, 2, 3]]], [[1]]]}, 400,
@@ -361,3 +362,53 @@ def test_vit_serve_refuses_bad_options_and_files(run_folder, capsys):
     assert "--port must be in 1..65535" in capsys.readouterr().err
     assert cli.main(["serve", "--model", str(run_folder / "model.keras"), "--name", "a/b"]) == 2
     assert "--name may hold" in capsys.readouterr().err
+
+
+def _benchmark(name):
+    """A script of benchmarks/, imported as a module."""
+    import importlib
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
+def test_eight_clients_by_fifty_requests_all_succeed(keras_model):
+    """The load of benchmarks/serve_load.py, bounded: every request answered, none refused."""
+    result = _benchmark("serve_load").measure(keras_model, "serve_bytes", clients=8,
+                                              requests=50, max_batch=16)
+    assert result["requests"] == 400 and result["errors"] == 0, result["error_samples"]
+    assert result["mean_batch"] > 1  # concurrent requests shared model calls
+    assert 0 < result["p50_ms"] <= result["p99_ms"]
+
+
+def test_a_failing_job_fails_alone_and_the_batcher_keeps_serving():
+    import asyncio
+
+    from training.server.batching import Batcher
+
+    calls = []
+
+    def run(kind, inputs):
+        calls.append(len(inputs))
+        if (inputs < 0).any():
+            raise ValueError("negative input")
+        return {"double": inputs * 2}
+
+    async def scenario():
+        batcher = Batcher(run, max_batch=8, batch_timeout_ms=100, queue_size=8)
+        await batcher.start()
+        jobs = [batcher.submit("x", np.full((1, 2), value, np.float32))
+                for value in (1, 2, -1, 3)]
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        after = await batcher.submit("x", np.ones((2, 2), np.float32))
+        await batcher.stop()
+        return results, after
+
+    results, after = asyncio.run(scenario())
+    assert [r["double"][0, 0] for r in results if isinstance(r, dict)] == [2, 4, 6]
+    assert isinstance(results[2], ValueError) and "negative" in str(results[2])
+    assert calls[0] == 4 and calls[1:5] == [1, 1, 1, 1]  # one batch, then job by job
+    np.testing.assert_array_equal(after["double"], np.full((2, 2), 2))

@@ -64,6 +64,30 @@ class Classifier:
         """float32 [batch, H, W, 3] pixels in 0..255 -> {'probabilities', 'logits'} [batch, C]."""
         return self.run_outputs(np.asarray(images, dtype=np.float32))
 
+    def size_problem(self, height: int, width: int) -> str | None:
+        """Why images of this size cannot go to `predict`, or None when they can."""
+        if not self.takes_any_size:
+            if (height, width) == tuple(self.image_size):
+                return None
+            return f"expected images of {self.image_size[0]}x{self.image_size[1]} pixels"
+        if self.keras_model is None:
+            return None  # an exported graph checks the size itself
+        from vit_keras.model import config_from_model
+
+        config = config_from_model(self.keras_model)
+        step = config.patch_step
+        if config.dynamic_image_pad or (height % step == 0 and width % step == 0):
+            return None
+        return (f"this model takes any size whose height and width are multiples of {step} "
+                f"(its patch size), got {height}x{width}")
+
+    def warm_up(self) -> None:
+        """Runs batches of 1 and 2 blank images, so that the compiled function is traced for a
+        varying batch size before the first real request pays for it."""
+        if self.image_size is not None:
+            for batch in (1, 2):
+                self.predict(np.zeros((batch, *self.image_size, 3), np.float32))
+
     def predict_encoded(self, files) -> dict[str, np.ndarray]:
         """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`."""
         if self.run_encoded is not None:
@@ -180,13 +204,14 @@ def labels_beside(model_path: str, labels_path: str | None) -> list[str] | None:
     return read_labels(path) if os.path.exists(path) else None
 
 
-def _keras_classifier(model, path: str, format: str, labels) -> Classifier:
+def from_keras_model(model, path: str, format: str = "keras", labels=None) -> Classifier:
+    """A `Classifier` around a Keras ViT taking [-1, 1] images (`path` names it)."""
     from vit_keras import preprocess_input
     from vit_keras.export import graph
     from vit_keras.model import input_image_size
 
-    def run_logits(images):
-        return np.asarray(model(preprocess_input(images), training=False))
+    def run_logits(images):  # the compiled predict function (tf.function / jax.jit)
+        return np.asarray(model.predict_on_batch(preprocess_input(images)))
 
     return Classifier(path=path, format=format, image_size=input_image_size(model),
                       num_classes=int(model.output_shape[-1]), labels=labels,
@@ -197,7 +222,7 @@ def _keras_classifier(model, path: str, format: str, labels) -> Classifier:
 def _keras(path: str, labels_path: str | None) -> Classifier:
     from training.evaluate import load_model
 
-    return _keras_classifier(load_model(path), path, "keras", labels_beside(path, labels_path))
+    return from_keras_model(load_model(path), path, "keras", labels_beside(path, labels_path))
 
 
 def _pretrained(architecture: str, weights: str, labels_path: str | None) -> Classifier:
@@ -206,7 +231,7 @@ def _pretrained(architecture: str, weights: str, labels_path: str | None) -> Cla
     refuse_untrained_head(weights, architecture)
     model = vit_keras.create_model(architecture, weights=weights)
     labels = _imagenet_labels(int(model.output_shape[-1]), labels_path)
-    return _keras_classifier(model, architecture, "pretrained", labels)
+    return from_keras_model(model, architecture, "pretrained", labels)
 
 
 def _lite_runtime(path: str, labels_path: str | None) -> Classifier:

@@ -22,6 +22,7 @@ import os
 import re
 
 import numpy as np
+import tensorflow as tf
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -104,6 +105,7 @@ class _Service:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
+        await run_in_threadpool(self.model.warm_up)  # before the server takes requests
         await self.batcher.start()
         try:
             yield
@@ -191,13 +193,11 @@ class _Service:
         return parsed
 
     def _check_image_shape(self, size) -> None:
-        expected = self.model.image_size
-        if self.model.takes_any_size or tuple(size) == tuple(expected):
-            return
-        raise RequestError(400, f"{tf_serving.SERVING_DEFAULT!r} takes instances of shape "
-                                f"[{expected[0]}, {expected[1]}, 3], got [{size[0]}, "
-                                f"{size[1]}, 3]; send encoded files to "
-                                f"{tf_serving.SERVE_BYTES!r} to have them resized")
+        problem = self.model.size_problem(*size)
+        if problem:
+            raise RequestError(400, f"{tf_serving.SERVING_DEFAULT!r}: {problem}, got instances "
+                                    f"of shape [{size[0]}, {size[1]}, 3]; send encoded files "
+                                    f"to {tf_serving.SERVE_BYTES!r} to have them resized")
 
     def _decode(self, files: list[bytes]) -> np.ndarray:
         try:
@@ -213,6 +213,9 @@ class _Service:
                                {"Retry-After": "1"}) from None
         except ValueError as error:  # the model refused these inputs (e.g. their size)
             raise RequestError(400, str(error)) from None
+        except tf.errors.InvalidArgumentError as error:  # an exported graph's own input checks
+            raise RequestError(400, f"the model refused the input: {_assertion(error)}") \
+                from None
 
     async def explain(self, request: Request):
         """The page's call: an image file in, the top classes and the rollout heatmap out."""
@@ -239,6 +242,13 @@ class _Service:
                 "heatmap_unavailable": None if heatmap else
                 f"a {self.model.format} file keeps no attention maps; serve the .keras model "
                 "to see where it looks"}
+
+
+def _assertion(error) -> str:
+    """The failed check of a TensorFlow graph error, without the graph's call stack."""
+    message = error.message
+    found = re.search(r"assertion failed: (.*)", message)
+    return (found.group(1) if found else message.strip().splitlines()[-1])[:500]
 
 
 def check_encoded(data: bytes, what: str) -> None:

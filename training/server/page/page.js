@@ -68,7 +68,7 @@ async function classify(file) {
   showClasses(result.top);
   document.getElementById("result").hidden = false;
   document.getElementById("heatmap-caption").textContent = result.heatmap ?
-    "Attention rollout: where the class token looks, through every block." :
+    "Attention rollout: where the model looks, through every block." :
     result.heatmap_unavailable;
   const best = result.top[0];
   document.body.dataset.top1 = best.label;
