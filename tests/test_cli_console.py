@@ -138,9 +138,10 @@ def _tools_module(name):
 
 
 def test_readme_parameter_count_is_the_default_models():
-    """The README's figure comes from tools/readme_example.py, not typed by hand."""
+    """docs/training.md's parameter count and `vit train` example come from
+    tools/readme_example.py, not typed by hand."""
     readme_example = _tools_module("readme_example")
-    with open(os.path.join(os.path.dirname(__file__), "..", "README.md")) as file:
+    with open(readme_example.DEFAULT_TARGET, encoding="utf-8") as file:
         readme = file.read()
     stated = int(readme_example.PARAMS.search(readme).group(1).replace(",", ""))
     assert stated == readme_example.default_parameter_count()

@@ -1,12 +1,12 @@
-"""Regenerates the README's `vit train` example from a real run on this machine.
+"""Regenerates the `vit train` example of docs/training.md from a real run on this machine.
 
-Runs `vit train` (the offline default job) in a temporary folder, and writes into README.md,
-between the `readme-example` markers: the command's output (the epoch lines shortened to the
-first and last two), labelled with the CPU, TensorFlow and Keras it came from; and the default
-model's parameter count in the quick-start text, computed from the preset.
+Runs `vit train` (the offline default job) in a temporary folder, and writes into
+docs/training.md, between the `readme-example` markers: the command's output (the epoch lines
+shortened to the first and last two), labelled with the CPU, TensorFlow and Keras it came from;
+and the default model's parameter count in the quick-start text, computed from the preset.
 
 Usage:
-  python tools/readme_example.py [--readme README.md]
+  python tools/readme_example.py [--readme docs/training.md]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import tempfile
 START, END = "<!-- readme-example:start -->", "<!-- readme-example:end -->"
 PARAMS = re.compile(r"\(([\d,]+) parameters\)")
 KEPT_EPOCH_LINES = 2  # first and last epoch lines kept
+DEFAULT_TARGET = os.path.join(os.path.dirname(__file__), "..", "docs", "training.md")
 
 
 def run_default_job() -> str:
@@ -71,8 +72,8 @@ def main() -> None:
     with console.quiet_native_stderr():  # TensorFlow's start-up lines, as `vit` hides them
         import tensorflow  # noqa: F401
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", default=os.path.join(os.path.dirname(__file__), "..",
-                                                         "README.md"))
+    parser.add_argument("--readme", default=DEFAULT_TARGET,
+                        help="the Markdown file to update (default: docs/training.md)")
     args = parser.parse_args()
     with open(args.readme, encoding="utf-8") as file:
         readme = file.read()
