@@ -4,6 +4,7 @@ errors. Skips with the reason when Chromium or its driver is not installed."""
 
 import contextlib
 import io
+import os
 
 import browser
 import numpy as np
@@ -21,9 +22,12 @@ CONFIG = ViTConfig(image_size=16, patch_size=4, hidden_size=32, mlp_dim=64, num_
 
 
 def _skip_without_browser():
+    """Skips without a browser, except where VIT_REQUIRE_BROWSER=1 (.ci/run) says it is there."""
     why = browser.missing()
+    if why and os.environ.get("VIT_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{why}; VIT_REQUIRE_BROWSER=1 requires the browser tests to run")
     if why:
-        pytest.skip(why + "; the browser tests need it")
+        pytest.skip(f"{why}; the browser tests need it")
 
 
 @pytest.fixture(scope="module")
