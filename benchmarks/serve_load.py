@@ -1,16 +1,17 @@
 """Load on `vit serve`: concurrent clients over loopback HTTP, batching on and off side by side.
 
-    vit train && python benchmarks/serve_load.py [--model saved_models/digits_tiny/model.keras]
-        [--clients 8] [--requests 50] [--max-batch 16] [--signatures serving_default,serve_bytes]
+    vit train && python benchmarks/serve_load.py
+        [--model saved_models/digits_tiny/model.keras] [--clients 8] [--requests 50]
+        [--max-batch 16] [--signatures serving_default,serve_bytes]
     python benchmarks/serve_load.py --variant S/16 --signatures serve_bytes --requests 10
 
 Serves the model in this process (uvicorn on a free loopback port, the app `vit serve` runs),
 then each of `--clients` threads sends `--requests` predict requests, one image each, over its
 own keep-alive connection, for both signatures (`serving_default` float pixels, `serve_bytes`
-PNG files) and with batching on (`--max-batch`) and off (1). `--variant` serves a randomly initialised official
-variant instead (where the model, not HTTP, takes most of the time). Prints a Markdown table of errors,
-p50/p99 latency, throughput and the mean batch the model ran, and the throughput ratio of
-batching on over off.
+PNG files) and with batching on (`--max-batch`) and off (1). `--variant` serves a
+randomly initialised official variant instead (where the model, not HTTP, takes most of the
+time). Prints a Markdown table of errors, p50/p99 latency, throughput and the mean batch the
+model ran, and the throughput ratio of batching on over off.
 """
 
 from __future__ import annotations
@@ -83,13 +84,16 @@ def load(url: str, name: str, bodies: list[dict], clients: int) -> dict:
             "requests_per_s": len(latencies) / wall}
 
 
-def measure(model, signature: str, clients: int, requests: int, max_batch: int) -> dict:
+def measure(model, signature: str, clients: int, requests: int, max_batch: int,
+            batch_timeout_ms: float = 5.0) -> dict:
     """`load` on a fresh server of `model` with `max_batch`, after a warm-up round."""
     from localhost import served
 
     from training.server import ServeOptions, create_app
 
-    app = create_app(model, "model", ServeOptions(max_batch=max_batch, queue_size=4 * clients))
+    options = ServeOptions(max_batch=max_batch, batch_timeout_ms=batch_timeout_ms,
+                           queue_size=4 * clients)
+    app = create_app(model, "model", options)
     with served(app) as url:
         load(url, "model", request_bodies(model.image_size, signature, clients, seed=1), clients)
         app.state.batcher.batch_sizes.clear()
@@ -117,8 +121,8 @@ def main(argv=None) -> int:
         model = classifier.from_keras_model(vit_keras.create_model(args.variant), args.variant)
     else:
         model = classifier.load(args.model)
-    print(f"{args.variant or args.model}: {args.clients} clients x {args.requests} requests, 1 image each, "
-          "loopback HTTP\n")
+    print(f"{args.variant or args.model}: {args.clients} clients x {args.requests} requests, "
+          "1 image each, loopback HTTP\n")
     print("| signature | batching | errors | p50 ms | p99 ms | requests/s | mean batch |")
     print("|---|---|---|---|---|---|---|")
     for signature in args.signatures.split(","):

@@ -46,7 +46,9 @@ def keras_model(run_folder):
 
 @pytest.fixture(scope="module")
 def base_url(keras_model):
-    with served(create_app(keras_model, "tiny", ServeOptions(max_request_bytes=2**20))) as url:
+    app = create_app(keras_model, "tiny", ServeOptions(max_request_bytes=2**20),
+                     allowed_hosts=["127.0.0.1", "localhost"])  # as `vit serve` on loopback
+    with served(app) as url:
         yield url
 
 
@@ -196,6 +198,15 @@ def _bad_requests():
         ("empty explain", "POST", "/api/explain", b"", 400, "empty"),
         ("explain text", "POST", "/api/explain", b"hello", 400, "not a JPEG"),
         ("no page", "GET", "/nowhere", None, 404, "no such page"),
+        ("no asset", "GET", "/static/index.html", None, 404, "no such file"),
+        ("signature not text", "POST", "/v1/models/tiny:predict",
+         {"signature_name": ["serve_bytes"], "instances": good}, 400, "unknown signature_name"),
+        ("huge number", "POST", "/v1/models/tiny:predict", {"instances": [[[[10**400] * 3]]]},
+         400, "float RGB pixels"),
+        ("deep JSON", "POST", "/v1/models/tiny:predict", b"[" * 100_000, 400, "nested too deeply"),
+        ("too many instances", "POST", "/v1/models/tiny:predict",
+         {"signature_name": "serve_bytes", "instances": [_b64(b"x")] * 65}, 413,
+         "at most 64 instances"),
     ]
 
 
@@ -214,44 +225,54 @@ def test_bad_requests_get_a_json_4xx_and_the_server_keeps_answering(
     assert good.status_code == 200
 
 
-class _SlowModel:
-    """Stands in for a classifier whose every call takes `seconds` (to fill the queue)."""
+def test_a_foreign_host_header_is_refused(client):
+    """A page on another site that re-points its domain at 127.0.0.1 sends its own Host."""
+    response = client.get("/v1/models/tiny", headers={"host": "attacker.example"})
+    assert response.status_code == 400
+    assert client.get("/v1/models/tiny", headers={"host": "localhost:8500"}).status_code == 200
 
-    def __init__(self, seconds):
-        self.seconds, self.calls = seconds, 0
+
+class _HeldModel:
+    """Stands in for a classifier whose calls wait until the test releases them."""
+
+    def __init__(self):
+        self.release = threading.Event()
 
     def __call__(self, images):
-        self.calls += 1
-        time.sleep(self.seconds)
+        self.release.wait(timeout=60)
         return np.zeros((len(images), 2), np.float32)
 
 
-def _slow_classifier(seconds):
-    return classifier.Classifier(path="slow", format="keras", image_size=(4, 4), num_classes=2,
-                                 labels=None,
-                                 run_outputs=classifier.outputs_from_logits(_SlowModel(seconds)))
-
-
 def test_a_full_queue_answers_503_and_then_recovers():
+    """One request in the model, one in the queue (size 1): the other four are refused."""
+    held = _HeldModel()
+    model = classifier.Classifier(path="held", format="keras", image_size=(4, 4), num_classes=2,
+                                  labels=None, run_outputs=classifier.outputs_from_logits(held))
     options = ServeOptions(max_batch=1, batch_timeout_ms=0, queue_size=1)
     body = {"instances": np.zeros((1, 4, 4, 3)).tolist()}
-    with served(create_app(_slow_classifier(0.5), "slow", options)) as url:
+    held.release.set()  # the warm-up runs through
+    with served(create_app(model, "held", options)) as url:
+        held.release.clear()
         responses = []
 
         def call():
             with httpx.Client(base_url=url, timeout=60) as session:
-                responses.append(session.post("/v1/models/slow:predict", json=body))
+                responses.append(session.post("/v1/models/held:predict", json=body))
 
         threads = [threading.Thread(target=call) for _ in range(6)]
         for thread in threads:
             thread.start()
+        deadline = time.monotonic() + 60
+        while len(responses) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held.release.set()
         for thread in threads:
             thread.join()
         codes = sorted(response.status_code for response in responses)
-        busy = [r for r in responses if r.status_code == 503]
-        assert codes[0] == 200 and busy and set(codes) == {200, 503}, codes
-        assert busy[0].headers["retry-after"] == "1" and "busy" in busy[0].json()["error"]
-        assert httpx.post(f"{url}/v1/models/slow:predict", json=body).status_code == 200
+        assert codes == [200, 200, 503, 503, 503, 503], codes
+        busy = [r for r in responses if r.status_code == 503][0]
+        assert busy.headers["retry-after"] == "1" and "busy" in busy.json()["error"]
+        assert httpx.post(f"{url}/v1/models/held:predict", json=body).status_code == 200
 
 
 def test_concurrent_requests_share_batches(keras_model):
@@ -378,10 +399,9 @@ def _benchmark(name):
 def test_eight_clients_by_fifty_requests_all_succeed(keras_model):
     """The load of benchmarks/serve_load.py, bounded: every request answered, none refused."""
     result = _benchmark("serve_load").measure(keras_model, "serve_bytes", clients=8,
-                                              requests=50, max_batch=16)
+                                              requests=50, max_batch=16, batch_timeout_ms=50)
     assert result["requests"] == 400 and result["errors"] == 0, result["error_samples"]
     assert result["mean_batch"] > 1  # concurrent requests shared model calls
-    assert 0 < result["p50_ms"] <= result["p99_ms"]
 
 
 def test_a_failing_job_fails_alone_and_the_batcher_keeps_serving():

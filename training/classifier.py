@@ -129,8 +129,16 @@ def scores_from_logits(logits) -> np.ndarray:
 
 
 def check_encoded(data: bytes, what: str = "the image") -> None:
-    """Raises ValueError saying why `data` is not a readable JPEG/PNG/BMP/GIF file of at most
-    the pixel limit."""
+    """Checks one encoded image file: format, structure, the pixel limit.
+
+    Args:
+        data: the file's bytes.
+        what: how the error names the file (its path, "instance 3:", ...).
+
+    Raises:
+        ValueError: "`what` is not a JPEG, PNG, BMP or GIF file", "... is too large (...)",
+            "... is a corrupt image (...)", ...
+    """
     from training import sources
 
     with sources.bomb_warnings_silenced():
@@ -145,6 +153,12 @@ def decode_images(files, size) -> np.ndarray:
     Args:
         files: the files' bytes.
         size: (height, width) to resize to (bilinear, antialiased, as in evaluation).
+
+    Returns:
+        The images, in the order of `files`.
+
+    Raises:
+        ValueError: a file TensorFlow cannot decode.
     """
     import tensorflow as tf
 
@@ -205,7 +219,17 @@ def labels_beside(model_path: str, labels_path: str | None) -> list[str] | None:
 
 
 def from_keras_model(model, path: str, format: str = "keras", labels=None) -> Classifier:
-    """A `Classifier` around a Keras ViT taking [-1, 1] images (`path` names it)."""
+    """A `Classifier` around a Keras ViT.
+
+    Args:
+        model: a Keras classifier taking [-1, 1] images and giving logits.
+        path: what the model was loaded from (it names the model in messages).
+        format: 'keras' or 'pretrained'.
+        labels: class names, or None.
+
+    Returns:
+        The `Classifier`, with attention rollout.
+    """
     from vit_keras import preprocess_input
     from vit_keras.export import graph
     from vit_keras.model import input_image_size

@@ -46,11 +46,9 @@ def load_model(path: str):
 
 def class_names_for(model_path: str, labels_path: str | None, fallback: list[str]) -> list[str]:
     """Class names from --labels, else labels.txt beside the model, else `fallback`."""
-    from training.outputs import read_labels
+    from training.classifier import labels_beside
 
-    path = labels_path or os.path.join(os.path.dirname(os.path.abspath(model_path)),
-                                       "labels.txt")
-    return read_labels(path) if os.path.exists(path) else fallback
+    return labels_beside(model_path, labels_path) or fallback
 
 
 def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:

@@ -20,6 +20,7 @@ import argparse
 
 from training.classifier import IMAGENET21K_CLASSES, scores_from_logits  # noqa: F401  public
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit predict` options."""
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG/BMP/GIF files")

@@ -23,6 +23,9 @@ import os
 import re
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# Host headers a server on 127.0.0.1 answers: a web page elsewhere that re-points its own
+# domain at 127.0.0.1 (DNS rebinding) sends its domain, and is refused.
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="most requests waiting; more get HTTP 503 (default: 64)")
     parser.add_argument("--max-request-mb", type=float, default=8.0,
                         help="largest request body in MB; larger get HTTP 413 (default: 8)")
+    parser.add_argument("--max-instances", type=int, default=64,
+                        help="most images in one request; more get HTTP 413 (default: 64)")
 
 
 def model_name(path: str) -> str:
@@ -65,13 +70,14 @@ def options_from(args: argparse.Namespace):
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     if args.max_request_mb <= 0:
         raise ValueError(f"--max-request-mb must be > 0, got {args.max_request_mb}")
-    for flag, value in (("--max-batch", args.max_batch), ("--queue-size", args.queue_size)):
+    for flag, value in (("--max-batch", args.max_batch), ("--queue-size", args.queue_size),
+                        ("--max-instances", args.max_instances)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.batch_timeout_ms < 0:
         raise ValueError(f"--batch-timeout-ms must be >= 0, got {args.batch_timeout_ms}")
     return ServeOptions(max_batch=args.max_batch, batch_timeout_ms=args.batch_timeout_ms,
-                        queue_size=args.queue_size,
+                        queue_size=args.queue_size, max_instances=args.max_instances,
                         max_request_bytes=int(args.max_request_mb * 2**20))
 
 
@@ -87,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"--name may hold letters, digits, '_', '.' and '-', got {name!r}")
     model = classifier.load(args.model, args.weights, args.labels)
-    app = create_app(model, name, options)
+    local = args.host in ("127.0.0.1", "localhost")
+    app = create_app(model, name, options, allowed_hosts=LOOPBACK_HOSTS if local else None)
     host = f"[{args.host}]" if ":" in args.host else args.host
     size = "x".join(map(str, model.image_size)) if model.image_size else "any size"
     print(f"Serving {name!r} ({model.format}, {size}, {model.num_classes} classes) on "

@@ -15,6 +15,7 @@ inside the model answers 500 for that request only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -26,21 +27,26 @@ import tensorflow as tf
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from training import classifier as classifiers
 from training.server import tf_serving
-from training.server.batching import Batcher, QueueFull
+from training.server.batching import Batcher, QueueFull, ShuttingDown
 
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "page")
+ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}  # all /static/ serves
 TOP_K = 5
+DECODE_SLOTS = 2  # requests parsed or decoded at once: bounds the memory of large images
 MODEL_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
                         r"(?P<suffix>/metadata|:[A-Za-z]+)?$")
-PAGE_POLICY = ("default-src 'self'; img-src 'self' blob: data:; base-uri 'none'; "
-               "form-action 'none'; frame-ancestors 'none'")
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +58,15 @@ class ServeOptions:
         batch_timeout_ms: how long a request waits for others to share its batch.
         queue_size: most requests waiting for the model; more are answered 503.
         max_request_bytes: largest request body; larger ones are answered 413.
+        max_instances: most images in one request; more are answered 413 (a small body can
+            carry many tiny files, each decoded at the model's size).
     """
 
     max_batch: int = 16
     batch_timeout_ms: float = 5.0
     queue_size: int = 64
     max_request_bytes: int = 8 * 2**20
+    max_instances: int = 64
 
 
 class RequestError(Exception):
@@ -69,13 +78,17 @@ class RequestError(Exception):
 
 
 def create_app(model: classifiers.Classifier, name: str,
-               options: ServeOptions = ServeOptions()) -> Starlette:
+               options: ServeOptions = ServeOptions(),
+               allowed_hosts: list[str] | None = None) -> Starlette:
     """The application serving `model` as `name`.
 
     Args:
         model: the classifier to serve.
         name: its name in the URLs (`/v1/models/NAME:predict`).
         options: queue, batching and size limits.
+        allowed_hosts: the Host headers answered (others get 400), e.g. the loopback names for
+            a loopback server, so that a web page on another site cannot reach it by DNS
+            rebinding; None answers every host.
 
     Returns:
         A Starlette (ASGI) application; run it with uvicorn.
@@ -87,10 +100,13 @@ def create_app(model: classifiers.Classifier, name: str,
         Route("/api/model", service.page_model),
         Route("/api/explain", service.explain, methods=["POST"]),
         Route("/v1/models/{path:path}", service.tf_serving, methods=["GET", "POST"]),
-        Mount("/static", StaticFiles(directory=PAGE_DIR), name="static"),
+        Route("/static/{asset}", service.asset),
     ]
     handlers = {RequestError: _request_error, HTTPException: _http_error, Exception: _crash}
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=service.lifespan)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] \
+        if allowed_hosts else []
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=service.lifespan,
+                    middleware=middleware)
     app.state.batcher = service.batcher  # its batch sizes show how requests were batched
     return app
 
@@ -102,6 +118,7 @@ class _Service:
         self.model, self.name, self.options = model, name, options
         self.batcher = Batcher(self._run, options.max_batch, options.batch_timeout_ms,
                                options.queue_size)
+        self.decoding = asyncio.Semaphore(DECODE_SLOTS)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
@@ -122,11 +139,19 @@ class _Service:
         return outputs
 
     async def page(self, request: Request):
-        return FileResponse(os.path.join(PAGE_DIR, "index.html"), headers={
-            "Content-Security-Policy": PAGE_POLICY, "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "no-cache"})
+        return FileResponse(os.path.join(PAGE_DIR, "index.html"), headers=PAGE_HEADERS)
+
+    async def asset(self, request: Request):
+        asset = request.path_params["asset"]
+        if asset not in ASSETS:
+            raise RequestError(404, f"no such file /static/{asset}; the page uses "
+                                    f"{sorted(ASSETS)}")
+        return FileResponse(os.path.join(PAGE_DIR, asset), media_type=ASSETS[asset],
+                            headers=PAGE_HEADERS)
 
     async def health(self, request: Request):
+        if not self.batcher.running:
+            return JSONResponse({"status": "unavailable", "model": self.name}, 503)
         return JSONResponse({"status": "ok", "model": self.name})
 
     async def page_model(self, request: Request):
@@ -146,7 +171,8 @@ class _Service:
         self._check_model(match["name"], match["version"])
         suffix = match["suffix"]
         if request.method == "POST" and suffix == ":predict":
-            return JSONResponse(await self._predict(request))
+            answer = await self._predict(request)
+            return await run_in_threadpool(JSONResponse, answer)  # large answers off the loop
         if request.method == "GET" and suffix in (None, "/metadata"):
             return JSONResponse(tf_serving.model_status() if suffix is None else
                                 tf_serving.model_metadata(self.name, self.model.image_size,
@@ -154,10 +180,11 @@ class _Service:
         if suffix in (":classify", ":regress"):
             raise RequestError(400, f"{suffix[1:]} takes tf.Example inputs, which an image "
                                     "model has no use for; use :predict")
+        allowed = "POST" if suffix == ":predict" else "GET"
         raise RequestError(405 if suffix in (None, "/metadata", ":predict") else 404,
                            f"{request.method} {request.url.path} is not served; expected GET "
                            f"/v1/models/{self.name}[/metadata] or POST "
-                           f"/v1/models/{self.name}:predict")
+                           f"/v1/models/{self.name}:predict", {"Allow": allowed})
 
     def _check_model(self, name: str, version: str | None) -> None:
         if name != self.name:
@@ -169,23 +196,30 @@ class _Service:
 
     async def _predict(self, request: Request) -> dict:
         body = await read_body(request, self.options.max_request_bytes)
-        parsed = await run_in_threadpool(self._parse_predict, body)
-        if parsed.files is None:
-            outputs = await self._submit("images", parsed.images)
-        elif self.model.decodes_in_graph:
-            outputs = await self._submit("encoded", np.array(parsed.files, dtype=object))
-        else:
-            outputs = await self._submit("images", await run_in_threadpool(
-                self._decode, parsed.files))
-        return tf_serving.predict_response(outputs, parsed.columnar)
+        async with self.decoding:
+            parsed = await run_in_threadpool(self._parse_predict, body)
+            if parsed.files is None:
+                kind, inputs = "images", parsed.images
+            elif self.model.decodes_in_graph:
+                kind, inputs = "encoded", np.array(parsed.files, dtype=object)
+            else:
+                kind, inputs = "images", await run_in_threadpool(self._decode, parsed.files)
+        outputs = await self._submit(kind, inputs)
+        return await run_in_threadpool(tf_serving.predict_response, outputs, parsed.columnar)
 
     def _parse_predict(self, body: bytes) -> tf_serving.PredictRequest:
         try:
             parsed = tf_serving.parse_predict(json.loads(body))
         except json.JSONDecodeError as error:
             raise RequestError(400, f"the body is not valid JSON ({error})") from None
+        except RecursionError:
+            raise RequestError(400, "the body's JSON is nested too deeply") from None
         except ValueError as error:
             raise RequestError(400, str(error)) from None
+        count = len(parsed.files if parsed.images is None else parsed.images)
+        if count > self.options.max_instances:
+            raise RequestError(413, f"a request may hold at most {self.options.max_instances} "
+                                    f"instances (vit serve --max-instances), got {count}")
         if parsed.images is not None:
             self._check_image_shape(parsed.images.shape[1:3])
         for index, data in enumerate(parsed.files or []):
@@ -211,6 +245,8 @@ class _Service:
         except QueueFull as error:
             raise RequestError(503, f"the server is busy ({error}); retry shortly",
                                {"Retry-After": "1"}) from None
+        except ShuttingDown as error:
+            raise RequestError(503, str(error)) from None
         except ValueError as error:  # the model refused these inputs (e.g. their size)
             raise RequestError(400, str(error)) from None
         except tf.errors.InvalidArgumentError as error:  # an exported graph's own input checks
@@ -220,13 +256,14 @@ class _Service:
     async def explain(self, request: Request):
         """The page's call: an image file in, the top classes and the rollout heatmap out."""
         data = await read_body(request, self.options.max_request_bytes)
-        await run_in_threadpool(check_encoded, data, "the image")
-        if self.model.decodes_in_graph:
-            outputs = await self._submit("encoded", np.array([data], dtype=object))
-        else:
-            kind = "images" if self.model.keras_model is None else "explain"
-            outputs = await self._submit(kind, await run_in_threadpool(self._decode, [data]))
-        return JSONResponse(self._explanation(outputs))
+        async with self.decoding:
+            await run_in_threadpool(check_encoded, data, "the image")
+            if self.model.decodes_in_graph:
+                kind, inputs = "encoded", np.array([data], dtype=object)
+            else:
+                kind = "images" if self.model.keras_model is None else "explain"
+                inputs = await run_in_threadpool(self._decode, [data])
+        return JSONResponse(self._explanation(await self._submit(kind, inputs)))
 
     def _explanation(self, outputs: dict) -> dict:
         scores = outputs["probabilities"][0]
@@ -260,7 +297,19 @@ def check_encoded(data: bytes, what: str) -> None:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it passes `limit` bytes."""
+    """The request body, refused with 413 as soon as it passes `limit` bytes.
+
+    Args:
+        request: the request (with or without Content-Length; chunked bodies are counted as
+            they arrive).
+        limit: the most bytes accepted.
+
+    Returns:
+        The body.
+
+    Raises:
+        RequestError: 413 over the limit, 400 for an empty body or a bad Content-Length.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():

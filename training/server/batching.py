@@ -18,8 +18,15 @@ from typing import Callable
 import numpy as np
 
 
+POLL_S = 0.0005  # how often a gathering batch looks for more jobs
+
+
 class QueueFull(Exception):
     """The queue holds `queue_size` requests already; the caller should retry later."""
+
+
+class ShuttingDown(Exception):
+    """The batcher stopped before this job was answered."""
 
 
 @dataclasses.dataclass
@@ -54,6 +61,7 @@ class Batcher:
         self._timeout_s, self.queue_size = batch_timeout_ms / 1000.0, queue_size
         self._queue: asyncio.Queue | None = None
         self._loop_task: asyncio.Task | None = None
+        self._in_flight: list[_Job] = []  # taken from the queue, not answered yet
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="vit-serve-model")
         # Inputs per model call, the latest 1024 (for tests and the load benchmark).
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=1024)
@@ -63,15 +71,22 @@ class Batcher:
         self._queue = asyncio.Queue(self.queue_size)
         self._loop_task = asyncio.create_task(self._serve_forever())
 
+    @property
+    def running(self) -> bool:
+        """Whether the batching loop is alive (it answers queued jobs)."""
+        return self._loop_task is not None and not self._loop_task.done()
+
     async def stop(self) -> None:
-        """Stops the loop; waiting jobs fail with a RuntimeError."""
+        """Stops the loop; jobs waiting or in flight fail with `ShuttingDown`."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
+        waiting = []
         while self._queue is not None and not self._queue.empty():
-            job = self._queue.get_nowait()
+            waiting.append(self._queue.get_nowait())
+        for job in self._in_flight + waiting:
             if not job.future.done():
-                job.future.set_exception(RuntimeError("the server is shutting down"))
+                job.future.set_exception(ShuttingDown("the server is shutting down"))
         self._executor.shutdown(wait=True)
 
     async def submit(self, kind: str, inputs: np.ndarray) -> dict[str, np.ndarray]:
@@ -97,11 +112,19 @@ class Batcher:
             for job in jobs:
                 groups.setdefault(job.group, []).append(job)
             for group in groups.values():
-                await self._run_group(group)
+                try:
+                    await self._run_group(group)
+                except Exception as error:  # never let one batch end the loop
+                    _fail(group, error)
+            self._in_flight = []
 
     async def _gather(self) -> list[_Job]:
-        """The first waiting job, then others until the batch is full or the time is up."""
-        jobs = [await self._queue.get()]
+        """The first waiting job, then others until the batch is full or the time is up.
+
+        Jobs taken are kept in `_in_flight` at once, so a stop in between still answers them;
+        the wait polls `get_nowait` (no cancelled `get`, which could drop a job).
+        """
+        jobs = self._in_flight = [await self._queue.get()]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
         while sum(len(job.inputs) for job in jobs) < self.max_batch:
@@ -113,14 +136,11 @@ class Batcher:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            try:
-                jobs.append(await asyncio.wait_for(self._queue.get(), remaining))
-            except asyncio.TimeoutError:
-                break
+            await asyncio.sleep(min(remaining, POLL_S))
         return jobs
 
     async def _run_group(self, jobs: list[_Job]) -> None:
-        jobs = [job for job in jobs if not job.future.done()]  # a client that went away
+        jobs = [job for job in jobs if not job.future.done()]  # e.g. its handler was cancelled
         if not jobs:
             return
         loop = asyncio.get_running_loop()
@@ -131,8 +151,8 @@ class Batcher:
             if len(jobs) > 1:  # find the job that failed; the others still get answers
                 for job in jobs:
                     await self._run_group([job])
-            elif not jobs[0].future.done():
-                jobs[0].future.set_exception(error)
+            else:
+                _fail(jobs, error)
             return
         self.batch_sizes.append(len(inputs))
         start = 0
@@ -141,3 +161,9 @@ class Batcher:
             if not job.future.done():
                 job.future.set_result({name: value[start:end] for name, value in outputs.items()})
             start = end
+
+
+def _fail(jobs: list[_Job], error: Exception) -> None:
+    for job in jobs:
+        if not job.future.done():
+            job.future.set_exception(error)

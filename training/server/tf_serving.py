@@ -43,6 +43,12 @@ class PredictRequest:
 def parse_predict(body) -> PredictRequest:
     """Reads a decoded JSON predict request.
 
+    Args:
+        body: the request's JSON, decoded (`json.loads`).
+
+    Returns:
+        The `PredictRequest`: pixels for serving_default, the decoded files for serve_bytes.
+
     Raises:
         ValueError: saying what was expected and what came.
     """
@@ -57,7 +63,7 @@ def parse_predict(body) -> PredictRequest:
         raise ValueError("expected exactly one of \"instances\" (row format) or \"inputs\" "
                          "(columnar format)")
     signature = body.get("signature_name") or SERVING_DEFAULT
-    if signature not in INPUT_NAMES:
+    if not isinstance(signature, str) or signature not in INPUT_NAMES:
         raise ValueError(f"unknown signature_name {signature!r}; this model has "
                          f"{sorted(INPUT_NAMES)}")
     columnar = "inputs" in body
@@ -101,8 +107,9 @@ def _b64_file(value, index: int) -> bytes:
     if not (isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str)):
         raise ValueError(f"instance {index}: signature {SERVE_BYTES!r} takes encoded image files "
                          f"as {{\"b64\": \"...\"}}, got {_describe(value)}")
-    try:
-        return base64.b64decode(value["b64"], validate=True)
+    text = value["b64"]
+    try:  # TF Serving also takes base64 without its "=" padding
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise ValueError(f"instance {index}: \"b64\" is not valid base64") from None
 
@@ -113,7 +120,7 @@ def _float_images(values: list) -> np.ndarray:
                          f"\"{SERVE_BYTES}\"; {SERVING_DEFAULT!r} takes float pixels [H, W, 3]")
     try:
         images = np.asarray(values, dtype=np.float32)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise ValueError(f"{SERVING_DEFAULT!r} takes instances of float RGB pixels 0..255, each "
                          "[H, W, 3] and all of one shape; got ragged or non-numeric lists") \
             from None
@@ -126,7 +133,15 @@ def _float_images(values: list) -> np.ndarray:
 
 
 def predict_response(outputs: dict[str, np.ndarray], columnar: bool) -> dict:
-    """The JSON of a predict answer: "predictions" per instance, or "outputs" per name."""
+    """The JSON of a predict answer.
+
+    Args:
+        outputs: {'probabilities', 'logits'} arrays [batch, classes].
+        columnar: answer in the columnar format.
+
+    Returns:
+        {"predictions": [one object per instance]}, or {"outputs": {name: [per instance]}}.
+    """
     outputs = {name: np.asarray(outputs[name]).tolist() for name in OUTPUT_NAMES}
     if columnar:
         return {"outputs": outputs}
