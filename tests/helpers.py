@@ -492,3 +492,15 @@ def png_bomb(width: int, height: int) -> bytes:
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
                                                                 0, 0, 0))
             + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+
+
+def script_module(folder: str, name: str):
+    """A script of the repository's `folder` (tools, benchmarks), imported as a module."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)

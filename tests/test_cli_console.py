@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import script_module
 
 from training import cli, outputs, sources
 
@@ -126,21 +127,10 @@ def test_vit_train_refuses_before_reading_any_data(tmp_path, monkeypatch, capsys
     assert "already holds a finished run" in capsys.readouterr().err
 
 
-def _tools_module(name):
-    """A script of tools/, imported as a module."""
-    import importlib
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.pop(0)
-
-
 def test_readme_parameter_count_is_the_default_models():
     """docs/training.md's parameter count and `vit train` example come from
     tools/readme_example.py, not typed by hand."""
-    readme_example = _tools_module("readme_example")
+    readme_example = script_module("tools", "readme_example")
     with open(readme_example.DEFAULT_TARGET, encoding="utf-8") as file:
         readme = file.read()
     stated = int(readme_example.PARAMS.search(readme).group(1).replace(",", ""))
@@ -150,7 +140,7 @@ def test_readme_parameter_count_is_the_default_models():
 
 
 def test_readme_example_keeps_the_first_and_last_epochs():
-    readme_example = _tools_module("readme_example")
+    readme_example = script_module("tools", "readme_example")
     output = "header\n" + "".join(f"epoch {i}/9\n" for i in range(1, 10)) + "table\n"
     assert readme_example.shorten(output).splitlines() == [
         "header", "epoch 1/9", "epoch 2/9", "...", "epoch 8/9", "epoch 9/9", "table"]

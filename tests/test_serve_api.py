@@ -15,7 +15,7 @@ import time
 import httpx
 import numpy as np
 import pytest
-from helpers import png_bomb, random_pixels, randomize_weights
+from helpers import png_bomb, random_pixels, randomize_weights, script_module
 from localhost import free_ports, served
 from PIL import Image
 
@@ -385,20 +385,9 @@ def test_vit_serve_refuses_bad_options_and_files(run_folder, capsys):
     assert "--name may hold" in capsys.readouterr().err
 
 
-def _benchmark(name):
-    """A script of benchmarks/, imported as a module."""
-    import importlib
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.pop(0)
-
-
 def test_eight_clients_by_fifty_requests_all_succeed(keras_model):
     """The load of benchmarks/serve_load.py, bounded: every request answered, none refused."""
-    result = _benchmark("serve_load").measure(keras_model, "serve_bytes", clients=8,
+    result = script_module("benchmarks", "serve_load").measure(keras_model, "serve_bytes", clients=8,
                                               requests=50, max_batch=16, batch_timeout_ms=50)
     assert result["requests"] == 400 and result["errors"] == 0, result["error_samples"]
     assert result["mean_batch"] > 1  # concurrent requests shared model calls

@@ -12,6 +12,7 @@ antialiased resize to the input size.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Callable
 
@@ -72,14 +73,19 @@ class Classifier:
             return f"expected images of {self.image_size[0]}x{self.image_size[1]} pixels"
         if self.keras_model is None:
             return None  # an exported graph checks the size itself
-        from vit_keras.model import config_from_model
-
-        config = config_from_model(self.keras_model)
-        step = config.patch_step
-        if config.dynamic_image_pad or (height % step == 0 and width % step == 0):
+        step, pads = self._patch_rule
+        if pads or (height % step == 0 and width % step == 0):
             return None
         return (f"this model takes any size whose height and width are multiples of {step} "
                 f"(its patch size), got {height}x{width}")
+
+    @functools.cached_property
+    def _patch_rule(self) -> tuple[int, bool]:
+        """(pixels per patch side, whether other sizes are padded) of the Keras model."""
+        from vit_keras.model import config_from_model
+
+        config = config_from_model(self.keras_model)
+        return config.patch_step, config.dynamic_image_pad
 
     def warm_up(self) -> None:
         """Runs batches of 1 and 2 blank images, so that the compiled function is traced for a
