@@ -5,7 +5,7 @@
    "XNNPACK takes int8" says whether XNNPACK took the int8 operator (the QUANTIZE -> op ->
    DEQUANTIZE file is one delegate partition); the others run on LiteRT's own int8 kernels.
 2. Times our attention layer as full-integer export traces it in both forms, BATCH_MATMUL
-   (the plain graph) and per-head FULLY_CONNECTED (`vit_keras.export_forms`), at three sizes,
+   (the plain graph) and per-head FULLY_CONNECTED (`vit_keras.fast_paths.export_forms`), at three sizes,
    against float32: the measurements behind the attention's unrolling threshold.
 
 Every file runs in LiteRT with its default XNNPACK delegate and 2 threads, timed in
@@ -26,7 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from vit_keras import attention, export_forms  # noqa: E402
+from vit_keras import attention  # noqa: E402
+from vit_keras.fast_paths import export_forms  # noqa: E402
 
 TOKENS, HEADS, HEAD_DIM, WIDTH, MLP = 197, 6, 64, 384, 1536
 ATTENTION_SIZES = {  # name -> (tokens, heads, head_dim)

@@ -20,8 +20,8 @@ def _zero_queries_and_keys(model, num_layers):
     """Makes every logit 0, so every attention row is uniform."""
     for index in range(num_layers):
         attention = model.get_layer(f"encoderblock_{index}").attention
-        for weight in (attention.query_kernel, attention.query_bias, attention.key_kernel,
-                       attention.key_bias):
+        for weight in (attention.query.kernel, attention.query.bias, attention.key.kernel,
+                       attention.key.bias):
             weight.assign(np.zeros(weight.shape, "float32"))
 
 
@@ -49,7 +49,7 @@ def test_probe_shares_the_model_weights(tiny_config):
 
     images = random_images(tiny_config, batch=2)
     before = analysis.attention_maps(model, images)
-    kernel = model.get_layer("encoderblock_0").attention.query_kernel
+    kernel = model.get_layer("encoderblock_0").attention.query.kernel
     kernel.assign(to_numpy(kernel) * 3.0)
     after = analysis.attention_maps(model, images)
     assert np.abs(after[0] - before[0]).max() > 1e-3

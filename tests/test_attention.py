@@ -9,8 +9,9 @@ import pytest
 from helpers import dtype_name, requires_tf, run_layer_test, to_numpy, value_and_gradients
 from keras import ops
 
-from vit_keras import VisionTransformer, attention, export_forms, load_weights
-from vit_keras.attention import MultiHeadSelfAttention, _UNROLL_MIN_MACS_PER_HEAD
+from vit_keras import VisionTransformer, fast_paths, load_weights
+from vit_keras.attention import MultiHeadSelfAttention
+from vit_keras.fast_paths import export_forms
 from vit_keras.checkpoints import keys, official
 from vit_keras.heads import MAPHead
 
@@ -28,15 +29,15 @@ def _numpy(variable):
 def _attention(queries, context, layer):
     """Multi-head dot-product attention of `queries` over `context`, in float64."""
     def project(x, part):
-        return (np.einsum("btd,dnh->btnh", x, _numpy(getattr(layer, f"{part}_kernel")))
-                + _numpy(getattr(layer, f"{part}_bias")))
+        return (np.einsum("btd,dnh->btnh", x, _numpy(getattr(layer, part).kernel))
+                + _numpy(getattr(layer, part).bias))
 
     q, k, v = project(queries, "query"), project(context, "key"), project(context, "value")
     logits = np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(q.shape[-1])
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     attended = np.einsum("bnts,bsnh->btnh", probs, v)
-    return np.einsum("btnh,nhd->btd", attended, _numpy(layer.out_kernel)) + _numpy(layer.out_bias)
+    return np.einsum("btnh,nhd->btd", attended, _numpy(layer.out.kernel)) + _numpy(layer.out.bias)
 
 
 def _map_head(tokens, head):
@@ -85,7 +86,7 @@ def test_map_head_weights_read_like_big_vision():
     head = _built_map_head()
     paths = [weight.path for weight in head.weights]
     assert paths[0] == "map_head/probe"
-    assert "map_head/MultiHeadDotProductAttention_0/query_kernel" in paths
+    assert "map_head/MultiHeadDotProductAttention_0/query/kernel" in paths
     assert "map_head/LayerNorm_0/gamma" in paths and "map_head/MlpBlock_0/Dense_1/bias" in paths
     assert len(paths) == 1 + 8 + 2 + 4
 
@@ -93,8 +94,8 @@ def test_map_head_weights_read_like_big_vision():
 def test_map_head_exempts_its_probe_and_attention_biases_from_weight_decay():
     head = _built_map_head()
     attention = head.attention
-    assert head.no_weight_decay() == [head.probe, attention.query_bias, attention.key_bias,
-                                      attention.value_bias]
+    assert head.no_weight_decay() == [head.probe, attention.query.bias, attention.key.bias,
+                                      attention.value.bias]
 
 
 def test_context_equal_to_the_inputs_is_self_attention():
@@ -123,7 +124,7 @@ def test_cross_attention_of_integer_export_equals_the_plain_graph():
 
     layer = MultiHeadSelfAttention(num_heads=2)
     queries, context = _tokens((2, 8, 32), seed=1), _tokens((2, 256, 32), seed=2)
-    assert 8 * 256 * 16 >= _UNROLL_MIN_MACS_PER_HEAD
+    assert 8 * 256 * 16 >= export_forms.UNROLL_MIN_MACS_PER_HEAD
     layer.build(queries.shape)
     _randomize(layer)
     plain = to_numpy(layer(queries, context=context))
@@ -182,9 +183,9 @@ def test_dot_product_attention_path_equals_the_plain_math(monkeypatch, policy, q
     layer.build(inputs[0].shape)
     _randomize(layer)
     fast_calls = []
-    fast_path = layer._dot_product_attention
-    monkeypatch.setattr(layer, "_dot_product_attention",
-                        lambda *args: fast_calls.append(1) or fast_path(*args))
+    fast_path = ops.dot_product_attention
+    monkeypatch.setattr(ops, "dot_product_attention",
+                        lambda *args, **kwargs: fast_calls.append(1) or fast_path(*args, **kwargs))
 
     def loss(*tensors):  # the inference call: the fast path never runs with dropout
         outputs = layer(tensors[0], context=tensors[1] if keys else None, training=False)
@@ -192,7 +193,7 @@ def test_dot_product_attention_path_equals_the_plain_math(monkeypatch, policy, q
 
     results = []
     for fast in (False, True):
-        monkeypatch.setattr(attention, "dot_product_attention_available", lambda: fast)
+        monkeypatch.setattr(fast_paths, "dot_product_attention_available", lambda: fast)
         fast_calls.clear()
         outputs = to_numpy(ops.cast(layer(*inputs[:1], context=inputs[1] if keys else None),
                                     "float32"))

@@ -218,8 +218,8 @@ def test_model_without_pre_logits_drops_pre_logits_and_head(tiny_config, saved, 
     with caplog.at_level(logging.WARNING, logger="vit_keras.checkpoints"):
         load_weights(target, path)
     assert "pre_logits/kernel" in caplog.text and "drop-head" in caplog.text
-    assert np.array_equal(to_numpy(target.get_layer("embedding").kernel),
-                          to_numpy(source.get_layer("embedding").kernel))
+    assert np.array_equal(to_numpy(target.get_layer("embedding").projection.kernel),
+                          to_numpy(source.get_layer("embedding").projection.kernel))
     with pytest.raises(ValueError, match=r"pre_logits/kernel: found \(32, 16\)"):
         load_weights(target, path, skip_head=False)
 

@@ -17,8 +17,9 @@ from keras import ops
 
 import vit_keras
 from training import recipe
-from vit_keras.activations import gelu, scaled_softmax
-from vit_keras import export_forms
+from vit_keras.fast_paths.tensorflow import scaled_softmax
+from vit_keras.layers import gelu
+from vit_keras.fast_paths import export_forms
 from vit_keras.normalization import GroupNorm, LayerNorm
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -63,7 +64,7 @@ def test_gelu_training_path_keeps_bfloat16_and_is_at_least_as_accurate():
         errors[training] = (np.abs(to_numpy(outputs).astype("float64") - expected).max(),
                             np.abs(gradient.astype("float64") - slope).max())
     assert errors[True][0] <= errors[False][0] and errors[True][1] <= errors[False][1]
-    if vit_keras.fused.available():  # elsewhere training runs the plain op (bfloat16 gradient)
+    if vit_keras.fast_paths.fused_training_available():  # elsewhere training runs the plain op (bfloat16 gradient)
         assert errors[True][0] < 0.04 and errors[True][1] < 0.01  # bfloat16 rounding only
 
 
@@ -76,7 +77,7 @@ def test_scaled_softmax_equals_plain_autodiff(dtype):
     logits = tf.cast(rng.normal(0, 4, (2, 3, 5, 7)), dtype)
     upstream = tf.cast(rng.normal(size=(2, 3, 5, 7)), dtype)
     results = []
-    for softmax in (lambda x: scaled_softmax(x, 0.125),
+    for softmax in (lambda x: scaled_softmax(x, scale=0.125),
                     lambda x: tf.nn.softmax(tf.cast(x, tf.float32) * 0.125)):
         with tf.GradientTape() as tape:
             tape.watch(logits)
@@ -243,7 +244,7 @@ def test_per_head_attention_of_integer_export_equals_the_plain_graph(num_queries
     np.testing.assert_allclose(unrolled, plain, atol=1e-5)
     op_types = [op.type for op in graph.get_operations()]
     queries = 64 if num_queries is None else num_queries
-    if queries * 64 * 16 >= attention._UNROLL_MIN_MACS_PER_HEAD:
+    if queries * 64 * 16 >= export_forms.UNROLL_MIN_MACS_PER_HEAD:
         assert "BatchMatMulV2" not in op_types and op_types.count("MatMul") > 2 * 2 * 2
     else:  # too small to pay off: the plain graph
         assert "BatchMatMulV2" in op_types or "Einsum" in op_types

@@ -135,16 +135,16 @@ def test_mixed_bfloat16_trains_and_returns_float32(tiny_config):
     model = VisionTransformer(tiny_config)
     block = model.get_layer("encoderblock_0")
     assert block.compute_dtype == "bfloat16"
-    assert dtype_name(block.attention.query_kernel) == "float32"
+    assert dtype_name(block.attention.query.kernel) == "float32"
     assert model.get_layer("head").compute_dtype == "float32"
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     images, labels = random_images(tiny_config, batch=8), np.arange(8) % 5
-    before = to_numpy(model.get_layer("embedding").kernel).copy()
+    before = to_numpy(model.get_layer("embedding").projection.kernel).copy()
     # Two steps: the zero-initialised head blocks gradients to the trunk on the first one.
     losses = [model.train_on_batch(images, labels) for _ in range(2)]
     assert np.all(np.isfinite(losses))
-    assert not np.array_equal(before, to_numpy(model.get_layer("embedding").kernel))
+    assert not np.array_equal(before, to_numpy(model.get_layer("embedding").projection.kernel))
     logits = model(images)
     assert dtype_name(logits) == "float32"
     _, scores = block.attention(keras.ops.ones((1, 17, 32), "bfloat16"),
@@ -172,7 +172,7 @@ def test_official_initialisation():
     assert 0 < np.std(bias) < 1e-5
     # Flax DenseGeneral xavier: fans over the flattened (768, 12*64) kernel.
     limit = math.sqrt(6 / (768 + 768))
-    query = to_numpy(block.attention.query_kernel)
+    query = to_numpy(block.attention.query.kernel)
     assert query.shape == (768, 12, 64) and np.abs(query).max() <= limit
     assert abs(np.std(query) - limit / math.sqrt(3)) < 1e-3
-    assert block.attention.out_kernel.shape == (12, 64, 768)
+    assert block.attention.out.kernel.shape == (12, 64, 768)

@@ -108,7 +108,7 @@ def test_model_parallel_shards_attention_heads_and_mlp_units():
     assert probe.returncode == 0, probe.stderr[-3000:]
     specs = json.loads(probe.stdout.strip().splitlines()[-1])
     block = "encoderblock_0/"
-    assert specs[block + "MultiHeadDotProductAttention_1/query_kernel"] == [None, "model", None]
+    assert specs[block + "MultiHeadDotProductAttention_1/query/kernel"] == [None, "model", None]
     assert specs[block + "MultiHeadDotProductAttention_1/out_kernel"] == ["model", None, None]
     assert specs[block + "MlpBlock_3/Dense_0/kernel"] == [None, "model"]
     assert specs[block + "MlpBlock_3/Dense_1/kernel"] == ["model", None]

@@ -141,7 +141,7 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     rollout, distances = _attention_figures_data(model, config, inputs, discard_ratio,
                                                  head_fusion)
     similarity = analysis.position_embedding_similarity(model)
-    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
+    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").projection.kernel)
     limit = min(config.hidden_size, config.patch_size ** 2 * config.channels)
     filters, explained = analysis.principal_filters(kernel, k=min(28, limit))
     outputs = keras.ops.convert_to_numpy(model(inputs, training=False))

@@ -333,7 +333,7 @@ def embedding_filters(model: keras.Model, k: int = 28) -> np.ndarray:
     Returns:
         [k, P, P, C] float32 components, strongest first (sign is arbitrary).
     """
-    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
+    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").projection.kernel)
     return principal_filters(kernel, k)[0]
 
 

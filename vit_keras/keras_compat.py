@@ -13,7 +13,9 @@ The project relies on a few internals that have no public equivalent:
    one-kernel Adam update (`adam_slots`) writes.
 4. `Layer._flatten_layers`: the nested layers of a preprocessing layer (RandAugment holds
    several), whose seed generators `training.augment` swaps (`nested_layers`).
-5. TensorFlow's `convert_variables_to_constants_v2` and the TFLite converter's
+5. `Dense._kernel` / `EinsumDense._kernel`: the stored kernel variable, which the public
+   `kernel` property returns with LoRA merged in (`stored_kernel`, for `vit_keras.lora`).
+6. TensorFlow's `convert_variables_to_constants_v2` and the TFLite converter's
    `_experimental_disable_per_channel` (`freeze_concrete_function`, `set_per_channel`).
 
 Under MultiWorkerMirroredStrategy `fit` reduces every log with `strategy.reduce("MEAN", value,
@@ -126,6 +128,12 @@ def nested_layers(layer) -> list:
     """`layer` and every layer nested in it, however deep."""
     check(keras.layers.Layer, "_flatten_layers")
     return list(layer._flatten_layers(include_self=True, recursive=True))
+
+
+def stored_kernel(layer):
+    """The kernel variable of a Keras `Dense`/`EinsumDense`, without any LoRA update."""
+    check(layer, "_kernel")
+    return layer._kernel
 
 
 def freeze_concrete_function(concrete_function):

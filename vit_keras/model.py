@@ -6,14 +6,21 @@ import keras
 from keras import ops
 
 from vit_keras import layers as vit_layers
+from vit_keras import lora, quantization
 from vit_keras.config import ViTConfig, get_variant, resnet_stride
+from vit_keras.initializers import PACKAGE
 from vit_keras.normalization import LayerNorm
 
 POOLING_MODES = (None, "token", "gap", "avg", "map")
 
 
-def patch_tokens(config: ViTConfig, images):
+def patch_tokens(config: ViTConfig, images, dtype=None):
     """Images -> patch embeddings (through the ResNet for hybrids).
+
+    Args:
+        config: the model configuration.
+        images: the [batch, H, W, C] input.
+        dtype: the layers' dtype policy (None: the global policy), or a `DTypePolicyMap`.
 
     Returns:
         [batch, patches, D]; for `config.dynamic_image_size`, the [batch, rows, cols, D] grid,
@@ -23,13 +30,14 @@ def patch_tokens(config: ViTConfig, images):
     if config.resnet_layers is not None:
         from vit_keras.resnet import ResNetStem
 
-        features = ResNetStem(config.resnet_layers, config.resnet_width, name="resnet")(images)
+        features = ResNetStem(config.resnet_layers, config.resnet_width, name="resnet",
+                              dtype=dtype)(images)
     return vit_layers.PatchEmbedding(
         config.hidden_size, config.patch_size, flatten=not config.dynamic_image_size,
-        pad=config.dynamic_image_pad, name="embedding")(features)
+        pad=config.dynamic_image_pad, name="embedding", dtype=dtype)(features)
 
 
-def _add_positions(config: ViTConfig, patches):
+def _add_positions(config: ViTConfig, patches, dtype=None):
     """Class/distillation tokens and the position embedding of `config.posemb`.
 
     The official 1-D embedding covers the class (and distillation) token rows; the 2-D kinds
@@ -39,24 +47,27 @@ def _add_positions(config: ViTConfig, patches):
     grid, tokens = None, patches
     if config.dynamic_image_size:
         grid = patches
-        tokens = keras.layers.Reshape((-1, config.hidden_size), name="patch_tokens")(patches)
+        tokens = keras.layers.Reshape((-1, config.hidden_size), name="patch_tokens",
+                                      dtype=dtype)(patches)
     if config.posemb != "learn":
         from vit_keras import posemb
 
         kind = (posemb.SinCosPositionEmbedding if config.posemb == "sincos2d"
                 else posemb.Learned2DPositionEmbedding)
-        tokens = _call_with_grid(kind(config.grid_size, name="posembed_input"), tokens, grid)
+        tokens = _call_with_grid(kind(config.grid_size, name="posembed_input", dtype=dtype),
+                                 tokens, grid)
     if config.classifier == "token":
-        tokens = vit_layers.ClassToken(name="cls")(tokens)
+        tokens = vit_layers.ClassToken(name="cls", dtype=dtype)(tokens)
     if config.distilled:
         from vit_keras.deit import DistillationToken
 
-        tokens = DistillationToken(name="dist")(tokens)
+        tokens = DistillationToken(name="dist", dtype=dtype)(tokens)
     if config.posemb == "learn":
         stored = (dict(grid_size=config.grid_size, num_prefix_tokens=config.num_prefix_tokens)
                   if grid is not None else {})
-        tokens = _call_with_grid(vit_layers.PositionEmbedding(name="posembed_input", **stored),
-                                 tokens, grid)
+        tokens = _call_with_grid(
+            vit_layers.PositionEmbedding(name="posembed_input", dtype=dtype, **stored), tokens,
+            grid)
     return tokens
 
 
@@ -64,7 +75,7 @@ def _call_with_grid(layer, tokens, grid):
     return layer(tokens) if grid is None else layer(tokens, grid)
 
 
-def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None):
+def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, dtype=None):
     """Patch embeddings -> final-normed token sequence: positions, registers, the blocks.
 
     Args:
@@ -74,14 +85,17 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None):
             (None = all). A head that reads only the class (and distillation) token then skips
             the last block's queries, attention output and MLP for every other token: about 7%
             of a ViT-B/16's FLOPs, with the same outputs.
+        dtype: as in `patch_tokens`.
 
     Returns:
         [batch, tokens or output_tokens, D].
     """
-    tokens = _add_positions(config, tokens)
-    tokens = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(tokens)
+    tokens = _add_positions(config, tokens, dtype)
+    tokens = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout",
+                                  dtype=dtype)(tokens)
     if config.num_register_tokens:
-        tokens = vit_layers.RegisterTokens(config.num_register_tokens, name="registers")(tokens)
+        tokens = vit_layers.RegisterTokens(config.num_register_tokens, name="registers",
+                                           dtype=dtype)(tokens)
     for index in range(config.num_layers):
         # Stochastic depth grows linearly from 0 (first block) to drop_path_rate (last).
         drop_path = config.drop_path_rate * index / max(config.num_layers - 1, 1)
@@ -91,36 +105,33 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None):
             attention_dropout_rate=config.attention_dropout_rate,
             gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
             layer_scale_init=config.layer_scale_init,
-            name=f"encoderblock_{index}")
+            name=f"encoderblock_{index}", dtype=dtype)
         last = index == config.num_layers - 1
         tokens = block(tokens, output_tokens=output_tokens) if last and output_tokens else \
             block(tokens)
-    return LayerNorm(epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm")(tokens)
+    return LayerNorm(epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm",
+                     dtype=dtype)(tokens)
 
 
-def _encode(config: ViTConfig, images, output_tokens: int | None = None):
-    """Images -> final-normed token sequence (the shared trunk of every head)."""
-    return encode_tokens(config, patch_tokens(config, images), output_tokens)
-
-
-def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0):
+def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtype=None):
     if mode == "map":
         from vit_keras.heads import MAPHead
 
-        return MAPHead(config.num_heads, config.mlp_dim, config.gelu_approximate, name=name)
+        return MAPHead(config.num_heads, config.mlp_dim, config.gelu_approximate, name=name,
+                       dtype=dtype)
     if mode == "token":
-        return vit_layers.TokenPooling("token", start=index, name=name)
+        return vit_layers.TokenPooling("token", start=index, name=name, dtype=dtype)
     # Registers (appended last) are left out of the mean; the rest is averaged as officially.
     stop = -config.num_register_tokens if config.num_register_tokens else None
-    return vit_layers.TokenPooling("gap", stop=stop, name=name)
+    return vit_layers.TokenPooling("gap", stop=stop, name=name, dtype=dtype)
 
 
-def _pool(config: ViTConfig, tokens, mode: str):
+def _pool(config: ViTConfig, tokens, mode: str, dtype=None):
     """Token sequence -> one vector per image, through pre_logits when configured."""
-    pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, "pool")(tokens)
+    pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, "pool", dtype=dtype)(tokens)
     if config.representation_size is not None:
         pooled = keras.layers.Dense(config.representation_size, activation="tanh",
-                                    name="pre_logits")(pooled)
+                                    name="pre_logits", dtype=dtype)(pooled)
     return pooled
 
 
@@ -136,57 +147,110 @@ def last_block_outputs(config: ViTConfig, include_top: bool = True,
     return config.num_prefix_tokens if reads_prefix else None
 
 
-def VisionTransformer(config: ViTConfig, include_top: bool = True, pooling: str | None = None,
-                      classifier_activation=None, name: str | None = None) -> keras.Model:
-    """Builds the ViT of `config` as a functional `keras.Model`.
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class VisionTransformer(keras.Model):
+    """The ViT of a `ViTConfig` as a functional Keras model that carries its config.
 
     The model takes NHWC images in [-1, 1] (see `preprocess_input`) at `config.image_size`.
+    `get_config()` is the `ViTConfig` and the head options, so `.keras` files rebuild it from
+    them (under `safe_mode`); `model.config` returns the `ViTConfig`. Every projection is a
+    Keras `EinsumDense` or `Dense` layer: `model.quantize("int8" | "int4" | "float8")` and
+    `model.enable_lora(rank)` work on every backend.
 
     Args:
-        config: the hyper-parameters.
+        config: the hyper-parameters (a `ViTConfig`, or its `to_dict()`).
         include_top: True: classification head with `config.num_classes` outputs (logits, or
             `classifier_activation` applied to them). False: features, see `pooling`.
         pooling: only with `include_top=False`. None returns the whole final-normed token
-            sequence [batch, tokens, D]; 'token' the class token, 'gap'/'avg' the token mean
-            ([batch, D], or [batch, representation_size] through pre_logits when configured).
+            sequence [batch, tokens, D]; 'token' the class token, 'gap'/'avg' the token mean,
+            'map' attention pooling ([batch, D], or [batch, representation_size] through
+            pre_logits when configured).
         classifier_activation: e.g. 'softmax'; None returns logits. Always float32.
         name: model name; defaults to 'vit'.
-
-    Returns:
-        The uncompiled `keras.Model`.
+        dtype: dtype policy of the layers (None: the global policy); a `DTypePolicyMap`
+            restores a quantized model's per-layer policies.
     """
+
+    def __init__(self, config, include_top: bool = True, pooling: str | None = None,
+                 classifier_activation=None, name: str | None = None, dtype=None, **kwargs):
+        config = ViTConfig.from_dict(config) if isinstance(config, dict) else config
+        if not isinstance(config, ViTConfig):
+            raise ValueError(f"config must be a ViTConfig or its to_dict(), got {config!r}")
+        _check_pooling(config, pooling)
+        images, outputs = _build_graph(config, include_top, pooling, classifier_activation,
+                                       dtype)
+        super().__init__(images, outputs, name=name or "vit", dtype=dtype, **kwargs)
+        self._vit_config = config
+        self.include_top = include_top
+        self.pooling = pooling
+        self.classifier_activation = classifier_activation
+
+    @property
+    def config(self) -> ViTConfig:
+        """The `ViTConfig` this model was built from."""
+        return self._vit_config
+
+    def get_config(self):
+        # Not the functional graph: the ViTConfig and the head options rebuild the model.
+        return {"config": self._vit_config.to_dict(), "include_top": self.include_top,
+                "pooling": self.pooling,
+                "classifier_activation": keras.activations.serialize(
+                    keras.activations.get(self.classifier_activation))
+                if self.classifier_activation is not None else None,
+                "name": self.name, "trainable": self.trainable,
+                "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras' `Model.quantize` on every projection (see `vit_keras.quantization`)."""
+        quantization.quantize(self, super().quantize, mode, config, filters, **kwargs)
+
+    def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
+        """Freezes the model and adds LoRA adapters (see `vit_keras.lora.enable_lora`)."""
+        lora.enable_lora(self, rank, targets, alpha)
+
+
+def _check_pooling(config: ViTConfig, pooling):
     if pooling not in POOLING_MODES:
         raise ValueError(f"pooling must be one of {POOLING_MODES}, got {pooling!r}")
     if pooling == "token" and config.classifier != "token":
         raise ValueError("pooling='token' needs classifier='token' (a model with a class token), "
                          f"got classifier={config.classifier!r}")
+
+
+def _build_graph(config: ViTConfig, include_top, pooling, classifier_activation, dtype):
+    """The functional graph: (images input, outputs)."""
     height, width = (None, None) if config.dynamic_image_size else config.image_hw
     images = keras.Input((height, width, config.channels), name="images")
-    tokens = _encode(config, images, last_block_outputs(config, include_top, pooling))
-    if include_top:
-        features = _pool(config, tokens, config.classifier)
-        # The head runs in float32 so mixed-precision models still return float32 logits.
-        outputs = _head(config, "head")(features)
-        if config.distilled:
-            # DeiT: the distillation token has its own head; inference averages the two.
-            distilled = _pooling_layer(config, "token", "pool_dist", index=1)(tokens)
-            outputs = keras.layers.Average(name="head_average", dtype="float32")(
-                [outputs, _head(config, "head_dist")(distilled)])
-        if classifier_activation is not None:
-            outputs = keras.layers.Activation(classifier_activation, dtype="float32",
-                                              name="predictions")(outputs)
-    elif pooling is None:
-        outputs = tokens
-    else:
-        outputs = _pool(config, tokens, pooling)
-    return keras.Model(images, outputs, name=name or "vit")
+    tokens = encode_tokens(config, patch_tokens(config, images, dtype),
+                           last_block_outputs(config, include_top, pooling), dtype)
+    if not include_top:
+        return images, tokens if pooling is None else _pool(config, tokens, pooling, dtype)
+    features = _pool(config, tokens, config.classifier, dtype)
+    # The head runs in float32 so mixed-precision models still return float32 logits.
+    outputs = _head(config, "head", dtype)(features)
+    if config.distilled:
+        # DeiT: the distillation token has its own head; inference averages the two.
+        distilled = _pooling_layer(config, "token", "pool_dist", index=1, dtype=dtype)(tokens)
+        outputs = keras.layers.Average(name="head_average", dtype="float32")(
+            [outputs, _head(config, "head_dist", dtype)(distilled)])
+    if classifier_activation is not None:
+        outputs = keras.layers.Activation(classifier_activation, dtype="float32",
+                                          name="predictions")(outputs)
+    return images, outputs
 
 
-def _head(config: ViTConfig, name: str):
+def _head(config: ViTConfig, name: str, dtype=None):
     return keras.layers.Dense(
         config.num_classes, kernel_initializer="zeros",
         bias_initializer=keras.initializers.Constant(config.head_bias_init),
-        name=name, dtype="float32")
+        name=name, dtype=quantization.float32_policy(dtype, name))
 
 
 def preprocess_input(images):
@@ -295,15 +359,21 @@ def create_model(variant: str, **kwargs) -> keras.Model:
 
 
 def config_from_model(model: keras.Model) -> ViTConfig:
-    """Recovers the `ViTConfig` of a model built by `VisionTransformer` (e.g. after loading).
+    """The `ViTConfig` of a model: `model.config` for a `VisionTransformer`.
+
+    A model that does not carry its config (a functional model using the ViT layers, such as a
+    `.keras` file of an earlier release or a re-wired view) has it read off its layers' names
+    and shapes.
 
     Args:
-        model: a model made by `VisionTransformer` or a `ViT*` constructor.
+        model: a `VisionTransformer`, or a functional model with its layers.
 
     Returns:
-        Its config; `num_classes` comes from the head (1 when the model has none) and
-        `head_bias_init` is left at its default.
+        Its config; read off the layers, `num_classes` comes from the head (1 when the model
+        has none) and `head_bias_init` is left at its default.
     """
+    if isinstance(model, VisionTransformer):
+        return model.config
     try:
         embedding = model.get_layer("embedding")
         block = model.get_layer("encoderblock_0")

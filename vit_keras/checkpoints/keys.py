@@ -11,6 +11,8 @@ import dataclasses
 
 import numpy as np
 
+from vit_keras import keras_compat
+
 POSEMB = "Transformer/posembed_input/pos_embedding"
 EMBEDDING_KERNEL = "embedding/kernel"
 CLS = "cls"
@@ -53,14 +55,14 @@ def _layer_norm(prefix, layer):
 
 
 def _dense(prefix, layer):
-    return {f"{prefix}kernel": layer.kernel, f"{prefix}bias": layer.bias}
+    """A Keras Dense/EinsumDense: its stored kernel (without any LoRA update) and bias."""
+    return {f"{prefix}kernel": keras_compat.stored_kernel(layer), f"{prefix}bias": layer.bias}
 
 
 def _attention(prefix, layer):
     names = {}
     for part in ("query", "key", "value", "out"):
-        names[f"{prefix}{part}/kernel"] = getattr(layer, f"{part}_kernel")
-        names[f"{prefix}{part}/bias"] = getattr(layer, f"{part}_bias")
+        names.update(_dense(f"{prefix}{part}/", getattr(layer, part)))
     return names
 
 
@@ -126,6 +128,11 @@ def model_variables(model) -> dict:
     Returns:
         canonical name -> `keras.Variable`.
     """
+    from vit_keras.quantization import is_quantized
+
+    if is_quantized(model):
+        raise ValueError(f"model {model.name!r} is quantized: its kernels are integers. Load "
+                         "or save float weights before model.quantize()")
     layers = {layer.name: layer for layer in model.layers}
     needed = ("embedding", "posembed_input", "encoder_norm", "encoderblock_0")
     absent = [name for name in needed if name not in layers]
@@ -135,7 +142,7 @@ def model_variables(model) -> dict:
     names = {}
     if "resnet" in layers:
         names.update(_resnet(layers["resnet"]))
-    names.update(_dense("embedding/", layers["embedding"]))
+    names.update(_dense("embedding/", layers["embedding"].projection))
     if CLS in layers:
         names[CLS] = layers[CLS].cls
     if hasattr(layers["posembed_input"], "pos_embedding"):  # sincos2d has no weights

@@ -4,7 +4,7 @@ Every file uses TFLite builtin operators only (no Flex / SELECT_TF_OPS delegate)
 RGB pixels in 0..255 (NHWC, the model's resolution; preprocessing is inside the graph) and
 returns float32 logits, unless integer input/output is asked for. Full-integer files are
 integer-only between their input and output conversions. The model is traced in its export
-forms (`vit_keras.export_forms`). Each written file is loaded back into the LiteRT interpreter
+forms (`vit_keras.fast_paths.export_forms`). Each written file is loaded back into the LiteRT interpreter
 and compared with the Keras model before `tflite` returns.
 """
 
@@ -17,7 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras import atomic, export_forms, keras_compat
+from vit_keras import atomic, keras_compat
+from vit_keras.fast_paths import export_forms
 from vit_keras.export import graph
 from vit_keras.export.runtime import TFLiteModel
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from vit_keras import atomic, export_forms
+from vit_keras import atomic
+from vit_keras.fast_paths import export_forms
 from vit_keras.export import graph, onnx_graph
 from vit_keras.export.lite import compare_with_keras, verification_images
 from vit_keras.export.onnx_runtime import ONNXModel

@@ -9,13 +9,6 @@ keep the plain ops, which grappler fuses into oneDNN kernels and which convert t
 ops.
 """
 
-import keras
-
-
-def available() -> bool:
-    """Whether fused kernels can run: the TensorFlow backend."""
-    return keras.backend.backend() == "tensorflow"
-
 
 class FusedOp:
     """A differentiable op from an XLA-compiled forward and backward.

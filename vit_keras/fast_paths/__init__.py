@@ -1,0 +1,149 @@
+"""Backend and export kernels for the model core's math, chosen in one place.
+
+The core layers compute with plain `keras.ops`; where a faster kernel for the same numbers
+exists, they ask here first. Each function returns the fast result, or None when no fast path
+applies (the caller then runs its plain form). Every path has a parity test against the plain
+math in tests/test_fast_paths.py.
+
+- TensorFlow, training: GELU, LayerNorm and the scaled softmax as XLA-fused loops with their own
+  gradients (`tensorflow.py`); inference keeps the plain ops, which grappler fuses into oneDNN
+  kernels and which convert to builtin TFLite ops.
+- JAX, inference: attention as one `keras.ops.dot_product_attention` (cuDNN flash attention on
+  recent NVIDIA GPUs, Splash attention on TPUs where shapes allow, XLA's own otherwise).
+- TensorFlow, float projections: the attention's `EinsumDense` layers as one 2-D MatMul +
+  BiasAdd (Keras' TensorFlow einsum makes a broadcast BatchMatMul of them, 1.1-1.5x slower
+  forward + backward on CPU, and TFLite's slow int8 BATCH_MATMUL), the patch embedding as one
+  strided convolution (TFLite CONV_2D). Quantized layers always run Keras' own quantized call.
+- Export tracing (`export_forms`): TFLite/ONNX-friendly norms and, for full-integer TFLite, the
+  attention unrolled per head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+
+from vit_keras.fast_paths import export_forms
+
+
+def _tensorflow() -> bool:
+    return keras.backend.backend() == "tensorflow"
+
+
+def fused_training_available() -> bool:
+    """Whether the fused training kernels can run: the TensorFlow backend."""
+    return _tensorflow()
+
+
+def _float_layer_on_tensorflow(layer) -> bool:
+    return _tensorflow() and layer.quantization_mode is None
+
+
+def project(layer, inputs):
+    """`layer(inputs)`, computed for a float Keras `Dense` or `EinsumDense` whose kernel contracts the inputs' trailing axes
+    (the MLP and attention projections) as one 2-D MatMul + BiasAdd on TensorFlow (the form
+    grappler fuses with a following GELU); elsewhere by the layer itself.
+
+    Args:
+        layer: a built `Dense` or `EinsumDense`; its `kernel` includes any LoRA update.
+        inputs: [N, K] or [batch, tokens, *contracted axes].
+
+    Returns:
+        [N or batch, (tokens,) *the kernel's other axes].
+    """
+    if not _float_layer_on_tensorflow(layer):
+        return layer(inputs)
+    import tensorflow as tf
+    from keras import ops
+
+    kernel = layer.kernel
+    leading = min(2, len(inputs.shape) - 1)  # [N, K] or [batch, tokens, ...]
+    contracted = len(inputs.shape) - leading
+    fan_in = math.prod(kernel.shape[:contracted])
+    outputs = tf.matmul(ops.reshape(inputs, (-1, fan_in)), ops.reshape(kernel, (fan_in, -1)))
+    outputs = tf.nn.bias_add(outputs, ops.reshape(layer.bias, (-1,)))
+    batch = -1 if inputs.shape[0] is None else inputs.shape[0]  # a static batch stays static
+    return ops.reshape(outputs, (batch, *ops.shape(inputs)[1:leading],
+                                 *kernel.shape[contracted:]))
+
+
+def patch_projection(layer, images, patch_size):
+    """The patch embedding's float `EinsumDense` as one strided VALID convolution on
+    TensorFlow (kernel (P, P, C, D)); else None. Returns [batch, rows, cols, D]."""
+    if not _float_layer_on_tensorflow(layer):
+        return None
+    from keras import ops
+
+    return ops.conv(images, layer.kernel, strides=patch_size, padding="valid") + layer.bias
+
+
+def gelu(inputs, approximate, training):
+    """The fused GELU when training on TensorFlow, else None."""
+    if training and _tensorflow():
+        from vit_keras.fast_paths import tensorflow
+
+        return tensorflow.gelu(inputs, approximate=approximate)
+    return None
+
+
+def layer_norm(inputs, gamma, beta, epsilon, training):
+    """LayerNorm over the last axis: fused when training on TensorFlow, the centred float32
+    form while an export traces; else None. Returns the float32 or input-dtype result."""
+    if training and _tensorflow():
+        from vit_keras.fast_paths import tensorflow
+
+        return tensorflow.layer_norm(inputs, gamma, beta, epsilon=epsilon)
+    if export_forms.active():
+        from keras import ops
+
+        return export_forms.centred_layer_norm(ops.cast(inputs, "float32"), gamma, beta, epsilon)
+    return None
+
+
+def group_norm(inputs, groups, epsilon, gamma, beta):
+    """The centred float32 GroupNorm while an export traces, else None."""
+    if export_forms.active():
+        from keras import ops
+
+        return export_forms.centred_group_norm(ops.cast(inputs, "float32"), groups, epsilon,
+                                               gamma, beta)
+    return None
+
+
+def dot_product_attention_available() -> bool:
+    """Whether inference attention runs as one `keras.ops.dot_product_attention`: on JAX.
+
+    On an H100, ViT-B/16 bf16 infers 1.20x faster through it but trains 0.93x as fast as with
+    the einsum form (benchmarks/backends_gpu.py), so training keeps the einsum form.
+    TensorFlow keeps the einsum form too, which its fused softmax, grappler and TFLite expect.
+    """
+    return keras.backend.backend() == "jax"
+
+
+def attention(query, key, value, scale, dropout, training):
+    """softmax(q.k^T * scale).v by a faster kernel, or None for the plain einsum form.
+
+    Args:
+        query: [batch, queries, heads, head_dim]; key, value: [batch, keys, heads, head_dim].
+        scale: the Python float multiplying the logits.
+        dropout: applied to the probabilities (the layer's dropout, bound to `training`).
+        training: whether this is a training call.
+
+    Returns:
+        [batch, queries, heads, head_dim], or None.
+    """
+    if export_forms.unroll_heads(query, key):
+        return export_forms.per_head_attention(query, key, value, scale)
+    if dot_product_attention_available() and not training:
+        from keras import ops
+
+        return ops.dot_product_attention(query, key, value, scale=scale)
+    # Fused only in half precision: it saves two casts there, but in float32 one XLA thread is
+    # slower than TensorFlow's multi-threaded softmax (benchmarks/fused_kernels.py).
+    half_precision = keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
+    if training and _tensorflow() and half_precision:
+        from vit_keras.fast_paths import tensorflow
+
+        return tensorflow.attention_with_fused_softmax(query, key, value, scale, dropout)
+    return None

@@ -1,0 +1,128 @@
+"""Graph forms for TFLite and ONNX export: the same values, traced as operators the runtimes
+run well.
+
+`vit_keras.export.tflite` traces the model inside `tflite_form()`; layers that have a better
+form for the converter ask `active()` / `integer()` while they are traced:
+
+- `LayerNorm` and `GroupNorm` (every TFLite export) use (x - mean) / std * gamma + beta, whose
+  operators all have int8 kernels (Keras' form leaves a float NEG in int8 files);
+- `MultiHeadSelfAttention` (full-integer int8 with a static batch) computes each head's q.k^T
+  and probs.v as FULLY_CONNECTED operators with activation weights: LiteRT's int8
+  FULLY_CONNECTED is several times faster than its int8 BATCH_MATMUL, which XNNPACK does not
+  take (benchmarks/litert_int8_kernels.py).
+"""
+
+import contextlib
+import contextvars
+
+_FORM = contextvars.ContextVar("vit_keras_export_form", default=None)
+
+
+@contextlib.contextmanager
+def onnx_form():
+    """Layers traced inside this context take their ONNX forms: the TFLite float forms, whose
+    LayerNorm `vit_keras.export.onnx_graph` recognises and fuses."""
+    token = _FORM.set("float")
+    try:
+        yield
+    finally:
+        _FORM.reset(token)
+
+
+@contextlib.contextmanager
+def tflite_form(integer: bool = False):
+    """Layers traced inside this context take their TFLite forms.
+
+    Args:
+        integer: the file is full-integer int8 (enables the forms that only pay off there).
+    """
+    token = _FORM.set("integer" if integer else "float")
+    try:
+        yield
+    finally:
+        _FORM.reset(token)
+
+
+def active() -> bool:
+    """True while a TFLite export traces the model."""
+    return _FORM.get() is not None
+
+
+def integer() -> bool:
+    """True while a full-integer int8 TFLite export traces the model."""
+    return _FORM.get() == "integer"
+
+
+# Multiply-adds of one head's q.k^T above which full-integer export unrolls the heads.
+UNROLL_MIN_MACS_PER_HEAD = 2**15
+
+
+def centred_layer_norm(x, gamma, beta, epsilon):
+    """(x - mean) / std * gamma + beta over the last axis, in float32.
+
+    Keras' x * s + (beta - mean * s) leaves a float NEG in int8 TFLite files; this form's
+    operators all have int8 kernels, and the converter folds its trailing `* gamma + beta` into
+    the next FULLY_CONNECTED's weights.
+    """
+    from keras import ops
+
+    centred = x - ops.mean(x, axis=-1, keepdims=True)
+    variance = ops.mean(centred * centred, axis=-1, keepdims=True)
+    return centred * ops.rsqrt(variance + epsilon) * gamma + beta
+
+
+def centred_group_norm(x, groups, epsilon, gamma=None, beta=None):
+    """GroupNormalization over channels-last `x` in the same centred form, in float32."""
+    from keras import ops
+
+    channels = x.shape[-1]
+    grouped = ops.reshape(x, (-1, *ops.shape(x)[1:-1], groups, channels // groups))
+    axes = [axis for axis in range(1, len(grouped.shape)) if axis != len(grouped.shape) - 2]
+    centred = grouped - ops.mean(grouped, axis=axes, keepdims=True)
+    variance = ops.mean(centred * centred, axis=axes, keepdims=True)
+    outputs = ops.reshape(centred * ops.rsqrt(variance + epsilon), ops.shape(x))
+    if gamma is not None:
+        outputs = outputs * gamma
+    if beta is not None:
+        outputs = outputs + beta
+    return outputs
+
+
+def unroll_heads(query, key) -> bool:
+    """Whether a full-integer TFLite export should trace `per_head_attention`.
+
+    Each unrolled head adds a few operators of fixed cost, while LiteRT's int8 BATCH_MATMUL
+    costs per multiply-add, so unrolling pays off only for large heads: at ViT-S/16 (197
+    tokens, head_dim 64) the file runs 2.8x faster, at the 16-token digits model (head_dim 16)
+    10% slower (benchmarks/litert_int8_kernels.py).
+    """
+    if not integer() or key.shape[0] is None:
+        return False
+    return query.shape[1] * key.shape[1] * query.shape[-1] >= UNROLL_MIN_MACS_PER_HEAD
+
+
+def per_head_attention(query, key, value, scale):
+    """softmax(q.k^T * scale).v unrolled over the (static) batch and the heads into 2-D
+    products with activation weights, which TFLite converts to FULLY_CONNECTED: LiteRT's int8
+    FULLY_CONNECTED is several times faster than its int8 BATCH_MATMUL. TensorFlow-only.
+
+    Args:
+        query: [batch, queries, heads, head_dim]; key, value: [batch, keys, heads, head_dim].
+
+    Returns:
+        [batch, queries, heads, head_dim].
+    """
+    import tensorflow as tf
+
+    # One transpose of all values, sliced per head: the product then takes activation weights
+    # (a transpose right before each product would be folded into an int8 BATCH_MATMUL).
+    value_t = tf.transpose(value, (0, 2, 3, 1))  # [batch, heads, head_dim, keys]
+    per_example = []
+    for b in range(key.shape[0]):
+        per_head = []
+        for h in range(key.shape[2]):
+            logits = tf.matmul(query[b, :, h] * scale, key[b, :, h], transpose_b=True)
+            probs = tf.nn.softmax(logits, axis=-1)
+            per_head.append(tf.matmul(probs, value_t[b, h], transpose_b=True))
+        per_example.append(tf.stack(per_head, axis=1))
+    return tf.stack(per_example)
