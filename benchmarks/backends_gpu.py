@@ -95,7 +95,7 @@ def run_ours(batch: int, steps: int, fused_attention: bool, bare_step: bool = Fa
 
     sys.path.insert(0, REPO)
     import vit_keras
-    from vit_keras import attention
+    from vit_keras.core import attention
 
     if not fused_attention:
         attention.dot_product_attention_available = lambda: False
@@ -162,9 +162,10 @@ def matmul_peak_tflops() -> float:
 
 
 def train_flops_per_image() -> float:
-    """3x the forward multiply-adds x 2 of ViT-B/16 at 224 px (vit_keras.complexity)."""
+    """3x the forward multiply-adds x 2 of ViT-B/16 at 224 px (vit_keras.analysis.complexity)."""
     sys.path.insert(0, REPO)
-    from vit_keras import complexity, get_variant
+    from vit_keras import get_variant
+    from vit_keras.analysis import complexity
 
     config = get_variant("B/16").replace(image_size=IMAGE, num_classes=CLASSES)
     return 3 * complexity.estimate(config).flops

@@ -1,4 +1,4 @@
-"""Compares `vit_keras.complexity.estimate` with TensorFlow's profiler on real model graphs.
+"""Compares `vit_keras.analysis.complexity.estimate` with TensorFlow's profiler on real model graphs.
 
     python benchmarks/complexity_vs_profiler.py [VARIANT ...]      (default: Ti/16 S/16 B/16 B/32)
 
@@ -17,7 +17,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from vit_keras import VisionTransformer, get_variant  # noqa: E402
-from vit_keras.complexity import estimate  # noqa: E402
+from vit_keras.analysis.complexity import estimate  # noqa: E402
 
 
 def profiled_flops(graph, op_types=None):

@@ -46,7 +46,7 @@ def forward_backward(apply):
 
 def kernel_rows():
     from vit_keras.activations import gelu, scaled_softmax
-    from vit_keras.normalization import LayerNorm
+    from vit_keras.core.normalization import LayerNorm
 
     rng = np.random.default_rng(0)
     norm = LayerNorm(epsilon=1e-6)

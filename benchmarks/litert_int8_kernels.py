@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from vit_keras import attention  # noqa: E402
+from vit_keras.core import attention  # noqa: E402
 from vit_keras.fast_paths import export_forms  # noqa: E402
 
 TOKENS, HEADS, HEAD_DIM, WIDTH, MLP = 197, 6, 64, 384, 1536

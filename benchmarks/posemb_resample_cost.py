@@ -27,7 +27,8 @@ ROUNDS = 3
 
 def _models(variant: str):
     from vit_keras import VisionTransformer, get_variant
-    from vit_keras.checkpoints import load_weights, save_npz
+    from vit_keras import load_weights
+    from vit_keras.checkpoints import save_npz
 
     config = get_variant(variant).replace(image_size=224, num_classes=1000)
     fixed = VisionTransformer(config)

@@ -3,7 +3,7 @@
     python benchmarks/scaling.py --variant S/16 --sizes 224,384,512 --precision bf16 --mode infer
 
 Each resolution runs in a fresh subprocess so that its peak RSS is its own. For every size the
-table shows the token count, forward GFLOPs per image from `vit_keras.complexity` and the share of
+table shows the token count, forward GFLOPs per image from `vit_keras.analysis.complexity` and the share of
 it in the two tokens^2 attention products, the measured img/s and achieved GFLOP/s, and the
 per-image time and FLOPs relative to the first size: if time grows like FLOPs, the model runs as
 efficiently at high resolution as at low; the attention share shows where the quadratic term
@@ -27,7 +27,7 @@ def measure(variant: str, image_size: int, batch_size: int, precision: str, mode
     """One resolution, in this process: throughput, complexity and peak RSS."""
     import vit_keras
     from training import bench
-    from vit_keras import complexity
+    from vit_keras.analysis import complexity
 
     config = vit_keras.get_variant(variant, image_size=image_size)
     row = bench.bench_one(variant, image_size, batch_size, precision, mode, steps, peak=1.0)

@@ -10,10 +10,10 @@ from helpers import dtype_name, requires_tf, run_layer_test, to_numpy, value_and
 from keras import ops
 
 from vit_keras import VisionTransformer, fast_paths, load_weights
-from vit_keras.attention import MultiHeadSelfAttention
+from vit_keras.core.attention import MultiHeadSelfAttention
 from vit_keras.fast_paths import export_forms
 from vit_keras.checkpoints import keys, official
-from vit_keras.heads import MAPHead
+from vit_keras.core.heads import MAPHead
 
 
 def _randomize(layer, seed=0, stddev=0.3):

@@ -78,7 +78,8 @@ import sys
 import numpy as np
 
 import vit_keras
-from vit_keras import analysis, atomic, checkpoints, complexity, keras_compat, plots  # noqa
+from vit_keras import analysis, atomic, checkpoints, keras_compat  # noqa
+from vit_keras.analysis import complexity, plots
 
 config = vit_keras.ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64,
                              num_heads=4, num_layers=2, num_classes=5, classifier="map",

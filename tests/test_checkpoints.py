@@ -10,7 +10,8 @@ from helpers import random_images, randomize_weights, to_numpy
 from safetensors.numpy import load_file, save_file
 
 import vit_keras
-from vit_keras.checkpoints import load_weights, resize_position_embedding, save_npz
+from vit_keras import load_weights
+from vit_keras.checkpoints import resize_position_embedding, save_npz
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 POSEMB = "Transformer/posembed_input/pos_embedding"

@@ -8,7 +8,8 @@ from helpers import to_numpy
 from safetensors.numpy import save_file
 
 import vit_keras
-from vit_keras.checkpoints import load_weights, save_npz
+from vit_keras import load_weights
+from vit_keras.checkpoints import save_npz
 
 BLOCK = "Transformer/encoderblock_0/"
 

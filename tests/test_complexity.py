@@ -1,4 +1,4 @@
-"""vit_keras.complexity: exact parameter counts, MACs against the ViT table and against
+"""vit_keras.analysis.complexity: exact parameter counts, MACs against the ViT table and against
 TensorFlow's profiler on the traced model graph."""
 
 import keras
@@ -6,8 +6,8 @@ import pytest
 from helpers import requires_tf
 
 from vit_keras import VARIANTS, VisionTransformer, get_variant
-from vit_keras.complexity import count_params, estimate, format_table
-from vit_keras.model import last_block_outputs
+from vit_keras.analysis.complexity import count_params, estimate, format_table
+from vit_keras.core.model import last_block_outputs
 
 MATMUL_OPS = ["MatMul", "BatchMatMulV2", "Conv2D"]
 

@@ -11,7 +11,7 @@ from helpers import to_numpy
 import keras
 import vit_keras
 from vit_keras import VisionTransformer
-from vit_keras.deit import DistillationTrainer, hard_distillation_loss, two_head_model
+from vit_keras.core.deit import DistillationTrainer, hard_distillation_loss, two_head_model
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 

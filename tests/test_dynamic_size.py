@@ -14,9 +14,11 @@ import pytest
 from helpers import BACKEND, random_images, randomize_weights, requires_tf, to_numpy
 
 import vit_keras
-from vit_keras import VisionTransformer, grid_resize
-from vit_keras.checkpoints import load_weights, resize, save_npz
-from vit_keras.model import config_from_model
+from vit_keras import VisionTransformer
+from vit_keras.core import grid_resize
+from vit_keras import load_weights
+from vit_keras.checkpoints import resize, save_npz
+from vit_keras.core.model import config_from_model
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 TOLERANCE = 1e-5  # max abs logit difference, float32

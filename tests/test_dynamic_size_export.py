@@ -16,7 +16,7 @@ from PIL import Image
 
 from vit_keras import VisionTransformer, export, preprocess_input
 from vit_keras.export import graph
-from vit_keras.model import input_image_size
+from vit_keras.core.model import input_image_size
 
 
 @pytest.fixture(scope="module")

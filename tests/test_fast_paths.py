@@ -18,9 +18,9 @@ from keras import ops
 import vit_keras
 from training import recipe
 from vit_keras.fast_paths.tensorflow import scaled_softmax
-from vit_keras.layers import gelu
+from vit_keras.core.layers import gelu
 from vit_keras.fast_paths import export_forms
-from vit_keras.normalization import GroupNorm, LayerNorm
+from vit_keras.core.normalization import GroupNorm, LayerNorm
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -228,7 +228,7 @@ def test_per_head_attention_of_integer_export_equals_the_plain_graph(num_queries
     """Full-integer export unrolls large heads into 2-D products; same values, batch > 1 too."""
     import tensorflow as tf
 
-    from vit_keras import attention
+    from vit_keras.core import attention
 
     layer = attention.MultiHeadSelfAttention(2)
     x = tf.constant(np.random.default_rng(0).normal(size=(2, 64, 32)).astype("float32"))

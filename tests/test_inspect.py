@@ -1,4 +1,4 @@
-"""`vit inspect` and vit_keras.plots: PNGs written with the expected pixel sizes, inspect.json,
+"""`vit inspect` and vit_keras.analysis.plots: PNGs written with the expected pixel sizes, inspect.json,
 the complexity table."""
 
 import json
@@ -10,7 +10,8 @@ from PIL import Image
 
 from training import cli
 from training.inspect import FIGURES, inspect_model, load_images
-from vit_keras import VisionTransformer, plots
+from vit_keras import VisionTransformer
+from vit_keras.analysis import plots
 
 EXPECTED_SIZES = {  # (width, height) in pixels at 100 dpi
     "attention_distance": (500, 400),

@@ -9,7 +9,7 @@ from helpers import random_images, run_layer_test, to_numpy
 from keras import ops
 
 from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding, VisionTransformer
-from vit_keras import deit, heads, layers, masked_patch, normalization, posemb, resnet
+from vit_keras.core import deit, heads, layers, masked_patch, normalization, posemb, resnet
 
 
 def _layer_norm(x, scale, bias, eps=1e-6):

@@ -9,7 +9,7 @@ from helpers import to_numpy
 
 import keras
 from vit_keras import VisionTransformer
-from vit_keras import masked_patch as mpp
+from vit_keras.core import masked_patch as mpp
 
 
 def test_corruption_statistics():

@@ -8,8 +8,8 @@ from helpers import (assert_builtin_tflite_ops, random_images, randomize_weights
 
 import keras
 from vit_keras import VisionTransformer, config_from_model
-from vit_keras.layers import DropPath
-from vit_keras.posemb import sincos2d
+from vit_keras.core.layers import DropPath
+from vit_keras.core.posemb import sincos2d
 
 OFF = dict(drop_path_rate=0.0, posemb="learn", layer_scale_init=None, num_register_tokens=0,
            distilled=False, resnet_layers=None)

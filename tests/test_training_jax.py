@@ -109,10 +109,10 @@ def test_model_parallel_shards_attention_heads_and_mlp_units():
     specs = json.loads(probe.stdout.strip().splitlines()[-1])
     block = "encoderblock_0/"
     assert specs[block + "MultiHeadDotProductAttention_1/query/kernel"] == [None, "model", None]
-    assert specs[block + "MultiHeadDotProductAttention_1/out_kernel"] == ["model", None, None]
+    assert specs[block + "MultiHeadDotProductAttention_1/out/kernel"] == ["model", None, None]
     assert specs[block + "MlpBlock_3/Dense_0/kernel"] == [None, "model"]
     assert specs[block + "MlpBlock_3/Dense_1/kernel"] == ["model", None]
-    assert not any(specs["head/kernel"]) and not any(specs["embedding/kernel"])
+    assert not any(specs["head/kernel"]) and not any(specs["embedding/projection/kernel"])
 
 
 def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):

@@ -14,7 +14,7 @@ import keras
 import vit_keras
 from training import recipe
 from training.configs import Preset
-from vit_keras import masked_patch
+from vit_keras.core import masked_patch
 
 EXEMPT_NAMES = ("cls", "dist", "registers", "pos_embedding", "row_embedding", "col_embedding",
                 "probe", "mask_token", "query/bias", "key/bias", "value/bias")
@@ -68,7 +68,7 @@ def test_trainers_expose_the_wrapped_models_exemptions(tiny_config):
     assert not any(path.endswith(("mask_token", "cls", "pos_embedding")) for path in decayed)
     assert any(path.endswith("mpp_head/kernel") for path in decayed)
 
-    from vit_keras.deit import DistillationTrainer
+    from vit_keras.core.deit import DistillationTrainer
 
     student = vit_keras.VisionTransformer(tiny_config.replace(distilled=True))
     teacher = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),

@@ -118,8 +118,8 @@ def random_batch(batch_size: int, image_size: int, num_classes: int, seed: int =
 def flops_per_image(config, mode: str) -> float:
     """Forward FLOPs per image as the classifier executes them (`last_block_outputs`), x3 for a
     training step (forward + two backward products)."""
-    from vit_keras import complexity
-    from vit_keras.model import last_block_outputs
+    from vit_keras.analysis import complexity
+    from vit_keras.core.model import last_block_outputs
 
     forward = complexity.estimate(config, batch_size=1,
                                   output_tokens=last_block_outputs(config)).flops

@@ -82,7 +82,7 @@ class Classifier:
     @functools.cached_property
     def _patch_rule(self) -> tuple[int, bool]:
         """(pixels per patch side, whether other sizes are padded) of the Keras model."""
-        from vit_keras.model import config_from_model
+        from vit_keras.core.model import config_from_model
 
         config = config_from_model(self.keras_model)
         return config.patch_step, config.dynamic_image_pad
@@ -238,7 +238,7 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None) -> Cl
     """
     from vit_keras import preprocess_input
     from vit_keras.export import graph
-    from vit_keras.model import input_image_size
+    from vit_keras.core.model import input_image_size
 
     def run_logits(images):  # the compiled predict function (tf.function / jax.jit)
         return np.asarray(model.predict_on_batch(preprocess_input(images)))

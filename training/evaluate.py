@@ -101,7 +101,7 @@ FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
 def evaluation_size(model, image_size=None) -> tuple[int, int]:
     """The (height, width) to evaluate `model` at: `image_size` if given (a model taking any
     size), else the model's own input size or training size."""
-    from vit_keras.model import input_image_size
+    from vit_keras.core.model import input_image_size
 
     own = input_image_size(model)
     if image_size is None:

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 def complexity_table(variant: str, image_sizes, batch_size: int = 1) -> str:
     """The `--complexity` report: one row per resolution of `variant`."""
     from vit_keras import get_variant
-    from vit_keras.complexity import estimate, format_table
+    from vit_keras.analysis.complexity import estimate, format_table
 
     config = get_variant(variant)
     rows = [estimate(config, image_size=size, batch_size=batch_size) for size in image_sizes]
@@ -128,7 +128,8 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     import tensorflow as tf
 
     import vit_keras
-    from vit_keras import analysis, complexity, plots
+    from vit_keras import analysis
+    from vit_keras.analysis import complexity, plots
 
     config = vit_keras.config_from_model(model)
     pixels = np.asarray(images, dtype=np.float32)

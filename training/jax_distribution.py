@@ -14,14 +14,15 @@ import os
 
 import keras
 
-# Checkpoint names of the sharded weights (see vit_keras.attention / vit_keras.layers.MLPBlock):
-# attention kernels are (D, heads, head_dim) and (heads, head_dim, D), MLP kernels (D, mlp) and
-# (mlp, D). Every other weight is replicated. Keras matches a pattern against the whole path.
+# Variable paths of the sharded weights (see vit_keras.core.attention / MLPBlock): the attention
+# EinsumDense kernels are (D, heads, head_dim) and (heads, head_dim, D), MLP kernels (D, mlp) and
+# (mlp, D); LoRA adapters and quantized kernels keep the replicated default. Every other weight
+# is replicated. Keras matches a pattern against the whole path.
 MODEL_AXIS, BATCH_AXIS = "model", "batch"
 SHARDED_WEIGHTS = {
-    r".*MultiHeadDotProductAttention_\d+/(query|key|value)_kernel": (None, MODEL_AXIS, None),
-    r".*MultiHeadDotProductAttention_\d+/(query|key|value)_bias": (MODEL_AXIS, None),
-    r".*MultiHeadDotProductAttention_\d+/out_kernel": (MODEL_AXIS, None, None),
+    r".*MultiHeadDotProductAttention_\d+/(query|key|value)/kernel": (None, MODEL_AXIS, None),
+    r".*MultiHeadDotProductAttention_\d+/(query|key|value)/bias": (MODEL_AXIS, None),
+    r".*MultiHeadDotProductAttention_\d+/out/kernel": (MODEL_AXIS, None, None),
     r".*MlpBlock_\d+/Dense_0/kernel": (None, MODEL_AXIS),
     r".*MlpBlock_\d+/Dense_0/bias": (MODEL_AXIS,),
     r".*MlpBlock_\d+/Dense_1/kernel": (MODEL_AXIS, None),

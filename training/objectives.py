@@ -5,10 +5,10 @@ precision, optimizer, backups and `--resume`, the NaN stop, history, best weight
 export and inspection):
 
 - `classify` (supervised): a `VisionTransformer` with softmax cross-entropy.
-- `mpp` (masked patch prediction, paper 4.6): `vit_keras.masked_patch.MaskedPatchPretrainer`
+- `mpp` (masked patch prediction, paper 4.6): `vit_keras.core.masked_patch.MaskedPatchPretrainer`
   on the images (labels unused); writes `encoder.npz` (the pre-trained encoder as an
   official-layout checkpoint) to fine-tune from with `--weights`.
-- `distill` (DeiT): a `distilled=True` ViT trained by `vit_keras.deit.DistillationTrainer`
+- `distill` (DeiT): a `distilled=True` ViT trained by `vit_keras.core.deit.DistillationTrainer`
   against the `teacher` `.keras` model.
 
 The losses live in the models' `compute_loss` (keras.ops), so `fit` trains all three alike.
@@ -100,7 +100,7 @@ class MaskedPatchPrediction(Classification):
         if self.preset.weights:
             raise ValueError("objective 'mpp' pre-trains from scratch; got --weights "
                              f"{self.preset.weights!r}: drop it, or fine-tune with 'classify'")
-        from vit_keras.masked_patch import MaskedPatchPretrainer
+        from vit_keras.core.masked_patch import MaskedPatchPretrainer
 
         return MaskedPatchPretrainer(config, seed=self.preset.seed)
 
@@ -108,7 +108,7 @@ class MaskedPatchPrediction(Classification):
         return {}  # the loss and the patch accuracy are the pretrainer's own
 
     def classifier(self, model, config):
-        from vit_keras.masked_patch import to_classifier
+        from vit_keras.core.masked_patch import to_classifier
 
         return float32_copy(to_classifier(model.network, config), config)
 
@@ -139,7 +139,7 @@ class Distillation(Classification):
         return super().model_config(num_classes).replace(distilled=True)
 
     def build(self, config):
-        from vit_keras.deit import DistillationTrainer
+        from vit_keras.core.deit import DistillationTrainer
 
         teacher = keras.saving.load_model(self.preset.teacher, safe_mode=True)
         student = vit_keras.VisionTransformer(config)

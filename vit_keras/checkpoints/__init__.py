@@ -1,17 +1,18 @@
 """Readers and writers of pretrained ViT weights in foreign layouts, and the posemb resize.
 
-- `load_weights(model, weights, skip_head=None, variant=None)`: official / big_vision `.npz`,
-  timm and Hugging Face `.safetensors`, detected from the file; weights by path, URL, `hf://`
-  or released name (see `vit_keras.pretrained`).
+- `read_checkpoint(path, num_heads)`: official / big_vision `.npz`, timm and Hugging Face
+  `.safetensors`, detected from the file, under the canonical names (`read`); then `fit`
+  (head, position-embedding and patch-size resampling) and `assign` (all or nothing), which
+  `vit_keras.load_weights` runs in that order.
 - `save_npz(model, path)`: the official release layout.
 - `resize_position_embedding(posemb, new_grid, has_class_token)`: the official resize rule.
 - `resample_patch_embedding(kernel, new_patch_size)`: FlexiViT's patch-size resize.
 """
 
-from vit_keras.checkpoints.loading import load_weights, read_checkpoint
 from vit_keras.checkpoints.official import save_npz
 from vit_keras.checkpoints.patch_resize import resample_patch_embedding
+from vit_keras.checkpoints.read import read_checkpoint
 from vit_keras.checkpoints.resize import resize_position_embedding
 
-__all__ = ["load_weights", "read_checkpoint", "resample_patch_embedding",
+__all__ = ["read_checkpoint", "resample_patch_embedding",
            "resize_position_embedding", "save_npz"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from vit_keras.model import preprocess_input
+from vit_keras.core.applications import preprocess_input
 
 
 def require_tensorflow(what: str) -> None:
@@ -118,7 +118,7 @@ def at_image_size(model: keras.Model, size=None) -> keras.Model:
     Raises:
         ValueError: `size` differs from a fixed model's size.
     """
-    from vit_keras.model import input_image_size
+    from vit_keras.core.model import input_image_size
 
     if not takes_any_size(model):
         if size is not None and tuple(size) != image_size(model):

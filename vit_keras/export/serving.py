@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from vit_keras import atomic
 from vit_keras.export import graph
-from vit_keras.model import input_image_size
+from vit_keras.core.model import input_image_size
 
 SERVING_DEFAULT = "serving_default"
 SERVE_BYTES = "serve_bytes"

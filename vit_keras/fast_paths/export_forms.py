@@ -117,11 +117,12 @@ def per_head_attention(query, key, value, scale):
     # One transpose of all values, sliced per head: the product then takes activation weights
     # (a transpose right before each product would be folded into an int8 BATCH_MATMUL).
     value_t = tf.transpose(value, (0, 2, 3, 1))  # [batch, heads, head_dim, keys]
+    query = query * scale
     per_example = []
     for b in range(key.shape[0]):
         per_head = []
         for h in range(key.shape[2]):
-            logits = tf.matmul(query[b, :, h] * scale, key[b, :, h], transpose_b=True)
+            logits = tf.matmul(query[b, :, h], key[b, :, h], transpose_b=True)
             probs = tf.nn.softmax(logits, axis=-1)
             per_head.append(tf.matmul(probs, value_t[b, h], transpose_b=True))
         per_example.append(tf.stack(per_head, axis=1))

@@ -16,7 +16,7 @@ import hashlib
 import os
 import urllib.parse
 
-from vit_keras.checkpoints import keys, loading
+from vit_keras.checkpoints.read import read_checkpoint
 from vit_keras.config import get_variant
 from vit_keras.pretrained import download, registry, trained
 
@@ -87,7 +87,7 @@ def _release_problem(release: registry.Release, path: str) -> str | None:
     """Why a downloaded file is not `release` (read as its architecture), or None."""
     architecture = get_variant(release.variant)
     try:
-        checkpoint = loading.read_checkpoint(path, architecture.num_heads)
+        checkpoint = read_checkpoint(path, architecture.num_heads)
     except ValueError as error:
         return str(error)
     return trained.release_mismatch(release, trained.trained_config_fields(checkpoint,
@@ -120,7 +120,7 @@ def variant_of_model(model, weights) -> str | None:
     if not (isinstance(weights, str) and registry.is_weight_name(weights)):
         return None
     from vit_keras.config import variant_of
-    from vit_keras.model import config_from_model
+    from vit_keras.core.model import config_from_model
 
     variant = variant_of(config_from_model(model))
     if variant is None:

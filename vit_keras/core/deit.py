@@ -13,7 +13,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from vit_keras.initializers import PACKAGE
+from vit_keras.core.initializers import PACKAGE
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -6,9 +6,9 @@ import math
 import keras
 from keras import ops
 
-from vit_keras import fast_paths
+from vit_keras import fast_paths, legacy
 from vit_keras.fast_paths import project
-from vit_keras.initializers import PACKAGE, DenseGeneralGlorotUniform
+from vit_keras.core.initializers import PACKAGE, DenseGeneralGlorotUniform
 
 # The projections' names inside the layer: LoRA and quantization filters select them by name.
 PROJECTIONS = ("query", "key", "value", "out")
@@ -117,6 +117,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def load_own_variables(self, store):
+        # Its weights live in its EinsumDense sublayers; the earlier release kept them here.
+        legacy.refuse_legacy_variables(self, store)
 
     def get_config(self):
         config = super().get_config()

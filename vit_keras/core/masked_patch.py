@@ -18,8 +18,8 @@ import numpy as np
 from keras import ops
 
 from vit_keras.config import ViTConfig
-from vit_keras.initializers import PACKAGE
-from vit_keras.model import VisionTransformer, encode_tokens, patch_tokens
+from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.model import VisionTransformer, encode_tokens, patch_tokens
 
 NOT_SELECTED = -1
 MASKED = -2

@@ -1,15 +1,14 @@
-"""The Vision Transformer as a functional Keras model, and keras.applications-style constructors."""
+"""`VisionTransformer`: the ViT of a `ViTConfig` as a functional Keras model carrying its config."""
 
 from __future__ import annotations
 
 import keras
-from keras import ops
 
-from vit_keras import layers as vit_layers
-from vit_keras import lora, quantization
-from vit_keras.config import ViTConfig, get_variant, resnet_stride
-from vit_keras.initializers import PACKAGE
-from vit_keras.normalization import LayerNorm
+from vit_keras.core import layers as vit_layers
+from vit_keras import legacy, lora, quantization
+from vit_keras.config import ViTConfig
+from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.normalization import LayerNorm
 
 POOLING_MODES = (None, "token", "gap", "avg", "map")
 
@@ -28,7 +27,7 @@ def patch_tokens(config: ViTConfig, images, dtype=None):
     """
     features = images
     if config.resnet_layers is not None:
-        from vit_keras.resnet import ResNetStem
+        from vit_keras.core.resnet import ResNetStem
 
         features = ResNetStem(config.resnet_layers, config.resnet_width, name="resnet",
                               dtype=dtype)(images)
@@ -50,7 +49,7 @@ def _add_positions(config: ViTConfig, patches, dtype=None):
         tokens = keras.layers.Reshape((-1, config.hidden_size), name="patch_tokens",
                                       dtype=dtype)(patches)
     if config.posemb != "learn":
-        from vit_keras import posemb
+        from vit_keras.core import posemb
 
         kind = (posemb.SinCosPositionEmbedding if config.posemb == "sincos2d"
                 else posemb.Learned2DPositionEmbedding)
@@ -59,7 +58,7 @@ def _add_positions(config: ViTConfig, patches, dtype=None):
     if config.classifier == "token":
         tokens = vit_layers.ClassToken(name="cls", dtype=dtype)(tokens)
     if config.distilled:
-        from vit_keras.deit import DistillationToken
+        from vit_keras.core.deit import DistillationToken
 
         tokens = DistillationToken(name="dist", dtype=dtype)(tokens)
     if config.posemb == "learn":
@@ -115,7 +114,7 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, d
 
 def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtype=None):
     if mode == "map":
-        from vit_keras.heads import MAPHead
+        from vit_keras.core.heads import MAPHead
 
         return MAPHead(config.num_heads, config.mlp_dim, config.gelu_approximate, name=name,
                        dtype=dtype)
@@ -253,111 +252,6 @@ def _head(config: ViTConfig, name: str, dtype=None):
         name=name, dtype=quantization.float32_policy(dtype, name))
 
 
-def preprocess_input(images):
-    """Maps RGB pixel values in 0..255 to [-1, 1], the range the official models were trained on.
-
-    Args:
-        images: array or tensor of any shape, values in [0, 255].
-
-    Returns:
-        float32 tensor, (images - 127.5) / 127.5.
-    """
-    images = ops.cast(images, "float32")
-    return (images - 127.5) / 127.5
-
-
-DEFAULT_CLASSES = 1000  # ImageNet-1k, as keras.applications
-
-
-def _application(variant: str, default_name: str):
-    """Makes a keras.applications-style constructor for one official variant."""
-
-    def constructor(include_top=True, weights=None, input_shape=None, classes=None,
-                    pooling=None, classifier_activation=None, **config_overrides):
-        if input_shape is not None and len(input_shape) != 3:
-            raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}")
-        checkpoint, overrides = None, dict(config_overrides)
-        if weights is not None:
-            from vit_keras.pretrained.loading import read_pretrained  # only needed with weights
-
-            checkpoint, path, trained = read_pretrained(
-                weights, variant, config_overrides, classes=classes, include_top=include_top)
-            overrides = {**trained, **overrides}
-        if classes is not None or "num_classes" not in overrides:
-            overrides["num_classes"] = DEFAULT_CLASSES if classes is None else classes
-        if input_shape is not None:
-            overrides.update(image_size=(input_shape[0], input_shape[1]), channels=input_shape[2])
-        config = get_variant(variant, **overrides)
-        model = VisionTransformer(config, include_top=include_top, pooling=pooling,
-                                  classifier_activation=classifier_activation, name=default_name)
-        if checkpoint is not None:
-            from vit_keras.checkpoints.loading import assign_checkpoint
-
-            assign_checkpoint(model, checkpoint, path, skip_head=True if not include_top else None)
-        return model
-
-    constructor.__name__ = default_name
-    constructor.__doc__ = f"""Builds ViT-{variant} (official configuration), optionally pretrained.
-
-    With `weights`, the model takes the resolution, classes and pre_logits the weights were
-    trained with, unless `input_shape`, `classes` or `representation_size` say otherwise: the
-    position embedding is then resized, and other `classes` get a new zero-initialised head
-    without pre_logits (the paper's fine-tuning), the released head being left out (logged).
-
-    Args:
-        include_top: whether to include the classification head.
-        weights: None (random init); a released weight name for ViT-{variant} (e.g.
-            'imagenet21k+imagenet2012'; `vit weights list` shows them), downloaded once into the
-            Keras cache; an https:// URL; hf://ORG/REPO; or a checkpoint file path.
-        input_shape: (height, width, channels); default: the weights' resolution, else 224 px.
-        classes: number of classes of the head; default: the weights' head, else 1000.
-        pooling: with include_top=False: None (token sequence), 'token', 'gap' or 'avg'.
-        classifier_activation: activation of the head (None = logits).
-        **config_overrides: any other `ViTConfig` field (dropout_rate, representation_size...).
-
-    Returns:
-        A `keras.Model` taking images in [-1, 1].
-    """
-    return constructor
-
-
-ViTTi16 = _application("Ti/16", "vit_ti16")
-ViTS16 = _application("S/16", "vit_s16")
-ViTS32 = _application("S/32", "vit_s32")
-ViTB8 = _application("B/8", "vit_b8")
-ViTB16 = _application("B/16", "vit_b16")
-ViTB32 = _application("B/32", "vit_b32")
-ViTL16 = _application("L/16", "vit_l16")
-ViTL32 = _application("L/32", "vit_l32")
-ViTH14 = _application("H/14", "vit_h14")
-ViTRTi16 = _application("R+Ti/16", "vit_r_ti16")
-ViTR26S32 = _application("R26+S/32", "vit_r26_s32")
-ViTR26B32 = _application("R26+B/32", "vit_r26_b32")
-ViTR50B16 = _application("R50+B/16", "vit_r50_b16")
-ViTR50L32 = _application("R50+L/32", "vit_r50_l32")
-
-APPLICATIONS = {"Ti/16": ViTTi16, "S/16": ViTS16, "S/32": ViTS32, "B/8": ViTB8, "B/16": ViTB16,
-                "B/32": ViTB32, "L/16": ViTL16, "L/32": ViTL32, "H/14": ViTH14,
-                "R+Ti/16": ViTRTi16, "R26+S/32": ViTR26S32, "R26+B/32": ViTR26B32,
-                "R50+B/16": ViTR50B16, "R50+L/32": ViTR50L32}
-
-
-def create_model(variant: str, **kwargs) -> keras.Model:
-    """Builds an official variant by name, as its `ViT*` constructor does.
-
-    Args:
-        variant: 'B/16', 'R50+B/16', or an official spelling ('ViT-B_16').
-        **kwargs: the constructor's arguments (weights, input_shape, classes, ...).
-
-    Returns:
-        The model.
-    """
-    from vit_keras.config import variant_name
-
-    key = variant_name(variant)
-    return (APPLICATIONS.get(key) or _application(key, "vit"))(**kwargs)
-
-
 def config_from_model(model: keras.Model) -> ViTConfig:
     """The `ViTConfig` of a model: `model.config` for a `VisionTransformer`.
 
@@ -374,28 +268,7 @@ def config_from_model(model: keras.Model) -> ViTConfig:
     """
     if isinstance(model, VisionTransformer):
         return model.config
-    try:
-        embedding = model.get_layer("embedding")
-        block = model.get_layer("encoderblock_0")
-    except ValueError as error:
-        raise ValueError(f"model {model.name!r} was not built by VisionTransformer: {error}")
-    layer_names = {layer.name for layer in model.layers}
-    num_layers = sum(name.startswith("encoderblock_") for name in layer_names)
-    channels = model.inputs[0].shape[-1]
-    head = model.get_layer("head") if "head" in layer_names else None
-    pre_logits = model.get_layer("pre_logits") if "pre_logits" in layer_names else None
-    values = dict(
-        patch_size=embedding.patch_size,
-        hidden_size=embedding.hidden_size, mlp_dim=block.mlp_dim, num_heads=block.num_heads,
-        num_layers=num_layers, num_classes=head.units if head is not None else 1,
-        classifier="token" if "cls" in layer_names else "gap",
-        representation_size=pre_logits.units if pre_logits is not None else None,
-        dropout_rate=block.dropout_rate, attention_dropout_rate=block.attention_dropout_rate,
-        channels=channels, gelu_approximate=block.gelu_approximate,
-    )
-    values.update(_option_fields(model, layer_names, num_layers))
-    values.update(_image_size_fields(model, embedding, values))
-    return ViTConfig(**values)
+    return legacy.config_from_layers(model)
 
 
 def input_image_size(model: keras.Model) -> tuple[int, int]:
@@ -419,34 +292,3 @@ def input_image_size(model: keras.Model) -> tuple[int, int]:
     except ValueError as error:
         raise ValueError(f"model {model.name!r} takes images of any size and is not a ViT of "
                          f"vit_keras: give the image size explicitly ({error})") from None
-
-
-def _image_size_fields(model, embedding, values) -> dict:
-    """`image_size` (the stored size, for a model taking any size) and the dynamic options."""
-    _, height, width, _ = model.inputs[0].shape
-    if height is not None and width is not None:
-        return dict(image_size=(height, width))
-    stored = model.get_layer("posembed_input").grid_size
-    step = embedding.patch_size * resnet_stride(values.get("resnet_layers"))
-    return dict(image_size=(stored[0] * step, stored[1] * step), dynamic_image_size=True,
-                dynamic_image_pad=embedding.pad)
-
-
-def _option_fields(model, layer_names, num_layers) -> dict:
-    """The optional `ViTConfig` fields (hybrid, posemb, registers, ...) read off the layers."""
-    fields = {}
-    if "resnet" in layer_names:
-        resnet = model.get_layer("resnet")
-        fields.update(resnet_layers=resnet.block_counts, resnet_width=resnet.width_factor)
-    last_block = model.get_layer(f"encoderblock_{num_layers - 1}")
-    fields.update(drop_path_rate=last_block.drop_path_rate if num_layers > 1 else 0.0,
-                  layer_scale_init=last_block.layer_scale_init,
-                  distilled="dist" in layer_names)
-    posemb = model.get_layer("posembed_input").__class__.__name__
-    fields["posemb"] = {"SinCosPositionEmbedding": "sincos2d",
-                        "Learned2DPositionEmbedding": "learn2d"}.get(posemb, "learn")
-    if "registers" in layer_names:
-        fields["num_register_tokens"] = model.get_layer("registers").num_tokens
-    if "pool" in layer_names and model.get_layer("pool").__class__.__name__ == "MAPHead":
-        fields["classifier"] = "map"
-    return fields

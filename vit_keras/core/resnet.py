@@ -13,8 +13,8 @@ Sub-layer names follow the official checkpoint keys (`conv_root`, `gn_root`,
 import keras
 from keras import ops
 
-from vit_keras.initializers import PACKAGE
-from vit_keras.normalization import GroupNorm
+from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.normalization import GroupNorm
 
 GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6   # flax.linen.GroupNorm's default, used by the official model

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from vit_keras import fast_paths
-from vit_keras.initializers import PACKAGE
+from vit_keras.core.initializers import PACKAGE
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 from PIL import Image
 
-from vit_keras.model import config_from_model, input_image_size
+from vit_keras.core.model import config_from_model, input_image_size
 
 HEAD_FUSIONS = ("mean", "max", "min")
 

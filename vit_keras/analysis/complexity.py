@@ -138,7 +138,7 @@ def estimate(config: ViTConfig, image_size=None, batch_size: int = 1,
         bytes_per_element: size of a stored activation (4 for float32, 2 under mixed precision).
         output_tokens: count the last block for only its first `output_tokens` outputs, as
             `VisionTransformer` runs it under a class-token head (see
-            `vit_keras.model.last_block_outputs`); None counts every token, the convention of
+            `vit_keras.core.model.last_block_outputs`); None counts every token, the convention of
             the papers' GMACs tables.
 
     Returns:

@@ -1,15 +1,15 @@
 """2-D position embeddings: fixed sine-cosine (big_vision) and learned row/column (the paper's
 ablation, appendix D.4). Both are added to the patch tokens only, before any class token.
 
-The official 1-D learned embedding stays `vit_keras.layers.PositionEmbedding`.
+The official 1-D learned embedding stays `vit_keras.core.layers.PositionEmbedding`.
 """
 
 import keras
 import numpy as np
 from keras import ops
 
-from vit_keras import grid_resize
-from vit_keras.initializers import PACKAGE
+from vit_keras.core import grid_resize
+from vit_keras.core.initializers import PACKAGE
 
 
 def sincos2d(rows, cols, width: int, temperature: float = 10_000.0, xp=np):

@@ -7,10 +7,12 @@ Sub-layer names follow the released checkpoints (`LayerNorm_0`, `MultiHeadDotPro
 import keras
 from keras import ops
 
-from vit_keras import fast_paths, grid_resize
-from vit_keras.attention import MultiHeadSelfAttention
-from vit_keras.initializers import PACKAGE
-from vit_keras.normalization import LayerNorm
+from vit_keras import fast_paths, legacy
+
+from vit_keras.core import grid_resize
+from vit_keras.core.attention import MultiHeadSelfAttention
+from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.normalization import LayerNorm
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 changes the outputs
 
@@ -106,6 +108,10 @@ class PatchEmbedding(keras.layers.Layer):
         if not self.flatten:
             return (batch, *grid, self.hidden_size)
         return (batch, grid[0] * grid[1], self.hidden_size)
+
+    def load_own_variables(self, store):
+        # Its weights live in its EinsumDense sublayers; the earlier release kept them here.
+        legacy.refuse_legacy_variables(self, store)
 
     def get_config(self):
         config = super().get_config()

@@ -4,10 +4,10 @@ tokens, then a residual MLP; the result is the image representation (`classifier
 import keras
 from keras import ops
 
-from vit_keras.attention import MultiHeadSelfAttention
-from vit_keras.initializers import PACKAGE
-from vit_keras.layers import LAYER_NORM_EPSILON, MLPBlock
-from vit_keras.normalization import LayerNorm
+from vit_keras.core.attention import MultiHeadSelfAttention
+from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.layers import LAYER_NORM_EPSILON, MLPBlock
+from vit_keras.core.normalization import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
