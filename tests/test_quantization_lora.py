@@ -194,6 +194,7 @@ def test_the_model_carries_its_config(tiny_config, tmp_path):
     assert VisionTransformer.from_config(features.get_config()).output.shape == (None, 32)
 
 
+@pytest.mark.filterwarnings("ignore:Skipping nested container")  # Keras, on the old file
 def test_a_keras_file_of_the_earlier_release_names_its_conversion(tmp_path):
     old = os.path.join(DATA, "legacy_0.1_map.keras")
     with pytest.raises(ValueError, match="python -m vit_keras.convert OLD.keras NEW.keras"):
