@@ -8,7 +8,7 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from helpers import random_images, randomize_weights, to_numpy
+from helpers import random_images, randomize_weights, requires_tf, to_numpy
 
 from vit_keras import VisionTransformer, ViTConfig, convert, lora
 from vit_keras.checkpoints import save_npz
@@ -206,3 +206,13 @@ def test_a_keras_file_of_the_earlier_release_names_its_conversion(tmp_path):
     with np.load(os.path.join(DATA, "legacy_0.1_map_io.npz"), allow_pickle=False) as archive:
         np.testing.assert_allclose(to_numpy(model(archive["images"])), archive["outputs"],
                                    atol=1e-6)
+
+
+@requires_tf
+def test_export_of_a_keras_quantized_model_is_refused_clearly(tiny_config, tmp_path):
+    from vit_keras import export
+
+    model = _model(tiny_config)
+    model.quantize("int8")
+    with pytest.raises(ValueError, match="export takes the float model"):
+        export.saved_model(model, str(tmp_path / "saved_model"))

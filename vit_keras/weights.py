@@ -134,7 +134,7 @@ def read_pretrained(weights: str, variant: str, config_overrides: dict, *,
 
 
 def _read(weights: str, variant: str | None,
-                 num_heads: int) -> tuple[keys.Checkpoint, str, registry.Release | None]:
+          num_heads: int) -> tuple[keys.Checkpoint, str, registry.Release | None]:
     """`local_weights`, then the file read into canonical names.
 
     Args:
@@ -160,7 +160,7 @@ def _read(weights: str, variant: str | None,
 
 
 def _variant_of_model(config, weights) -> str | None:
-    """The official variant `model` is, when `weights` is a weight name (else None: not needed).
+    """The official variant of `config`, when `weights` is a weight name (else None: unneeded).
 
     Args:
         config: the model's `ViTConfig`.

@@ -54,6 +54,7 @@ class PatchEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         self._check_sides(input_shape)
+        self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: input_shape[-1]})
         # [batch, rows, P, cols, P, C] x (P, P, C, D) -> [batch, rows, cols, D]
         self.projection = keras.layers.EinsumDense(
             "brpcqk,pqkd->brcd", output_shape=(None, None, self.hidden_size), bias_axes="d",

@@ -34,7 +34,19 @@ def float32_model(model: keras.Model) -> keras.Model:
 
     Returns:
         A model whose layers all compute in float32.
+
+    Raises:
+        ValueError: the model was quantized by `model.quantize`: every export starts from the
+            float weights and has its own int8 forms for its runtime.
     """
+    from vit_keras.quantization import is_quantized
+
+    if is_quantized(model):
+        raise ValueError(
+            f"model {model.name!r} was quantized with model.quantize(); export takes the float "
+            "model and quantizes for each runtime itself: export the model before quantize() "
+            "and pick an int8 format (tflite_int8, tflite_dynamic_int8, onnx_int8, "
+            "onnx_dynamic_int8 in vit export; quantization='int8' in export.tflite)")
     if all(layer.compute_dtype == "float32" for layer in model.layers):
         return model
 

@@ -57,32 +57,6 @@ def local_weights(weights: str, variant: str | None = None, *,
     return weights, None
 
 
-def read_weights(weights: str, variant: str | None,
-                 num_heads: int) -> tuple[keys.Checkpoint, str, registry.Release | None]:
-    """`local_weights`, then the file read into canonical names.
-
-    Args:
-        weights: as `local_weights`.
-        variant: as `local_weights`.
-        num_heads: attention heads of the target model (to split fused torch weights).
-
-    Returns:
-        (checkpoint, path, release or None).
-
-    Raises:
-        ValueError: as `local_weights`, or an unreadable file (a cached one is named, with
-            what to do).
-    """
-    path, release = local_weights(weights, variant)
-    try:
-        return loading.read_checkpoint(path, num_heads), path, release
-    except ValueError as error:
-        if os.path.abspath(path).startswith(download.cache_root() + os.sep):
-            raise ValueError(f"{error}\n  {path} is in the weights cache: delete it to download "
-                             "it again") from None
-        raise
-
-
 def _release_problem(release: registry.Release, path: str) -> str | None:
     """Why a downloaded file is not `release` (read as its architecture), or None."""
     architecture = get_variant(release.variant)
@@ -102,32 +76,6 @@ def _refuse_misspelt_name(weights: str) -> None:
     if close:
         raise ValueError(f"weights {weights!r} is neither a file nor a weight name; did you "
                          f"mean {close[0]!r}? (`vit weights list` shows them)")
-
-
-def variant_of_model(model, weights) -> str | None:
-    """The official variant `model` is, when `weights` is a weight name (else None: not needed).
-
-    Args:
-        model: a model built by `VisionTransformer`.
-        weights: the `weights` argument.
-
-    Returns:
-        'B/16'-style variant, or None when `weights` is no weight name.
-
-    Raises:
-        ValueError: `weights` is a weight name and the model is no official architecture.
-    """
-    if not (isinstance(weights, str) and registry.is_weight_name(weights)):
-        return None
-    from vit_keras.config import variant_of
-    from vit_keras.core.model import config_from_model
-
-    variant = variant_of(config_from_model(model))
-    if variant is None:
-        raise ValueError(f"weights {weights!r} name a release for an official architecture, but "
-                         f"model {model.name!r} is not one (its patch size, width, depth, heads "
-                         "or MLP differ): pass variant='B/16' (or similar), or a file path")
-    return variant
 
 
 def url_cache_path(url: str) -> str:

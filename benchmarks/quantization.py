@@ -1,0 +1,141 @@
+"""Keras' own `model.quantize` on our ViT: accuracy, weight memory and inference speed.
+
+    pip install -e . && vit train          # the default job: saved_models/digits_tiny/
+    python benchmarks/quantization.py [--model saved_models/digits_tiny/model.keras]
+        [--variants S/16,B/16] [--backends tensorflow,jax,torch] [--batch 8] [--repeats 3]
+
+1. Accuracy: the default job's model (float) and copies quantized to int8, int4 and float8,
+   top-1 on its validation split (the 20% digits test split), on TensorFlow.
+2. Memory and speed: S/16 and B/16 at 224 px with random weights, float32 vs int8 vs int4 vs
+   float8, weight bytes (every variable, as stored) and inference img/s of the compiled
+   `predict_on_batch`, each backend in its own subprocess. Inside a process the modes are timed
+   alternately (float, int8, int4, float8, float, ...) so that machine noise hits all alike;
+   the table gives the median and the ratio to float.
+
+Results go to benchmarks/results/quantization.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODES = ("float32", "int8", "int4", "float8")
+
+
+def _quantized(model_path: str, mode: str):
+    import keras
+
+    import vit_keras  # noqa: F401  registers the layers
+
+    model = keras.saving.load_model(model_path, compile=False, safe_mode=True)
+    if mode != "float32":
+        model.quantize(mode)
+    return model
+
+
+def accuracy(model_path: str) -> dict:
+    """Top-1 of the model and its quantized copies on the digits validation split."""
+    from training import evaluate, sources
+
+    source = sources.digits_source("val")
+    return {mode: evaluate.evaluate(_quantized(model_path, mode), source)["top1"]
+            for mode in MODES}
+
+
+def weight_bytes(model) -> int:
+    """Bytes of every variable as stored (int4 kernels are packed two to a byte)."""
+    import numpy as np
+
+    return int(sum(np.prod(v.shape) * np.dtype(v.dtype).itemsize for v in model.weights))
+
+
+def speed(variant: str, batch: int, repeats: int) -> dict:
+    """Weight MB and inference img/s of one variant in every mode, in this process's backend."""
+    import statistics
+    import time
+
+    import keras
+    import numpy as np
+
+    sys.path.insert(0, REPO)
+    from vit_keras import VisionTransformer, get_variant
+
+    images = np.random.default_rng(0).uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
+    models = {}
+    for mode in MODES:
+        keras.utils.set_random_seed(0)
+        model = VisionTransformer(get_variant(variant))
+        if mode != "float32":
+            model.quantize(mode)
+        model.predict_on_batch(images)  # compile and warm up
+        models[mode] = model
+    seconds = {mode: [] for mode in MODES}
+    for _ in range(repeats):
+        for mode, model in models.items():
+            start = time.perf_counter()
+            model.predict_on_batch(images)
+            seconds[mode].append(time.perf_counter() - start)
+    rows = {}
+    for mode, model in models.items():
+        img_s = batch / statistics.median(seconds[mode])
+        rows[mode] = {"weight_mb": weight_bytes(model) / 2**20, "img_per_s": img_s}
+    for mode in MODES:
+        rows[mode]["speed_vs_float"] = rows[mode]["img_per_s"] / rows["float32"]["img_per_s"]
+        rows[mode]["memory_vs_float"] = rows[mode]["weight_mb"] / rows["float32"]["weight_mb"]
+    return rows
+
+
+def _in_subprocess(backend: str, variant: str, batch: int, repeats: int) -> dict:
+    code = (f"import sys, json; sys.path.insert(0, {REPO!r}); "
+            f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+            "import quantization as q; "
+            f"print(json.dumps(q.speed({variant!r}, {batch}, {repeats})))")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, cwd=REPO)
+    if result.returncode:
+        return {"error": result.stderr.strip().splitlines()[-1]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=os.path.join(REPO, "saved_models", "digits_tiny",
+                                                        "model.keras"))
+    parser.add_argument("--variants", default="S/16,B/16")
+    parser.add_argument("--backends", default="tensorflow,jax,torch")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--output", default=os.path.join(REPO, "benchmarks", "results",
+                                                         "quantization.json"))
+    args = parser.parse_args(argv)
+    results = {"accuracy": None, "speed": {}}
+    if os.path.exists(args.model):
+        results["accuracy"] = accuracy(args.model)
+        print("default job, digits val top-1: " + "  ".join(
+            f"{mode} {100 * top1:.2f}%" for mode, top1 in results["accuracy"].items()))
+    else:
+        print(f"{args.model} not found: run `vit train` first for the accuracy table")
+    for backend in args.backends.split(","):
+        for variant in args.variants.split(","):
+            rows = _in_subprocess(backend, variant, args.batch, args.repeats)
+            results["speed"][f"{backend} {variant}"] = rows
+            if "error" in rows:
+                print(f"{backend:10s} {variant:5s} failed: {rows['error']}")
+                continue
+            for mode, row in rows.items():
+                print(f"{backend:10s} {variant:5s} {mode:8s} {row['weight_mb']:8.1f} MB "
+                      f"({row['memory_vs_float']:.2f}x)  {row['img_per_s']:6.2f} img/s "
+                      f"({row['speed_vs_float']:.2f}x)")
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as file:
+        json.dump(results, file, indent=2)
+
+
+if __name__ == "__main__":
+    main()
