@@ -12,7 +12,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from helpers import dtype_name, requires_tf, to_numpy, value_and_gradients
+from helpers import dtype_name, randomize_weights, requires_tf, to_numpy, value_and_gradients
 from keras import ops
 
 import vit_keras
@@ -282,3 +282,42 @@ def test_last_block_computes_only_the_tokens_the_head_reads(tiny_config, trainin
     assert model.get_layer("encoder_norm").output.shape[1] == 1
     features = vit_keras.VisionTransformer(tiny_config, include_top=False)
     assert features.get_layer("encoder_norm").output.shape[1] == 17
+
+
+@pytest.mark.parametrize("kind", ["dense", "heads", "output", "lora"])
+def test_projection_fast_path_equals_the_keras_layer(kind):
+    """TensorFlow's 2-D MatMul + BiasAdd form of a float Dense/EinsumDense (LoRA included) is
+    the layer's own call; elsewhere `project` is the layer's call."""
+    from vit_keras.core.attention import head_projection, output_projection
+
+    rng = np.random.default_rng(0)
+    if kind == "dense":
+        layer, x = keras.layers.Dense(12), rng.normal(size=(10, 8))
+    elif kind == "output":
+        layer, x = output_projection(8, None), rng.normal(size=(2, 5, 2, 4))
+    else:
+        layer, x = head_projection("query", 2, 4, None), rng.normal(size=(2, 5, 8))
+    x = x.astype("float32")
+    layer.build(x.shape)
+    randomize_weights(layer)
+    if kind == "lora":
+        layer.enable_lora(2)
+        randomize_weights([layer.lora_kernel_b], seed=1)
+    fast = to_numpy(vit_keras.fast_paths.project(layer, x))
+    np.testing.assert_allclose(fast, to_numpy(layer(x)), atol=1e-5)
+
+
+def test_patch_embedding_fast_path_equals_the_einsum_projection():
+    """The strided convolution TensorFlow runs is the EinsumDense over the patches."""
+    layer = vit_keras.PatchEmbedding(hidden_size=8, patch_size=4)
+    images = np.random.default_rng(0).normal(size=(2, 8, 12, 3)).astype("float32")
+    layer.build(images.shape)
+    randomize_weights(layer)
+    plain = to_numpy(layer.projection(layer._patches(images)))
+    fast = vit_keras.fast_paths.patch_projection(layer.projection, images, 4)
+    if fast is None:
+        assert not vit_keras.fast_paths.fused_training_available()  # only TensorFlow has one
+        return
+    np.testing.assert_allclose(to_numpy(fast), plain, atol=1e-5)
+    layer.projection.quantize("int8")  # a quantized projection always runs Keras' own call
+    assert vit_keras.fast_paths.patch_projection(layer.projection, images, 4) is None

@@ -66,10 +66,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             projection.build(input_shape)
         self.out.build((*input_shape[:-1], self.num_heads, head_dim))
 
-    @property
-    def head_dim(self) -> int:
-        return self.query.kernel.shape[-1]
-
     def no_weight_decay(self):
         """The (heads, head_dim) biases, which the 1-D rule of `vit_keras.no_weight_decay`
         does not catch."""
@@ -96,7 +92,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         queries = inputs if num_queries is None else inputs[:, :num_queries]
         query = project(self.query, queries)
         key, value = project(self.key, context), project(self.value, context)
-        scale = 1.0 / math.sqrt(self.head_dim)
+        scale = 1.0 / math.sqrt(inputs.shape[-1] // self.num_heads)
         if not return_attention_scores:
             attended = fast_paths.attention(
                 query, key, value, scale,
