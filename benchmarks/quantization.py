@@ -5,7 +5,7 @@
         [--variants S/16,B/16] [--backends tensorflow,jax,torch] [--batch 8] [--repeats 3]
 
 1. Accuracy: the default job's model (float) and copies quantized to int8, int4 and float8,
-   top-1 on its validation split (the 20% digits test split), on TensorFlow.
+   top-1 on its evaluation split (the 20% digits test split), on TensorFlow.
 2. Memory and speed: S/16 and B/16 at 224 px with random weights, float32 vs int8 vs int4 vs
    float8, weight bytes (every variable, as stored) and inference img/s of the compiled
    `predict_on_batch`, each backend in its own subprocess. Inside a process the modes are timed
@@ -39,10 +39,10 @@ def _quantized(model_path: str, mode: str):
 
 
 def accuracy(model_path: str) -> dict:
-    """Top-1 of the model and its quantized copies on the digits validation split."""
+    """Top-1 of the model and its quantized copies on the digits test split."""
     from training import evaluate, sources
 
-    source = sources.digits_source("val")
+    source = sources.digits_source("test")
     return {mode: evaluate.evaluate(_quantized(model_path, mode), source)["top1"]
             for mode in MODES}
 
@@ -117,7 +117,7 @@ def main(argv=None) -> None:
     results = {"accuracy": None, "speed": {}}
     if os.path.exists(args.model):
         results["accuracy"] = accuracy(args.model)
-        print("default job, digits val top-1: " + "  ".join(
+        print("default job, digits test top-1: " + "  ".join(
             f"{mode} {100 * top1:.2f}%" for mode, top1 in results["accuracy"].items()))
     else:
         print(f"{args.model} not found: run `vit train` first for the accuracy table")
