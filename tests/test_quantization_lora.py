@@ -46,7 +46,7 @@ def _keras_warnings(record):
                                          ("float8", "token")])
 def test_quantize_converts_every_projection_quietly_and_saves(tiny_config, mode, option,
                                                              tmp_path):
-    config = tiny_config.replace(**OPTIONS[option])
+    config = tiny_config.replace(num_layers=1, **OPTIONS[option])
     model = _model(config)
     images = random_images(config)
     expected = to_numpy(model(images))
@@ -95,8 +95,8 @@ def test_quantize_filters_and_modes(tiny_config):
 
 
 def test_hybrid_convolutions_stay_float_with_one_warning():
-    config = ViTConfig(image_size=32, patch_size=1, hidden_size=32, mlp_dim=64, num_heads=4,
-                       num_layers=1, num_classes=5, resnet_layers=(1,))
+    config = ViTConfig(image_size=16, patch_size=1, hidden_size=32, mlp_dim=64, num_heads=4,
+                       num_layers=1, num_classes=5, resnet_layers=())
     model = _model(config)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -107,7 +107,7 @@ def test_hybrid_convolutions_stay_float_with_one_warning():
 
 
 def test_quantized_weights_cannot_be_read_as_float(tiny_config, tmp_path):
-    model = _model(tiny_config)
+    model = _model(tiny_config.replace(num_layers=1))
     model.quantize("int8")
     with pytest.raises(ValueError, match="quantized"):
         save_npz(model, str(tmp_path / "weights.npz"))
