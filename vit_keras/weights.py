@@ -83,9 +83,10 @@ def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
         config: the model's config, when the caller has it.
     """
     config = config or _model_config(model)
-    tensors, targets, skipped, reason = fit_checkpoint(
-        checkpoint, keys.model_variables(model), config.grid_size, skip_head)
-    if reason and skipped & set(keys.model_variables(model)):
+    variables = keys.model_variables(model)
+    tensors, targets, skipped, reason = fit_checkpoint(checkpoint, variables, config.grid_size,
+                                                       skip_head)
+    if reason and skipped & set(variables):
         logger.warning("load_weights(%s): not loading %s (%s); the model's head keeps its "
                        "initial values", path, ", ".join(sorted(skipped)), reason)
     elif reason:  # a headless model: nothing of it is left out

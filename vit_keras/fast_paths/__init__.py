@@ -2,8 +2,9 @@
 
 The core layers compute with plain `keras.ops`; where a faster kernel for the same numbers
 exists, they ask here first. Each function returns the fast result, or None when no fast path
-applies (the caller then runs its plain form). Every path has a parity test against the plain
-math in tests/test_fast_paths.py.
+applies (the caller then runs its plain form); `project` returns the layer's own call then.
+Every path has a parity test against the plain math (tests/test_fast_paths.py,
+tests/test_attention.py).
 
 - TensorFlow, training: GELU, LayerNorm and the scaled softmax as XLA-fused loops with their own
   gradients (`tensorflow.py`); inference keeps the plain ops, which grappler fuses into oneDNN
@@ -41,9 +42,9 @@ def _float_layer_on_tensorflow(layer) -> bool:
 
 
 def project(layer, inputs):
-    """`layer(inputs)`, computed for a float Keras `Dense` or `EinsumDense` whose kernel contracts the inputs' trailing axes
-    (the MLP and attention projections) as one 2-D MatMul + BiasAdd on TensorFlow (the form
-    grappler fuses with a following GELU); elsewhere by the layer itself.
+    """`layer(inputs)`: on TensorFlow, for a float `Dense` or `EinsumDense` whose kernel
+    contracts the inputs' trailing axes (the MLP and attention projections), as one 2-D MatMul
+    + BiasAdd (the form grappler fuses with a following GELU); elsewhere the layer's own call.
 
     Args:
         layer: a built `Dense` or `EinsumDense`; its `kernel` includes any LoRA update.
