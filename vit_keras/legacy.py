@@ -29,6 +29,13 @@ def refuse_legacy_variables(layer, store) -> None:
         raise ValueError(f"layer {layer.name!r}: {LEGACY_FILE_ERROR}")
 
 
+def config_of(model) -> ViTConfig:
+    """The model's `ViTConfig`: its own (`model.config`), or read off the layers of a model
+    that carries none (`config_from_layers`)."""
+    config = getattr(model, "config", None)
+    return config if isinstance(config, ViTConfig) else config_from_layers(model)
+
+
 def config_from_layers(model) -> ViTConfig:
     """The `ViTConfig` of a functional model built from the ViT layers, read off their names
     and shapes (`num_classes` from the head, 1 without one; `head_bias_init` at its default).

@@ -16,19 +16,10 @@ from vit_keras.checkpoints.assign import assign
 from vit_keras.checkpoints.fit import fit_checkpoint
 from vit_keras.checkpoints.read import read_checkpoint
 from vit_keras.config import ViTConfig, get_variant, variant_of
+from vit_keras.legacy import config_of
 from vit_keras.pretrained import download, registry, sources, trained
 
 logger = logging.getLogger(__name__)
-
-
-def _model_config(model) -> ViTConfig:
-    """The model's `ViTConfig`: its own, or read off the layers of one that carries none."""
-    config = getattr(model, "config", None)
-    if isinstance(config, ViTConfig):
-        return config
-    from vit_keras import legacy
-
-    return legacy.config_from_layers(model)
 
 
 def load_weights(model, weights: str, *, skip_head: bool | None = None,
@@ -65,7 +56,7 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
     if skip_head not in (None, True, False):
         raise ValueError(f"skip_head must be None, True or False, got {skip_head!r}")
     keys.model_variables(model)  # a model of another kind fails here, before any download
-    config = _model_config(model)
+    config = config_of(model)
     checkpoint, path, _ = _read(weights, variant or _variant_of_model(config, weights),
                                 config.num_heads)
     assign_checkpoint(model, checkpoint, path, skip_head=skip_head, config=config)
@@ -82,7 +73,7 @@ def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
         skip_head: as in `load_weights`.
         config: the model's config, when the caller has it.
     """
-    config = config or _model_config(model)
+    config = config or config_of(model)
     variables = keys.model_variables(model)
     tensors, targets, skipped, reason = fit_checkpoint(checkpoint, variables, config.grid_size,
                                                        skip_head)

@@ -266,9 +266,7 @@ def config_from_model(model: keras.Model) -> ViTConfig:
         Its config; read off the layers, `num_classes` comes from the head (1 when the model
         has none) and `head_bias_init` is left at its default.
     """
-    if isinstance(model, VisionTransformer):
-        return model.config
-    return legacy.config_from_layers(model)
+    return legacy.config_of(model)
 
 
 def input_image_size(model: keras.Model) -> tuple[int, int]:
