@@ -1,7 +1,8 @@
 """Callbacks of `vit train`: resumable atomic backups, best-model saving and a one-line log.
 
 A backup is the model AND optimizer state (moments, step counter, so the learning rate too) in
-`backup/ckpt-<step>.weights.h5` plus `backup/state.json` naming it with the epoch, the step
+`backup/ckpt-<step>.weights.h5` (with LoRA, plus `ckpt-<step>.lora.npz`: the adapters and
+unmerged kernels, which Keras weights files do not keep) plus `backup/state.json` naming it with the epoch, the step
 inside that epoch and the random-seed states of dropout / stochastic depth. `state.json` is
 replaced atomically only after its weights file is complete, so a run killed at any instant leaves a usable backup; `--resume` continues from it at the same
 epoch and step (the input pipeline skips the batches already seen).
@@ -59,9 +60,33 @@ def restore_backup(model: keras.Model, directory: str) -> dict | None:
         tf.io.gfile.copy(path, local, overwrite=True)
         path = local
     model.load_weights(path)
+    if state.get("lora"):
+        restore_lora_backup(model, os.path.join(directory, state["lora"]))
     for variable, value in zip(rng_variables(model), state.get("rng", [])):
         variable.assign(np.asarray(value, dtype=variable.dtype))
     return state
+
+
+def restore_lora_backup(model: keras.Model, path: str) -> None:
+    """Puts back the adapters and unmerged kernels a LoRA backup keeps beside its weights file
+    (see `vit_keras.lora.lora_state`)."""
+    from vit_keras import lora
+
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"the backup names {path}, which is missing")
+    with tf.io.gfile.GFile(path, "rb") as file, np.load(file, allow_pickle=False) as archive:
+        lora.restore_lora_state(model, {name: archive[name] for name in archive.files})
+
+
+def _write_lora_backup(model: keras.Model, path: str) -> bool:
+    """Writes the LoRA state of `model` to `path` (atomically); False when it has no LoRA."""
+    from vit_keras import lora
+    from vit_keras.checkpoints import io
+
+    if not lora.lora_layers(model):
+        return False
+    io.write_npz(path, lora.lora_state(model))
+    return True
 
 
 class ResumableBackup(keras.callbacks.Callback):
@@ -115,15 +140,21 @@ class ResumableBackup(keras.callbacks.Callback):
         tf.io.gfile.makedirs(self.directory)
         name = f"ckpt-{global_step}.weights.h5"
         atomic.save_weights(self.model, os.path.join(self.directory, name))
+        lora_name = f"ckpt-{global_step}.lora.npz"
+        has_lora = _write_lora_backup(self.model, os.path.join(self.directory, lora_name))
         old = read_backup(self.directory) if tf.io.gfile.exists(
             os.path.join(self.directory, STATE_FILE)) else None
         state = {"epoch": epoch, "step": step, "global_step": global_step, "weights": name,
                  "rng": [np.asarray(v).tolist() for v in rng_variables(self.model)]}
+        if has_lora:
+            state["lora"] = lora_name
         if self.best_model is not None and self.best_model.best is not None:
             state["best"] = {"value": self.best_model.best, "epoch": self.best_model.best_epoch}
         atomic.write_bytes(os.path.join(self.directory, STATE_FILE), json.dumps(state).encode())
         if old and old["weights"] != name:
-            tf.io.gfile.remove(os.path.join(self.directory, old["weights"]))
+            for stale in (old["weights"], old.get("lora")):
+                if stale and tf.io.gfile.exists(os.path.join(self.directory, stale)):
+                    tf.io.gfile.remove(os.path.join(self.directory, stale))
 
 
 class StopOnNonFinite(keras.callbacks.Callback):

@@ -9,7 +9,8 @@ export and inspection):
   on the images (labels unused); writes `encoder.npz` (the pre-trained encoder as an
   official-layout checkpoint) to fine-tune from with `--weights`.
 - `distill` (DeiT): a `distilled=True` ViT trained by `vit_keras.core.deit.DistillationTrainer`
-  against the `teacher` `.keras` model.
+  against the `teacher` `.keras` model, on its argmax ('hard') or its softened distribution
+  ('soft').
 
 The losses live in the models' `compute_loss` (keras.ops), so `fit` trains all three alike.
 """
@@ -22,7 +23,7 @@ import keras
 import numpy as np
 
 import vit_keras
-from training import recipe
+from training import finetune, recipe
 from vit_keras import ViTConfig, atomic
 
 OBJECTIVES = ("classify", "mpp", "distill")
@@ -65,14 +66,18 @@ class Classification:
         if self.preset.weights:  # head skipped when its shape differs, posemb resized
             vit_keras.load_weights(model, self.preset.weights, skip_head=None)
 
+    def network(self, model: keras.Model) -> keras.Model:
+        """The `VisionTransformer` inside the trained model (`--finetune` freezes it)."""
+        return model
+
     def compile_args(self, config: ViTConfig) -> dict:
         """The loss and metrics `compile` gets."""
         return {"loss": recipe.make_loss(self.preset),
                 "metrics": recipe.make_metrics(config.num_classes)}
 
     def classifier(self, model: keras.Model, config: ViTConfig) -> keras.Model:
-        """The float32 classifier `model.keras` holds and exports get."""
-        return float32_copy(model, config)
+        """The float32 classifier `model.keras` holds and exports get (LoRA merged)."""
+        return float32_copy(finetune.mergeable(self.network(model)), config)
 
     def write_extras(self, classifier: keras.Model, output: str) -> None:
         """Files only this objective writes (none)."""
@@ -95,6 +100,12 @@ class MaskedPatchPrediction(Classification):
     metric_label = "masked-patch colour top-1"
     metric_key = "val_mpp_accuracy"
     exports = False  # the head is untrained: fine-tune the encoder first
+
+    def __init__(self, preset):
+        if preset.finetune != "full":
+            raise ValueError(f"objective 'mpp' pre-trains every weight; got finetune="
+                             f"{preset.finetune!r}: use finetune=full")
+        super().__init__(preset)
 
     def build(self, config: ViTConfig) -> keras.Model:
         if self.preset.weights:
@@ -121,7 +132,7 @@ class MaskedPatchPrediction(Classification):
 
 
 class Distillation(Classification):
-    """DeiT hard-label distillation of a `distilled=True` student from `preset.teacher`."""
+    """DeiT distillation of a `distilled=True` student from `preset.teacher` (hard or soft)."""
 
     name = "distill"
 
@@ -133,6 +144,9 @@ class Distillation(Classification):
         if not atomic.exists(preset.teacher):
             raise ValueError(f"teacher {preset.teacher!r} does not exist: expected a .keras "
                              "model file")
+        if preset.finetune == "probe":
+            raise ValueError("finetune 'probe' fits the head to the labels without a teacher; "
+                             "objective 'distill' trains against one: use finetune=head")
         super().__init__(preset)
 
     def model_config(self, num_classes):
@@ -145,13 +159,15 @@ class Distillation(Classification):
         student = vit_keras.VisionTransformer(config)
         self._load_weights(student)
         return DistillationTrainer(student, teacher,
-                                   label_smoothing=self.preset.label_smoothing)
+                                   label_smoothing=self.preset.label_smoothing,
+                                   mode=self.preset.distill_mode,
+                                   temperature=self.preset.distill_temperature)
+
+    def network(self, model):
+        return model.student
 
     def compile_args(self, config):
         return {"metrics": recipe.make_metrics(config.num_classes)}
-
-    def classifier(self, model, config):
-        return float32_copy(model.student, config)
 
     def evaluate_extras(self, model, val_dataset):
         """The teacher's top-1 on the same validation data, to compare the student with."""

@@ -11,6 +11,9 @@ from vit_keras import keras_compat, no_weight_decay
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
+# Top-level layers before the first encoder block (layer 0 of layer-wise decay).
+EMBEDDING_LAYERS = ("embedding", "resnet", "cls", "dist", "registers", "posembed_input",
+                    "mpp_corruption")
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
@@ -91,6 +94,78 @@ class _FusedAdamUpdate:
             epsilon=ops.cast(self.epsilon, dtype), grad=ops.cast(gradient, dtype))
 
 
+class _LayerwiseRates:
+    """Per-weight learning-rate multipliers (layer-wise decay), a mixin for Keras optimizers.
+
+    `set_rate_multipliers({variable path: multiplier})` before the optimizer is built; each
+    weight then updates at `learning_rate * multiplier`, and its decoupled weight decay uses the
+    same scaled rate (as timm's parameter groups do). Without multipliers the Keras update is
+    untouched. Pure `keras.ops` on the rate, so it works on every backend and optimizer.
+    """
+
+    _rate_multipliers: dict | None = None
+
+    def set_rate_multipliers(self, multipliers: dict[str, float]) -> None:
+        """Sets the multipliers by variable path (a weight not named keeps 1)."""
+        if self.built:
+            raise ValueError("set the learning-rate multipliers before the optimizer is built")
+        self._rate_multipliers = dict(multipliers)
+
+    def build(self, variables):
+        super().build(variables)
+        if self._rate_multipliers:
+            self._multiplier_by_index = {
+                self._get_variable_index(variable): float(
+                    self._rate_multipliers.get(variable.path, 1.0))
+                for variable in variables}
+
+    def _apply_weight_decay(self, variables):
+        if not self._rate_multipliers:
+            super()._apply_weight_decay(variables)
+        # Otherwise `update_step` decays each weight at its own rate.
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self._rate_multipliers:
+            return super().update_step(gradient, variable, learning_rate)
+        multiplier = self._multiplier_by_index[self._get_variable_index(variable)]
+        learning_rate = ops.cast(learning_rate, variable.dtype) * multiplier
+        if self.weight_decay and self._use_weight_decay(variable):
+            decay = ops.cast(self.weight_decay, variable.dtype)
+            variable.assign(variable - variable * decay * learning_rate)
+        return super().update_step(gradient, variable, learning_rate)
+
+
+def layer_decay_multipliers(model: keras.Model, num_layers: int,
+                            decay: float) -> dict[str, float]:
+    """Layer-wise learning-rate decay (BEiT, timm's `--layer-decay`) per trainable weight.
+
+    Weights are grouped by the top-level layer that owns them (the first part of their path):
+    the embeddings (patch embedding, ResNet stem, class/distillation/register tokens, position
+    embedding) are layer 0, `encoderblock_i` is layer i + 1, and everything after the blocks
+    (final norm, pooling, pre_logits, heads) is layer L + 1; layer l trains at
+    decay^(L + 1 - l): the head at the full rate, block i at decay^(L - i), the embeddings at
+    decay^(L + 1).
+
+    Args:
+        model: the model being trained.
+        num_layers: L, the number of encoder blocks.
+        decay: the per-layer factor in (0, 1].
+
+    Returns:
+        {variable path: multiplier} for every trainable weight.
+    """
+    def layer_id(path: str) -> int:
+        owner = path.split("/")[0]
+        if owner in EMBEDDING_LAYERS:
+            return 0
+        if owner.startswith("encoderblock_"):
+            return int(owner[len("encoderblock_"):]) + 1
+        return num_layers + 1
+
+    return {variable.path: decay ** (num_layers + 1 - layer_id(variable.path))
+            for variable in model.trainable_variables}
+
+
 def _handle(variable):
     """The resource handle of a Keras or tf variable (the local copy inside a strategy update)."""
     if isinstance(variable, keras.Variable):
@@ -99,17 +174,19 @@ def _handle(variable):
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class AdamW(_FusedAdamUpdate, keras_compat.ClipAfterAllReduce, keras.optimizers.AdamW):
+class AdamW(_LayerwiseRates, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
+            keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class Adam(_FusedAdamUpdate, keras_compat.ClipAfterAllReduce, keras.optimizers.Adam):
+class Adam(_LayerwiseRates, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
+           keras.optimizers.Adam):
     """`keras.optimizers.Adam` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class SGD(keras_compat.ClipAfterAllReduce, keras.optimizers.SGD):
+class SGD(_LayerwiseRates, keras_compat.ClipAfterAllReduce, keras.optimizers.SGD):
     """`keras.optimizers.SGD` clipping the all-reduced gradient (see `keras_compat.ClipAfterAllReduce`)."""
 
 
@@ -124,8 +201,8 @@ def make_schedule(preset, steps_per_epoch: int) -> WarmupDecay:
 def make_optimizer(preset, steps_per_epoch: int,
                    model: keras.Model) -> keras.optimizers.Optimizer:
     """AdamW / Adam / SGD-momentum with the schedule, global-norm clipping, weight decay kept off
-    what the model exempts (`vit_keras.no_weight_decay`), and gradient accumulation when
-    `grad_accum_steps` > 1.
+    what the model exempts (`vit_keras.no_weight_decay`), gradient accumulation when
+    `grad_accum_steps` > 1 and layer-wise learning-rate decay when `layer_decay` < 1.
 
     Args:
         preset: a `training.configs.Preset`.
@@ -157,6 +234,9 @@ def make_optimizer(preset, steps_per_epoch: int,
     else:
         optimizer = SGD(momentum=preset.momentum, weight_decay=decay, **common)
     optimizer.exclude_from_weight_decay(var_list=no_weight_decay(model))
+    if preset.layer_decay < 1:
+        optimizer.set_rate_multipliers(
+            layer_decay_multipliers(model, preset.model.num_layers, preset.layer_decay))
     return optimizer
 
 

@@ -24,8 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 from training import augment, callbacks, configs, distribute, objectives, outputs, pipeline
-from training import console, recipe, sources
-from vit_keras import atomic, keras_compat
+from training import console, finetune, recipe, sources, subsets
+from vit_keras import atomic, keras_compat, lora
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
 CALIBRATION_SAMPLES = 300  # int8 calibration images from the training split
@@ -178,8 +178,9 @@ class Run:
         atomic.makedirs(self.write_dir)
         self.saves = self.chief or self.strategy is None  # whether callbacks call save
         preset = self.preset
-        self.data = sources.open_training_data(preset.data, preset.val_data, preset.val_split,
-                                               preset.seed, self.data_dir)
+        self.data = subsets.restrict_training_data(
+            sources.open_training_data(preset.data, preset.val_data, preset.val_split,
+                                       preset.seed, self.data_dir), preset.classes)
         self.num_examples = count_examples(self.data.train)
         self.plan = make_plan(preset, self.num_examples, self.placement.replicas)
         self.config = self.objective.model_config(self.data.train.num_classes)
@@ -215,6 +216,7 @@ class Run:
             steps_per_execution = min(64, self.plan.steps_per_epoch)
         with self.placement.scope():
             model = self.objective.build(self.config)
+            finetune.prepare(self.objective.network(model), self.preset)
             optimizer = recipe.make_optimizer(self.preset, self.plan.updates_per_epoch, model)
             model.compile(optimizer=optimizer, steps_per_execution=steps_per_execution,
                           **self.objective.compile_args(self.config))
@@ -227,6 +229,8 @@ class Run:
             if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
                 keras_compat.vector_logs(model)
         self.model = model
+        self.trainable_weights, self.total_weights = finetune.count_weights(model)
+        log(finetune.describe(model, self.preset))
 
     def restore(self) -> dict | None:
         """The backup state to continue from (`--resume`), or None for a fresh start."""
@@ -294,7 +298,9 @@ class Run:
         return chosen
 
     def fit(self, state: dict | None) -> None:
-        """Trains from `state` (or the start) to the last epoch."""
+        """Trains from `state` (or the start) to the last epoch; a probe fits its head."""
+        if self.preset.finetune == "probe":
+            return self._fit_probe()
         preset, plan = self.preset, self.plan
         start_epoch, start_step = (state["epoch"], state["step"]) if state else (0, 0)
         self.val_dataset = self._val_stream()
@@ -317,6 +323,27 @@ class Run:
         self.trained_images = (preset.epochs * plan.steps_per_epoch - done_before) * \
             plan.step_batch
 
+    def _fit_probe(self) -> None:
+        """The linear probe: features of the training images once, then each head fitted."""
+        from training import probe
+
+        network = self.objective.network(self.model)
+        heads = [layer for layer in finetune.head_layers(network) if layer.name != "pre_logits"]
+        features = pipeline.eval_dataset(self.data.train, self.config.image_hw,
+                                         self.plan.step_batch,
+                                         num_classes=self.data.train.num_classes)
+        started = time.perf_counter()
+        with console.stage(f"probe: features of {self.num_examples} training images, then "
+                           "a linear head"):
+            self.probe = probe.fit_probe(network, heads, features, self.preset.probe_l2,
+                                         multilabel=self.objective.name == "multilabel",
+                                         seed=self.preset.seed)
+        self.train_seconds = time.perf_counter() - started
+        self.trained_images = self.probe["examples"]
+        self.val_dataset = self._val_stream()
+        self.best = callbacks.BestModel("", monitor=getattr(self.objective, "monitor",
+                                                           "val_accuracy"), write=False)
+
     # --- finish ---------------------------------------------------------------------------
 
     def evaluate(self) -> dict:
@@ -330,10 +357,17 @@ class Run:
                    "precision": self.policy, "train_seconds": round(self.train_seconds, 2),
                    "train_images_per_second": round(
                        self.trained_images / max(self.train_seconds, 1e-9), 1),
-                   "best_val_accuracy": self.best.best, "best_epoch": self.best.best_epoch}
+                   "best_val_accuracy": self.best.best, "best_epoch": self.best.best_epoch,
+                   "finetune": preset.finetune, "trainable_weights": self.trainable_weights,
+                   "total_weights": self.total_weights}
+        if preset.finetune == "probe":
+            metrics["probe_l2"] = self.probe["l2"]
         if self.val_dataset is not None:
             results = self.model.evaluate(self.val_dataset, verbose=0, return_dict=True)
             metrics.update(self.objective.report(results))
+            if preset.finetune == "probe":  # one fit: its score is the best
+                metrics["best_val_accuracy"] = results.get(self.best.monitor[len("val_"):])
+                metrics["best_epoch"] = 1
             metrics.update(self.objective.evaluate_extras(self.model, self.val_dataset))
             metrics["val_examples"] = self.val_examples
         return metrics
@@ -348,6 +382,9 @@ class Run:
         output = self.write_dir
         atomic.save_model(classifier, os.path.join(output, "model.keras"))
         self.objective.write_extras(classifier, output)
+        if self.preset.finetune == "lora":
+            lora.save_lora_weights(self.objective.network(self.model),
+                                   os.path.join(output, "lora.npz"))
         outputs.write_labels(output, self.data.train.class_names)
         outputs.write_json(os.path.join(output, "config.json"),
                            {"preset": self.preset.to_dict(), "model": self.config.to_dict()})

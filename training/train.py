@@ -6,6 +6,9 @@ Examples:
   vit train --data folder:~/flowers --model S/16 --image-size 224 --set val_split=0.1
   vit train --data folder:~/train --val-data folder:~/test   # trains on all of ~/train
   vit train --config finetune_384 --data tfds:oxford_iiit_pet --weights augreg-in21k
+  vit train --weights augreg-in21k --model B/16 --data folder:~/pets --finetune lora
+  vit train --config digits_transfer --weights saved_models/digits_0_4/model.keras --finetune probe
+  vit train --set layer_decay=0.75 --set objective=distill --set distill_mode=soft ...
   vit train --resume                                # continue a killed run where it stopped
   vit train --backend jax --model-parallel 2        # JAX: data parallel, each model on 2 devices
   vit train --set lr=3e-3 --set translate=0.1       # override any preset field
@@ -26,7 +29,7 @@ from training import configs
 
 _FLAG_FIELDS = {  # command-line flag -> preset field
     "data": "data", "val_data": "val_data", "epochs": "epochs", "batch_size": "batch_size",
-    "lr": "lr", "weights": "weights", "seed": "seed",
+    "lr": "lr", "weights": "weights", "seed": "seed", "finetune": "finetune",
 }
 
 
@@ -53,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "`vit weights list` (for --model's architecture), an https:// URL, "
                         "hf://ORG/REPO or a checkpoint file; the head is re-initialised, posemb "
                         "resized to --image-size")
+    parser.add_argument("--finetune", choices=configs.FINETUNE_MODES,
+                        help="what trains: full (every weight), lora (adapters on lora_targets "
+                        "+ the head; writes lora.npz too), head (head and pre_logits), probe "
+                        "(a linear head fitted once on frozen features) (default: the "
+                        "preset's, full)")
     parser.add_argument("--strategy", default="auto",
                         choices=("auto", "default", "mirrored", "multi_worker", "tpu"),
                         help="tf.distribute strategy, TensorFlow backend (default: %(default)s)")

@@ -98,6 +98,48 @@ def lora_weights(model) -> dict[str, np.ndarray]:
     return weights
 
 
+def lora_state(model) -> dict[str, np.ndarray]:
+    """What a Keras weights file leaves out of a model with LoRA: the adapters and each adapted
+    kernel without its update (Keras saves the merged kernel and zeroes the adapters on load).
+
+    Returns:
+        Arrays by variable path; `restore_lora_state` puts them back.
+    """
+    state = lora_weights(model)
+    for layer in lora_layers(model):
+        kernel = keras_compat.stored_kernel(layer)
+        state[kernel.path] = np.asarray(keras.ops.convert_to_numpy(kernel))
+    return state
+
+
+def restore_lora_state(model, state: dict[str, np.ndarray]) -> None:
+    """Assigns a `lora_state` back, after the model's weights file was loaded.
+
+    Raises:
+        ValueError: the state does not name exactly the model's adapters and adapted kernels
+            with their shapes; nothing is assigned then.
+    """
+    targets = {}
+    for layer in lora_layers(model):
+        for variable in (keras_compat.stored_kernel(layer), layer.lora_kernel_a,
+                         layer.lora_kernel_b):
+            targets[variable.path] = variable
+    _check_fit(targets, state, f"the LoRA state does not fit model {model.name!r}")
+    for name, variable in targets.items():
+        variable.assign(state[name])
+
+
+def _check_fit(targets: dict, arrays: dict, what: str) -> None:
+    """Raises ValueError listing missing, unexpected and mis-shaped arrays for `targets`."""
+    problems = ([f"missing: {name}" for name in sorted(set(targets) - set(arrays))]
+                + [f"unexpected: {name}" for name in sorted(set(arrays) - set(targets))]
+                + [f"{name}: expected {tuple(targets[name].shape)}, found {value.shape}"
+                   for name, value in sorted(arrays.items())
+                   if name in targets and tuple(targets[name].shape) != value.shape])
+    if problems:
+        raise ValueError(f"{what}; nothing was loaded:\n  " + "\n  ".join(problems[:20]))
+
+
 def save_lora_weights(model, path: str) -> None:
     """Writes the adapters of `model` (and their rank, alpha and targets) to an `.npz` file,
     atomically.
@@ -137,14 +179,8 @@ def load_lora_weights(model, path: str) -> None:
     adapters = {name: value for name, value in tensors.items() if not name.startswith("__")}
     targets = {variable.path: variable for layer in lora_layers(model)
                for variable in (layer.lora_kernel_a, layer.lora_kernel_b)}
-    problems = ([f"missing: {name}" for name in sorted(set(targets) - set(adapters))]
-                + [f"unexpected: {name}" for name in sorted(set(adapters) - set(targets))]
-                + [f"{name}: expected {tuple(targets[name].shape)}, found {value.shape}"
-                   for name, value in sorted(adapters.items())
-                   if name in targets and tuple(targets[name].shape) != value.shape])
-    if problems:
-        raise ValueError(f"LoRA adapters {path!r} (rank {rank}) do not fit model "
-                         f"{model.name!r}; nothing was loaded:\n  " + "\n  ".join(problems[:20]))
+    _check_fit(targets, adapters, f"LoRA adapters {path!r} (rank {rank}) do not fit model "
+               f"{model.name!r}")
     for name, variable in targets.items():
         variable.assign(adapters[name])
 

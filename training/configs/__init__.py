@@ -22,6 +22,8 @@ from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
                 "mpp_digits", "mpp_digits_finetune", "deit_distill")
 DEFAULT_PRESET = "digits_tiny"
+FINETUNE_MODES = ("full", "lora", "head", "probe")
+DISTILL_MODES = ("hard", "soft")
 MODEL_PREFIX = "model."
 
 
@@ -80,6 +82,25 @@ class Preset:
             from `teacher`).
         teacher: 'distill' only: a `.keras` model mapping the same [-1, 1] images to class
             scores.
+        distill_mode: 'distill' only: 'hard' (DeiT: the distillation head learns the
+            teacher's argmax) or 'soft' (it learns the teacher's softened distribution: KL
+            divergence at `distill_temperature`, scaled by its square).
+        distill_temperature: 'soft' distillation temperature (> 0).
+        finetune: what trains: 'full' (every weight), 'lora' (low-rank adapters on
+            `lora_targets` and the head; every other weight frozen), 'head' (the head and
+            pre_logits only) or 'probe' (no gradient steps: the head is a linear classifier
+            fitted once on the frozen features of the training images).
+        lora_rank: 'lora': rank of the adapters.
+        lora_alpha: 'lora': scale numerator of the adapters (alpha / rank); 0 = the rank.
+        lora_targets: 'lora': comma-separated projections that get adapters: query, key,
+            value, out, mlp, embedding, pre_logits, head, or 'all'.
+        probe_l2: 'probe': L2 penalty of the linear classifier on standardised features;
+            0 = chosen from 1e-6..1 on a held-out fifth of the training features.
+        layer_decay: layer-wise learning-rate decay (BEiT/timm): the head and the final norm
+            train at the full rate, encoder block i (0-based, of L) at decay^(L - i), the
+            embeddings at decay^(L + 1); 1 = off.
+        classes: comma-separated class names to keep (the others' examples are dropped from
+            the training and validation data); '' = every class.
     """
 
     name: str = "custom"
@@ -124,6 +145,15 @@ class Preset:
     shuffle_buffer: int = 10_000
     objective: str = "classify"
     teacher: str = ""
+    distill_mode: str = "hard"
+    distill_temperature: float = 1.0
+    finetune: str = "full"
+    lora_rank: int = 8
+    lora_alpha: float = 0.0
+    lora_targets: str = "query,value"
+    probe_l2: float = 0.0
+    layer_decay: float = 1.0
+    classes: str = ""
 
     def __post_init__(self):
         problems = self.problems()
@@ -133,10 +163,11 @@ class Preset:
     def problems(self) -> list[str]:
         """Every out-of-range value, each saying what was expected and what came."""
         at_least_one = ("epochs", "batch_size", "grad_accum_steps", "steps_per_execution",
-                        "eval_every", "shuffle_buffer")
+                        "eval_every", "shuffle_buffer", "lora_rank")
         non_negative = ("lr", "weight_decay", "warmup_steps", "warmup_epochs", "min_lr",
                         "clipnorm", "pad", "translate", "rotate", "zoom", "randaugment_ops",
-                        "randaugment_magnitude", "mixup_alpha", "cutmix_alpha", "backup_every")
+                        "randaugment_magnitude", "mixup_alpha", "cutmix_alpha", "backup_every",
+                        "lora_alpha", "probe_l2")
         below_one = ("val_split", "label_smoothing", "ema_momentum")
         # Written as `not (... )` so that NaN fails every check.
         found = [f"{name} must be >= 1, got {getattr(self, name)}"
@@ -148,6 +179,14 @@ class Preset:
                   for name in below_one if not 0 <= getattr(self, name) < 1]
         if not 0 <= self.erasing_prob <= 1:
             found.append(f"erasing_prob must be in [0, 1], got {self.erasing_prob}")
+        if not 0 < self.layer_decay <= 1:
+            found.append(f"layer_decay must be in (0, 1] (1 = off), got {self.layer_decay}")
+        if not 0 < self.distill_temperature < float("inf"):
+            found.append(f"distill_temperature must be a finite number > 0, got "
+                         f"{self.distill_temperature}")
+        for name, allowed in (("finetune", FINETUNE_MODES), ("distill_mode", DISTILL_MODES)):
+            if getattr(self, name) not in allowed:
+                found.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         return found
 
     def replace(self, **changes) -> "Preset":

@@ -13,12 +13,15 @@ def read_checkpoint(path: str, num_heads: int) -> keys.Checkpoint:
     """Reads a weight file and converts it to canonical names, detecting its layout.
 
     Args:
-        path: an `.npz` or `.safetensors` file (local or `gs://`).
+        path: an `.npz` or `.safetensors` file (local or `gs://`), or a `.keras` ViT model
+            (e.g. the `model.keras` of an earlier `vit train`).
         num_heads: attention heads of the target model (needed to split fused torch weights).
 
     Returns:
         The `Checkpoint`.
     """
+    if path.lower().endswith(".keras"):
+        return official.from_official(_keras_model_tensors(path))
     file_format, tensors = io.read_tensors(path)
     if official.looks_official(tensors):
         return official.from_official(tensors)
@@ -32,3 +35,20 @@ def read_checkpoint(path: str, num_heads: int) -> keys.Checkpoint:
         "official/big_vision names ('embedding/kernel', optionally under 'params/' or "
         "'opt/target/'), timm names ('patch_embed.proj.weight', 'blocks.0....') or Hugging Face "
         f"names ('vit.embeddings.patch_embeddings.projection.weight'); found {sample}")
+
+
+def _keras_model_tensors(path: str) -> dict:
+    """The official-layout tensors of a `.keras` ViT (loaded with `safe_mode=True`)."""
+    import keras
+
+    from vit_keras import atomic
+
+    if not atomic.exists(path):
+        raise ValueError(f"checkpoint file {path!r} does not exist: expected a .keras model "
+                         "file")
+    try:
+        model = keras.saving.load_model(path, safe_mode=True, compile=False)
+    except Exception as error:  # a corrupt archive or a model of unknown layers
+        raise ValueError(f"{path!r} cannot be loaded as a Keras model "
+                         f"({type(error).__name__}: {error})") from None
+    return official.model_tensors(model)

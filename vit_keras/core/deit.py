@@ -1,11 +1,13 @@
-"""DeiT (Touvron et al., 2021): a distillation token trained against a teacher's hard labels.
+"""DeiT (Touvron et al., 2021): a distillation token trained against a teacher.
 
 `ViTConfig(distilled=True)` makes `VisionTransformer` insert a `DistillationToken` after the
 class token and read it with a second head `head_dist`; the model returns the average of both
 heads (inference as in DeiT). `DistillationTrainer` trains such a model with `fit` and the
-hard-label distillation loss against any Keras teacher:
+distillation loss against any Keras teacher, hard (DeiT's best) or soft:
 
-    loss = 1/2 CE(head(cls), labels) + 1/2 CE(head_dist(dist), argmax teacher(images))
+    hard: loss = 1/2 CE(head(cls), labels) + 1/2 CE(head_dist(dist), argmax teacher(images))
+    soft: loss = 1/2 CE(head(cls), labels)
+                 + 1/2 T^2 KL(softmax(teacher(images) / T) || softmax(head_dist(dist) / T))
 """
 
 from __future__ import annotations
@@ -77,11 +79,38 @@ def hard_distillation_loss(labels, teacher_logits, class_logits, distill_logits,
                                                                       distill_logits)
 
 
+def soft_distillation_loss(labels, teacher_logits, class_logits, distill_logits,
+                           temperature: float = 1.0, label_smoothing: float = 0.0):
+    """DeiT's soft distillation objective (mean over the batch): the distillation head matches
+    the teacher's distribution softened by `temperature` (Hinton et al.), scaled by T^2 so that
+    its gradients keep their size as T changes.
+
+    Args:
+        labels: one-hot (or soft) targets [batch, classes].
+        teacher_logits: the teacher's logits [batch, classes] (not probabilities).
+        class_logits, distill_logits: the student's two heads.
+        temperature: the softening temperature T > 0.
+        label_smoothing: applied to the true labels only.
+
+    Returns:
+        scalar loss.
+    """
+    true_loss = keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                     label_smoothing=label_smoothing)
+    teacher = ops.softmax(ops.cast(teacher_logits, "float32") / temperature, axis=-1)
+    student = ops.softmax(ops.cast(distill_logits, "float32") / temperature, axis=-1)
+    kl = keras.losses.KLDivergence()(teacher, student)
+    return 0.5 * true_loss(labels, class_logits) + 0.5 * temperature ** 2 * kl
+
+
+DISTILL_MODES = ("hard", "soft")
+
+
 class DistillationTrainer(keras.Model):
     """Trains a distilled ViT against a frozen teacher with `fit`.
 
     Its outputs are the student's two heads; `compute_loss` is `hard_distillation_loss`
-    against the teacher's argmax, and compiled metrics see the average of the two heads (the
+    against the teacher's argmax or `soft_distillation_loss` against its softened logits, and compiled metrics see the average of the two heads (the
     student's inference output). Only `keras.ops`: it trains on every backend and under any
     distribution strategy. Save `trainer.student`, not the trainer.
 
@@ -89,11 +118,18 @@ class DistillationTrainer(keras.Model):
         student: a `VisionTransformer` with `distilled=True`.
         teacher: any Keras model mapping the same images to class scores.
         label_smoothing: label smoothing of the true-label term.
+        mode: 'hard' or 'soft' (the teacher must then give logits).
+        temperature: the temperature of 'soft' distillation.
     """
 
     def __init__(self, student: keras.Model, teacher: keras.Model, label_smoothing: float = 0.0,
-                 **kwargs):
+                 mode: str = "hard", temperature: float = 1.0, **kwargs):
+        if mode not in DISTILL_MODES:
+            raise ValueError(f"distillation mode must be one of {DISTILL_MODES}, got {mode!r}")
+        if not temperature > 0:
+            raise ValueError(f"distillation temperature must be > 0, got {temperature!r}")
         super().__init__(**kwargs)
+        self.mode, self.temperature = mode, float(temperature)
         self.student = student
         self.two_heads = two_head_model(student)
         self.teacher = teacher
@@ -108,6 +144,9 @@ class DistillationTrainer(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         class_logits, distill_logits = y_pred
         teacher_logits = ops.stop_gradient(self.teacher(x, training=False))
+        if self.mode == "soft":
+            return soft_distillation_loss(y, teacher_logits, class_logits, distill_logits,
+                                          self.temperature, self.label_smoothing)
         return hard_distillation_loss(y, teacher_logits, class_logits, distill_logits,
                                       self.label_smoothing)
 
