@@ -2,8 +2,8 @@
 
 - `full`: every weight trains (the default).
 - `lora`: Keras' LoRA adapters on `lora_targets` (query and value by default) and the head
-  train; every other weight is frozen. The run writes the merged model, as any run, and the
-  adapters (`lora.npz`) to load onto the same pre-trained weights.
+  (with pre_logits) train; every other weight is frozen. The run writes the merged model, as
+  any run does, and the adapters (`lora.npz`) to load onto the same pre-trained weights.
 - `head`: only the head (and `pre_logits`, and a DeiT model's `head_dist`) trains.
 - `probe`: no gradient step: the features of the training images are computed once and the
   head is a linear classifier fitted on them (`training.probe`).

@@ -140,9 +140,18 @@ def _check_fit(targets: dict, arrays: dict, what: str) -> None:
         raise ValueError(f"{what}; nothing was loaded:\n  " + "\n  ".join(problems[:20]))
 
 
+def _trained_alongside(model) -> dict:
+    """The trainable weights of a LoRA model that are not adapters (e.g. a new head)."""
+    adapters = {id(variable) for layer in lora_layers(model)
+                for variable in (layer.lora_kernel_a, layer.lora_kernel_b)}
+    return {variable.path: variable for variable in model.trainable_weights
+            if id(variable) not in adapters}
+
+
 def save_lora_weights(model, path: str) -> None:
     """Writes the adapters of `model` (and their rank, alpha and targets) to an `.npz` file,
-    atomically.
+    atomically, with every other weight that trains beside them (a fine-tune's new head): the
+    pre-trained weights and this file make the fine-tuned model.
 
     Args:
         model: a model with LoRA enabled.
@@ -157,12 +166,15 @@ def save_lora_weights(model, path: str) -> None:
     metadata = {"__format__": np.array(_FORMAT), "__rank__": np.array(layers[0].lora_rank),
                 "__alpha__": np.array(float(layers[0].lora_alpha)),
                 "__targets__": np.array(targets)}
-    io.write_npz(path, {**metadata, **lora_weights(model)})
+    trained = {name: np.asarray(keras.ops.convert_to_numpy(variable))
+               for name, variable in _trained_alongside(model).items()}
+    metadata["__trained__"] = np.array(sorted(trained), dtype=str)
+    io.write_npz(path, {**metadata, **lora_weights(model), **trained})
 
 
 def load_lora_weights(model, path: str) -> None:
-    """Loads adapters written by `save_lora_weights`, enabling LoRA as they were made first
-    when the model has none.
+    """Loads adapters written by `save_lora_weights` (and the weights trained beside them),
+    enabling LoRA as they were made first when the model has none.
 
     Raises:
         ValueError: not such a file, another rank, or adapters that do not fit the model
@@ -179,6 +191,9 @@ def load_lora_weights(model, path: str) -> None:
     adapters = {name: value for name, value in tensors.items() if not name.startswith("__")}
     targets = {variable.path: variable for layer in lora_layers(model)
                for variable in (layer.lora_kernel_a, layer.lora_kernel_b)}
+    weights = {variable.path: variable for variable in model.weights}
+    targets.update({str(name): weights.get(str(name)) for name in tensors.get("__trained__", [])})
+    targets = {name: variable for name, variable in targets.items() if variable is not None}
     _check_fit(targets, adapters, f"LoRA adapters {path!r} (rank {rank}) do not fit model "
                f"{model.name!r}")
     for name, variable in targets.items():
