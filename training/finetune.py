@@ -20,6 +20,9 @@ from vit_keras import keras_compat, lora
 
 HEAD_LAYERS = ("pre_logits", "head", "head_dist")
 MODES = ("full", "lora", "head", "probe")
+FROZEN_BACKBONE = ("head", "probe")  # modes whose backbone never trains
+# Training-time noise of the backbone, switched off when it is frozen.
+BACKBONE_NOISE = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "patch_drop_rate")
 
 
 def lora_targets(preset) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
-"""The fastest correct dtype policy for the hardware found."""
+"""The hardware a run finds: the fastest correct dtype policy for it, and its memory use."""
 
 from __future__ import annotations
+
+import sys
 
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bfloat16 math
 
@@ -70,3 +72,14 @@ def _jax_policy() -> str:
         return gpu_policy(tuple(int(part) for part in capability.split(".")[:2])
                           if capability else None)
     return "float32"
+
+
+def peak_host_memory_mb() -> float | None:
+    """This process's peak resident memory in MB (None where the OS does not report it)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kilobytes, macOS bytes.
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)

@@ -53,8 +53,14 @@ class Classification:
         self.preset = preset
 
     def model_config(self, num_classes: int) -> ViTConfig:
-        """The classifier's config for data with `num_classes` classes."""
-        return self.preset.model.replace(num_classes=num_classes)
+        """The classifier's config for data with `num_classes` classes; a frozen backbone
+        (`finetune` head or probe) runs without dropout, stochastic depth or patch dropout,
+        whose noise would only blur the features its head learns from."""
+        config = self.preset.model.replace(num_classes=num_classes)
+        if self.preset.finetune in finetune.FROZEN_BACKBONE:
+            config = config.replace(**{name: 0.0 for name in finetune.BACKBONE_NOISE
+                                       if hasattr(config, name)})
+        return config
 
     def build(self, config: ViTConfig) -> keras.Model:
         """The trained model (called inside the strategy scope)."""

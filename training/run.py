@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from training import augment, callbacks, configs, distribute, objectives, outputs, pipeline
-from training import console, finetune, recipe, sources, subsets
+from training import console, finetune, hardware, recipe, sources, subsets
 from vit_keras import atomic, keras_compat, lora
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
@@ -359,7 +359,8 @@ class Run:
                        self.trained_images / max(self.train_seconds, 1e-9), 1),
                    "best_val_accuracy": self.best.best, "best_epoch": self.best.best_epoch,
                    "finetune": preset.finetune, "trainable_weights": self.trainable_weights,
-                   "total_weights": self.total_weights}
+                   "total_weights": self.total_weights,
+                   "peak_host_memory_mb": hardware.peak_host_memory_mb()}
         if preset.finetune == "probe":
             metrics["probe_l2"] = self.probe["l2"]
         if self.val_dataset is not None:

@@ -20,7 +20,8 @@ from typing import Any
 from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
 PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
-                "mpp_digits", "mpp_digits_finetune", "deit_distill")
+                "mpp_digits", "mpp_digits_finetune", "deit_distill", "digits_upstream",
+                "digits_transfer")
 DEFAULT_PRESET = "digits_tiny"
 FINETUNE_MODES = ("full", "lora", "head", "probe")
 DISTILL_MODES = ("hard", "soft")
