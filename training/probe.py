@@ -24,14 +24,16 @@ def head_features(network: keras.Model, heads: list, dataset) -> tuple[list[np.n
     Args:
         network: the model.
         heads: its head layers (`head`, and `head_dist` for DeiT models).
-        dataset: batches of (images, one-hot or multi-hot targets).
+        dataset: batches of (images, one-hot or multi-hot targets): a `tf.data.Dataset` (read
+            as numpy, for every backend) or any iterable.
 
     Returns:
         (one float64 [examples, width] array per head, float64 [examples, classes] targets).
     """
     extractor = keras.Model(network.inputs, [head.input for head in heads])
     parts, targets = [[] for _ in heads], []
-    for images, labels in dataset:
+    batches = dataset.as_numpy_iterator() if hasattr(dataset, "as_numpy_iterator") else dataset
+    for images, labels in batches:
         outputs = extractor(images, training=False)
         outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
         for part, output in zip(parts, outputs):
