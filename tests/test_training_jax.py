@@ -228,3 +228,60 @@ def test_jax_only_flags_are_refused_on_tensorflow(capsys):
     assert cli.main(["train", "--backend", "tensorflow", "--model-parallel", "2",
                      "--no-export", "--epochs", "1"]) == 2
     assert "need the JAX backend" in capsys.readouterr().err
+
+
+LORA_RESUME_RUN = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import keras
+    from training import callbacks, run
+    from training.configs import get_preset
+
+    class Killed(Exception):
+        pass
+
+    preset = get_preset("digits_tiny").replace(
+        epochs=2, batch_size=64, mixed_precision="", translate=0.0, zoom=0.0, warmup_epochs=0,
+        finetune="lora", lora_rank=2, layer_decay=0.8, backup_every=5,
+        classes="5,6,7,8,9").replace_model(image_size=8, patch_size=4, hidden_size=16,
+                                           mlp_dim=32, num_heads=2, num_layers=1)
+    options = dict(export=False, inspect=False)
+    run.train(preset, output=sys.argv[1] + "/whole", **options)
+    original = callbacks.ResumableBackup.save
+
+    def save_then_die(self, epoch, step):
+        original(self, epoch, step)
+        if epoch == 1 and step > 0:
+            raise Killed
+
+    callbacks.ResumableBackup.save = save_then_die
+    try:
+        run.train(preset, output=sys.argv[1] + "/killed", **options)
+    except Killed:
+        print("killed")
+    callbacks.ResumableBackup.save = original
+    run.train(preset, output=sys.argv[1] + "/killed", resume=True, **options)
+    load = lambda name: keras.saving.load_model(sys.argv[1] + f"/{name}/model.keras",
+                                                compile=False).get_weights()
+    print("max difference", max(float(np.max(np.abs(a - b)))
+                                for a, b in zip(load("whole"), load("killed"))))
+""")
+
+
+def test_lora_with_layer_decay_killed_and_resumed_on_jax(tmp_path):
+    finished = subprocess.run([sys.executable, "-c", LORA_RESUME_RUN, str(tmp_path)],
+                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    assert "killed" in finished.stdout and "finetune lora (rank 2" in finished.stdout
+    difference = float(finished.stdout.split("max difference")[1].split()[0])
+    assert difference < 1e-6
+
+
+def test_probe_and_head_modes_on_two_jax_devices(tmp_path):
+    for mode in ("probe", "head"):
+        log = _train([*TINY, "--epochs", "1", "--finetune", mode], tmp_path / mode, devices=2)
+        assert f"finetune {mode}" in log
+        metrics = json.loads((tmp_path / mode / "metrics.json").read_text())
+        assert metrics["finetune"] == mode and metrics["replicas"] == 2
+        assert metrics["trainable_weights"] == 16 * 10 + 10        # the head alone
