@@ -1,7 +1,8 @@
 """Train-time augmentation from core Keras 3 preprocessing layers, run inside tf.data.
 
 `build_augment(preset)` returns a function `(images, one_hot_labels, seed) -> (images, labels)`
-working on a whole batch of float32 0..255 images. Each Keras layer draws its randomness from the
+working on a whole batch of float32 0..255 images (multi-hot labels work alike: MixUp and CutMix
+mix label vectors linearly, as timm does for its binary cross-entropy). Each Keras layer draws its randomness from the
 per-batch `seed` (a stateless [2] int64 tensor) instead of its own stateful SeedGenerator, so the
 augmentation of batch `s` of epoch `e` is the same in every run, in any tf.data parallelism, and
 after a resume.

@@ -203,7 +203,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 class BestModel(keras.callbacks.Callback):
-    """Saves the weights with the best validation accuracy seen (atomically)."""
+    """Saves the weights with the best value of `monitor` (a logged metric where higher is better,
+    by default the validation accuracy) seen (atomically)."""
 
     def __init__(self, path: str, monitor: str = "val_accuracy", write: bool = True):
         super().__init__()
@@ -242,7 +243,7 @@ class EpochLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         parts = [f"epoch {epoch + 1:>3}/{self.epochs}"]
-        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "val_top5"):
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "val_top5", "val_pr_auc"):
             if key in logs:
                 parts.append(f"{key} {logs[key]:.4f}")
         learning_rate = self.model.optimizer.learning_rate

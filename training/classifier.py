@@ -3,8 +3,10 @@
 architecture with pretrained weights.
 
 Every format takes RGB pixels in 0..255 at its input size and gives `logits` and
-`probabilities` (softmax; sigmoid for ImageNet-21k heads, which were pre-trained multi-label; a
-SavedModel gives its own `probabilities` output). Encoded image files are checked (format,
+`probabilities`: sigmoid for a multi-label model (the `activation` that `vit train` writes in
+the config.json next to its files, or that `vit export` writes in export.json) and for
+ImageNet-21k heads, which were pre-trained multi-label; softmax for the others. A SavedModel
+gives its own `probabilities` output. Encoded image files are checked (format,
 corruption, the decompression-bomb pixel limit) and decoded as in evaluation: bilinear,
 antialiased resize to the input size.
 """
@@ -20,6 +22,9 @@ import numpy as np
 
 IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (multi-label)
 FORMATS = ("keras", "saved_model", "tflite", "onnx", "pretrained")
+ACTIVATIONS = ("softmax", "sigmoid")
+# Files next to a model that record its activation: the run's, then the export's.
+ACTIVATION_FILES = ("config.json", "export.json")
 
 
 @dataclasses.dataclass
@@ -38,6 +43,9 @@ class Classifier:
         takes_any_size: `predict` accepts images of any size (`dynamic_image_size`).
         run_encoded: a 1-D object array of encoded files -> the same outputs, when the model
             decodes them itself (a SavedModel's `serve_bytes`); else they are decoded here.
+        activation: 'sigmoid' when the scores are independent per class (a multi-label
+            model), 'softmax' when they sum to 1, None when not recorded (then as
+            `scores_from_logits` chooses).
     """
 
     path: str
@@ -49,6 +57,7 @@ class Classifier:
     keras_model: object = None
     takes_any_size: bool = False
     run_encoded: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
+    activation: str | None = None
 
     @property
     def class_names(self) -> list[str]:
@@ -116,19 +125,30 @@ class Classifier:
         return (maps / np.maximum(peaks, 1e-12)).astype(np.float32)
 
 
-def outputs_from_logits(run_logits: Callable) -> Callable[[np.ndarray], dict]:
+def outputs_from_logits(run_logits: Callable,
+                        activation: str | None = None) -> Callable[[np.ndarray], dict]:
     """A `run_outputs` from a function giving logits: probabilities by `scores_from_logits`."""
     def run_outputs(images):
         logits = np.asarray(run_logits(images), dtype=np.float32)
-        return {"probabilities": scores_from_logits(logits).astype(np.float32), "logits": logits}
+        return {"probabilities": scores_from_logits(logits, activation).astype(np.float32),
+                "logits": logits}
 
     return run_outputs
 
 
-def scores_from_logits(logits) -> np.ndarray:
-    """Probabilities: sigmoid for an ImageNet-21k head, else softmax over the classes."""
+def scores_from_logits(logits, activation: str | None = None) -> np.ndarray:
+    """Probabilities from logits [batch, classes].
+
+    Args:
+        logits: the model's logits.
+        activation: 'sigmoid' (independent per-class scores, a multi-label model) or
+            'softmax'; None: sigmoid for an ImageNet-21k head, else softmax.
+    """
     logits = np.asarray(logits, dtype=np.float64)
-    if logits.shape[1] == IMAGENET21K_CLASSES:
+    if activation not in (None, *ACTIVATIONS):
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if activation == "sigmoid" or (activation is None and
+                                   logits.shape[1] == IMAGENET21K_CLASSES):
         return 1.0 / (1.0 + np.exp(-logits))
     probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
     return probabilities / probabilities.sum(axis=1, keepdims=True)
@@ -224,7 +244,27 @@ def labels_beside(model_path: str, labels_path: str | None) -> list[str] | None:
     return read_labels(path) if os.path.exists(path) else None
 
 
-def from_keras_model(model, path: str, format: str = "keras", labels=None) -> Classifier:
+def activation_beside(model_path: str) -> str | None:
+    """The activation recorded next to a model file or SavedModel directory: the `activation`
+    of the run's config.json, else of the export's export.json; None when neither has one."""
+    import json
+
+    folder = os.path.dirname(os.path.abspath(model_path))
+    for name in ACTIVATION_FILES:
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            with open(path) as handle:
+                activation = json.load(handle).get("activation")
+            if activation is not None:
+                if activation not in ACTIVATIONS:
+                    raise ValueError(f"{path}: activation must be one of {ACTIVATIONS}, got "
+                                     f"{activation!r}")
+                return activation
+    return None
+
+
+def from_keras_model(model, path: str, format: str = "keras", labels=None,
+                     activation: str | None = None) -> Classifier:
     """A `Classifier` around a Keras ViT.
 
     Args:
@@ -232,6 +272,7 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None) -> Cl
         path: what the model was loaded from (it names the model in messages).
         format: 'keras' or 'pretrained'.
         labels: class names, or None.
+        activation: see `scores_from_logits`.
 
     Returns:
         The `Classifier`, with attention rollout.
@@ -245,14 +286,15 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None) -> Cl
 
     return Classifier(path=path, format=format, image_size=input_image_size(model),
                       num_classes=int(model.output_shape[-1]), labels=labels,
-                      run_outputs=outputs_from_logits(run_logits), keras_model=model,
-                      takes_any_size=graph.takes_any_size(model))
+                      run_outputs=outputs_from_logits(run_logits, activation), keras_model=model,
+                      takes_any_size=graph.takes_any_size(model), activation=activation)
 
 
 def _keras(path: str, labels_path: str | None) -> Classifier:
     from training.evaluate import load_model
 
-    return from_keras_model(load_model(path), path, "keras", labels_beside(path, labels_path))
+    return from_keras_model(load_model(path), path, "keras", labels_beside(path, labels_path),
+                            activation_beside(path))
 
 
 def _pretrained(architecture: str, weights: str, labels_path: str | None) -> Classifier:
@@ -268,11 +310,12 @@ def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
     from vit_keras.export import ONNXModel, TFLiteModel
 
     runner = (ONNXModel if path.lower().endswith(".onnx") else TFLiteModel)(path, num_threads=2)
+    activation = activation_beside(path)
     return Classifier(path=path, format=path.rsplit(".", 1)[1].lower(),
                       image_size=tuple(runner.input_shape[:2]),
                       num_classes=int(runner.num_classes),
                       labels=labels_beside(path, labels_path),
-                      run_outputs=outputs_from_logits(runner))
+                      run_outputs=outputs_from_logits(runner, activation), activation=activation)
 
 
 def _saved_model(path: str, labels_path: str | None) -> Classifier:
@@ -298,6 +341,7 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
         image_size=None if any_size else (int(shape[1]), int(shape[2])),
         num_classes=int(serve.structured_outputs["logits"].shape[-1]),
         labels=labels_beside(path, labels_path), takes_any_size=any_size,
+        activation=activation_beside(path),
         run_outputs=lambda images: run(SERVING_DEFAULT, images=tf.constant(images)),
         run_encoded=lambda files: run(SERVE_BYTES, image_bytes=tf.constant(list(files))))
 

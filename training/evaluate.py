@@ -1,11 +1,17 @@
-"""Evaluate a trained model: top-1, top-5 and per-class accuracy on a data spec.
+"""Evaluate a trained model: top-1, top-5 and per-class accuracy on a data spec; for a
+multi-label model or data, the exact mAP, F1 and per-class average precision.
 
 Examples:
   vit evaluate --model saved_models/digits_tiny/model.keras --data digits
   vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
+  vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
+
+A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
+of `--set objective=multilabel`), and `csv:` data is always multi-label: then the scores are
+those of `training.multilabel` (a single-label source's labels count as one class each).
 
 `digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
-test split; tfds: validation, else test); `folder:` and `tfrecord:` on every image.
+test split; tfds: validation, else test); `folder:`, `csv:` and `tfrecord:` on every image.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import os
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit evaluate` options."""
     parser.add_argument("--model", required=True, help="a .keras model saved by `vit train`")
-    parser.add_argument("--data", required=True, help="digits | folder:PATH | "
+    parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
                         "tfds:NAME[:SPLIT] | tfrecord:GLOB")
     parser.add_argument("--data-dir", help="tfds data_dir")
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
@@ -67,19 +73,11 @@ def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    from training import pipeline
-
-    size = evaluation_size(model, image_size)
-    logits, labels = [], []
-    for images, batch_labels in pipeline.eval_images(source, size).batch(batch_size):
-        logits.append(np.asarray(model(pipeline.scale(images), training=False), np.float64))
-        labels.append(batch_labels.numpy())
-    if not logits:
-        raise ValueError(f"{source.spec} holds no images to evaluate")
-    logits, labels = np.concatenate(logits), np.concatenate(labels).astype(int)
-    if logits.shape[1] != source.num_classes:
-        raise ValueError(f"the model has {logits.shape[1]} outputs but {source.spec} has "
-                         f"{source.num_classes} classes")
+    if source.multilabel:
+        raise ValueError(f"{source.spec} is multi-label data: evaluate it with "
+                         "evaluate_multilabel")
+    logits, labels = _logits_and_labels(model, source, batch_size, image_size)
+    labels = labels.astype(int)
     log_probs = tf.nn.log_softmax(logits).numpy()
     ranked = np.argsort(-logits, axis=1)
     correct1 = ranked[:, 0] == labels
@@ -93,6 +91,64 @@ def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
             "top5": float(correct5.mean()),
             "loss": float(-log_probs[np.arange(len(labels)), labels].mean()),
             "per_class": per_class}
+
+
+def _logits_and_labels(model, source, batch_size: int, image_size):
+    """(float64 logits, labels) of `model` on every image of `source`, in order."""
+    import numpy as np
+
+    from training import pipeline
+
+    size = evaluation_size(model, image_size)
+    logits, labels = [], []
+    for images, batch_labels in pipeline.eval_images(source, size).batch(batch_size):
+        logits.append(np.asarray(model(pipeline.scale(images), training=False), np.float64))
+        labels.append(batch_labels.numpy())
+    if not logits:
+        raise ValueError(f"{source.spec} holds no images to evaluate")
+    logits, labels = np.concatenate(logits), np.concatenate(labels)
+    if logits.shape[1] != source.num_classes:
+        raise ValueError(f"the model has {logits.shape[1]} outputs but {source.spec} has "
+                         f"{source.num_classes} classes")
+    return logits, labels
+
+
+def evaluate_multilabel(model, source, batch_size: int = 256, image_size=None) -> dict:
+    """Runs a multi-label `model` over `source`; returns its exact mAP, F1 and per-class AP.
+
+    Args:
+        model, source, batch_size, image_size: as `evaluate`; the labels of a single-label
+            source count as one class per image.
+
+    Returns:
+        {'examples', 'mAP', 'f1_micro', 'f1_macro' (threshold 0.5), 'loss' (sigmoid
+        cross-entropy), 'classes_scored', 'per_class': [{'class', 'examples' (positives),
+        'average_precision'}]}; a score without a defined value is None.
+    """
+    import numpy as np
+
+    from training import multilabel
+
+    logits, labels = _logits_and_labels(model, source, batch_size, image_size)
+    targets = labels.astype(np.float32) if source.multilabel else \
+        np.eye(source.num_classes, dtype=np.float32)[labels.astype(int)]
+    scores = multilabel.report(targets, logits)
+    positives = (targets > 0.5).sum(axis=0)
+    per_class = [{"class": index, "examples": int(count), "average_precision": precision}
+                 for index, (count, precision) in enumerate(zip(positives,
+                                                                scores["average_precision"]))]
+    finite = {key: None if np.isnan(scores[key]) else scores[key]
+              for key in ("mAP", "f1_micro", "f1_macro")}
+    return {"examples": int(len(targets)), **finite, "loss": scores["cross_entropy"],
+            "classes_scored": scores["classes_scored"], "per_class": per_class}
+
+
+def is_multilabel(model_path: str, source) -> bool:
+    """Whether `vit evaluate` scores as multi-label: multi-label data, or a model whose
+    config.json records a sigmoid activation."""
+    from training.classifier import activation_beside
+
+    return source.multilabel or activation_beside(model_path) == "sigmoid"
 
 
 FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
@@ -138,22 +194,55 @@ def run(args: argparse.Namespace) -> int:
     source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                  args.data_dir, val_split=0.0)
     model = load_model(args.model)
-    results = evaluate(model, source, args.batch_size, args.image_size)
+    names = class_names_for(args.model, args.labels, source.class_names)
+    multilabel = is_multilabel(args.model, source)
+    if multilabel:
+        if args.few_shot is not None:
+            raise ValueError("--few-shot fits single-label classifiers; this model or data is "
+                             "multi-label: leave --few-shot out")
+        if source.multilabel and names != source.class_names:
+            raise ValueError(f"{args.data} has the classes {source.class_names}, the model "
+                             f"{names}: expected the same classes in the same order (a "
+                             "labels.txt beside the CSV file fixes its list)")
+        results = evaluate_multilabel(model, source, args.batch_size, args.image_size)
+    else:
+        results = evaluate(model, source, args.batch_size, args.image_size)
     if args.few_shot is not None:
         shots = tuple(args.few_shot) or (1, 5, 10, 25)
         results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots,
                                               args.image_size)
-    names = class_names_for(args.model, args.labels, source.class_names)
-    height, width = evaluation_size(model, args.image_size)
-    print(f"{args.data}: {results['examples']} images at {height}x{width}  top-1 {100 * results['top1']:.2f}%  "
-          f"top-5 {100 * results['top5']:.2f}%  cross-entropy {results['loss']:.4f}")
-    width = max(len(name) for name in names)
     for row in results["per_class"]:
         row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
-        accuracy = "n/a" if row["top1"] is None else f"{100 * row['top1']:.2f}%"
-        print(f"  {row['name']:<{width}}  {accuracy:>8}  ({row['examples']} images)")
-    for count, accuracy in results.get("few_shot", {}).items():
-        print(f"  few-shot {count:>3} per class: {100 * accuracy:.2f}%")
+    height, width = evaluation_size(model, args.image_size)
+    where = f"{args.data}: {results['examples']} images at {height}x{width}"
+    print("\n".join((_multilabel_lines if multilabel else _lines)(results, where)))
     if args.output:
         write_json(args.output, {"model": args.model, "data": args.data, **results})
     return 0
+
+
+def _percent(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def _lines(results: dict, where: str) -> list[str]:
+    """The printed report of `evaluate` (and the few-shot accuracies)."""
+    lines = [f"{where}  top-1 {100 * results['top1']:.2f}%  top-5 {100 * results['top5']:.2f}%"
+             f"  cross-entropy {results['loss']:.4f}"]
+    width = max(len(row["name"]) for row in results["per_class"])
+    lines += [f"  {row['name']:<{width}}  {_percent(row['top1']):>8}  ({row['examples']} images)"
+              for row in results["per_class"]]
+    lines += [f"  few-shot {count:>3} per class: {100 * accuracy:.2f}%"
+              for count, accuracy in results.get("few_shot", {}).items()]
+    return lines
+
+
+def _multilabel_lines(results: dict, where: str) -> list[str]:
+    """The printed report of `evaluate_multilabel`: the scores, then AP per class."""
+    lines = [f"{where}  mAP {_percent(results['mAP'])} ({results['classes_scored']} classes "
+             f"with positives)  F1 micro {_percent(results['f1_micro'])}  macro "
+             f"{_percent(results['f1_macro'])}  sigmoid cross-entropy {results['loss']:.4f}"]
+    width = max(len(row["name"]) for row in results["per_class"])
+    lines += [f"  {row['name']:<{width}}  AP {_percent(row['average_precision']):>8}  "
+              f"({row['examples']} positive images)" for row in results["per_class"]]
+    return lines

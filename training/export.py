@@ -5,8 +5,9 @@ Writes into the output directory `saved_model/`, `model.tflite`, `model_fp16.tfl
 `model_dynamic_int8.tflite`, `model_int8.tflite`, `model.onnx`, `model_dynamic_int8.onnx`,
 `model_int8.onnx` (the chosen formats) and `export.json`, which records per format: size in
 bytes, max |logit difference| against the Keras model, top-1 agreement with Keras and accuracy
-on the evaluation images, and the median batch-1 latency through LiteRT or ONNX Runtime.
-Full-integer int8 files are calibrated on images of `--data`.
+(the exact mAP for multi-label data) on the evaluation images, and the median batch-1 latency
+through LiteRT or ONNX Runtime; and the `activation` turning the logits into scores (softmax, or
+sigmoid for a multi-label model). Full-integer int8 files are calibrated on images of `--data`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 
 from training import console
+from training.classifier import ACTIVATIONS
 
 FORMATS = ("saved_model", "tflite", "tflite_fp16", "tflite_dynamic_int8", "tflite_int8",
            "onnx", "onnx_dynamic_int8", "onnx_int8")
@@ -45,7 +47,7 @@ LATENCY_THREADS = 2
 def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representative_images=None,
                  eval_images=None, eval_labels=None, num_calibration_images: int = 300,
                  latency_runs: int = 50, int8_float_ops=(), int8_per_channel: bool = True,
-                 keep_tensor_names: bool = False, image_size=None) -> dict:
+                 keep_tensor_names: bool = False, image_size=None, activation=None) -> dict:
     """Exports `model` in every chosen format, checks each file against Keras, writes export.json.
 
     Args:
@@ -56,7 +58,8 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
             for 'tflite_int8' and 'onnx_int8' (the first `num_calibration_images` calibrate).
         eval_images: float32 [N, H, W, 3] in 0..255 to measure parity and accuracy on;
             defaults to the representative images (or 8 random images).
-        eval_labels: int labels [N] of `eval_images`; without them accuracy is null.
+        eval_labels: int labels [N] of `eval_images`, or multi-hot [N, classes] (then each
+            format gets its exact `mAP` and a null accuracy); without them accuracy is null.
         num_calibration_images: calibration set size for int8.
         latency_runs: timed batch-1 calls per TFLite / ONNX file (median reported).
         int8_float_ops: TFLite operators 'tflite_int8' keeps in float32; empty (default) =
@@ -68,6 +71,9 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         image_size: (height, width) for a model taking any size (`dynamic_image_size`): the
             size of the TFLite files and of both SavedModel signatures. None: TFLite at the
             training size, and the SavedModel's `serving_default` takes any size.
+        activation: what gives the SavedModel's `probabilities` from the logits: 'softmax'
+            (None) or 'sigmoid' (a multi-label model); recorded in export.json, where
+            `training.classifier` finds it for the .tflite and .onnx files, which give logits.
 
     Returns:
         The export.json content: {'formats': {name: {file, size_bytes, max_abs_logit_diff,
@@ -76,19 +82,23 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     from vit_keras.export import graph
 
     formats = _check_formats(formats)
+    if activation not in (None, *ACTIVATIONS):
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     _require_calibration(formats, representative_images)
     fixed = graph.at_image_size(model, image_size)
     eval_images, eval_labels = _evaluation_set(fixed, eval_images, eval_labels,
                                                representative_images)
     keras_logits = _keras_logits(fixed, eval_images)
-    report = _report_header(eval_images, latency_runs, _accuracy(keras_logits, eval_labels))
+    report = _report_header(eval_images, latency_runs, _label_scores(keras_logits, eval_labels))
     report["serving_default_any_size"] = image_size is None and graph.takes_any_size(model)
+    report["activation"] = activation or "softmax"
     os.makedirs(output_dir, exist_ok=True)
     lite_options = dict(num_calibration_images=num_calibration_images,
                         int8_float_ops=int8_float_ops, int8_per_channel=int8_per_channel,
                         keep_tensor_names=keep_tensor_names)
     runners = _write_formats(model, formats, output_dir, report, (eval_images, eval_labels,
-                             keras_logits), representative_images, image_size, lite_options)
+                             keras_logits), representative_images, image_size,
+                             dict(lite_options, activation=activation))
     _add_latencies(report, runners, latency_runs)
     from vit_keras import atomic
 
@@ -101,7 +111,8 @@ def _write_formats(model, formats, output_dir, report, evaluation, representativ
                    image_size, lite_options) -> dict:
     """Writes each format, recording its entry in `report`; returns the timeable runners.
 
-    `evaluation` is (images, labels, Keras logits) for the agreement columns.
+    `evaluation` is (images, labels, Keras logits) for the agreement columns; `lite_options`
+    holds the SavedModel's `activation` too.
     """
     eval_images, eval_labels, keras_logits = evaluation
     runners = {}
@@ -138,12 +149,13 @@ def _require_calibration(formats, representative_images) -> None:
 
 
 def _agreement(logits, keras_logits, labels) -> dict:
-    """An exported file's logits against Keras': max |difference|, top-1 agreement, accuracy."""
+    """An exported file's logits against Keras': max |difference|, top-1 agreement, accuracy
+    (or mAP)."""
     import numpy as np
 
     return {"max_abs_logit_diff": float(np.max(np.abs(logits - keras_logits))),
             "top1_agreement": float(np.mean(logits.argmax(-1) == keras_logits.argmax(-1))),
-            "accuracy": _accuracy(logits, labels)}
+            **_label_scores(logits, labels)}
 
 
 def _write_format(model, name, path, representative_images, eval_images, image_size,
@@ -152,8 +164,9 @@ def _write_format(model, name, path, representative_images, eval_images, image_s
     images, its export.json entry so far)."""
     from vit_keras import export
 
+    activation = lite_options.pop("activation")
     if name == "saved_model":
-        export.saved_model(model, path, image_size=image_size)
+        export.saved_model(model, path, image_size=image_size, activation=activation)
         return None, _saved_model_logits(path, eval_images), {"latency_ms": None}
     written = lite_options.pop("written")
     if name.startswith("onnx"):
@@ -166,7 +179,7 @@ def _write_format(model, name, path, representative_images, eval_images, image_s
     return runner, runner(eval_images), entry
 
 
-def _report_header(eval_images, latency_runs: int, keras_accuracy) -> dict:
+def _report_header(eval_images, latency_runs: int, keras_scores: dict) -> dict:
     """export.json before the formats: the input contract, the evaluation and timing setup."""
     return {
         "input": {"shape": list(eval_images.shape[1:]), "dtype": "float32",
@@ -174,7 +187,7 @@ def _report_header(eval_images, latency_runs: int, keras_accuracy) -> dict:
         "eval_examples": int(len(eval_images)),
         "latency": {"batch_size": 1, "threads": LATENCY_THREADS, "runs": latency_runs,
                     "statistic": "median of 5 interleaved rounds (each a median)"},
-        "keras": {"accuracy": keras_accuracy},
+        "keras": keras_scores,
         "formats": {},
     }
 
@@ -265,7 +278,9 @@ def _evaluation_set(model, images, labels, representative_images):
         raise ValueError(f"eval images must be [N, {height}, {width}, 3] float32 in 0..255, "
                          f"got shape {images.shape}")
     if labels is not None:
-        labels = np.asarray(labels).astype(np.int64).reshape(-1)
+        labels = np.asarray(labels)
+        labels = labels.astype(np.float32) if labels.ndim == 2 else \
+            labels.astype(np.int64).reshape(-1)
         if len(labels) != len(images):
             raise ValueError(f"got {len(labels)} eval labels for {len(images)} eval images")
     return images, labels
@@ -291,10 +306,18 @@ def _saved_model_logits(path, images):
                            for i in range(0, len(images), 64)])
 
 
-def _accuracy(logits, labels):
+def _label_scores(logits, labels) -> dict:
+    """{'accuracy': top-1} for int labels; {'accuracy': None, 'mAP': exact} for multi-hot ones."""
     if labels is None:
-        return None
-    return float((logits.argmax(-1) == labels).mean())
+        return {"accuracy": None}
+    if labels.ndim == 2:
+        import math
+
+        from training import multilabel
+
+        mean = multilabel.mean_average_precision(labels, logits)[0]
+        return {"accuracy": None, "mAP": None if math.isnan(mean) else mean}
+    return {"accuracy": float((logits.argmax(-1) == labels).mean())}
 
 
 def _size(path: str) -> int:
@@ -313,7 +336,8 @@ def add_arguments(parser) -> None:
                         help="output directory (default: the model file's directory)")
     parser.add_argument("--data", default=None,
                         help="images for int8 calibration and evaluation: a data spec of "
-                             "`vit train` (digits | folder:PATH | tfds:NAME | tfrecord:GLOB) "
+                             "`vit train` (digits | folder:PATH | csv:PATH | tfds:NAME | "
+                             "tfrecord:GLOB) "
                              "or an .npz with 'images' (N,H,W,3, 0..255) and optional "
                              "'labels' (default: the data in the config.json next to --model)")
     parser.add_argument("--calibration-images", type=int, default=300,
@@ -334,6 +358,11 @@ def add_arguments(parser) -> None:
                         help="for a model trained with model.dynamic_image_size=true: the input "
                              "size of the TFLite files and the SavedModel (default: TFLite at "
                              "the training size, SavedModel serving_default at any size)")
+    parser.add_argument("--activation", choices=ACTIVATIONS,
+                        help="how the SavedModel's probabilities come from the logits, also "
+                             "recorded in export.json for the .tflite/.onnx files (default: the "
+                             "`activation` in the config.json next to --model: sigmoid for a "
+                             "multilabel run; else softmax)")
     parser.add_argument("--latency-runs", type=int, default=50,
                         help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
 
@@ -371,7 +400,8 @@ def run(args) -> int:
         int8_float_ops=[op.strip().upper() for op in args.int8_float_ops.split(",")
                         if op.strip()],
         int8_per_channel=not args.int8_per_tensor, keep_tensor_names=args.keep_tensor_names,
-        image_size=args.image_size)
+        image_size=args.image_size,
+        activation=args.activation or run_config(args.model).get("activation"))
     print(format_report(report))
     print(f"wrote {', '.join(FILENAMES[name] for name in formats)} and {REPORT_NAME} "
           f"to {output}")
@@ -382,12 +412,11 @@ def format_report(report: dict) -> str:
     """export.json as a Markdown table: format, size, latency, accuracy, agreement, logit diff."""
     lines = ["| format | size (MB) | latency (ms) | accuracy | top-1 agreement | max logit diff |",
              "|---|---|---|---|---|---|"]
-    keras_accuracy = report["keras"]["accuracy"]
-    lines.append(f"| keras | | | {_percent(keras_accuracy)} | | |")
+    lines.append(f"| keras | | | {_score(report['keras'])} | | |")
     for name, entry in report["formats"].items():
         latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
         lines.append(f"| {name} | {entry['size_bytes'] / 1e6:.2f} | {latency} | "
-                     f"{_percent(entry['accuracy'])} | {_percent(entry['top1_agreement'])} | "
+                     f"{_score(entry)} | {_percent(entry['top1_agreement'])} | "
                      f"{entry['max_abs_logit_diff']:.2e} |")
     return "\n".join(lines)
 
@@ -396,14 +425,26 @@ def _percent(value) -> str:
     return "" if value is None else f"{100 * value:.2f}%"
 
 
-def _training_data(model_path: str) -> dict:
-    """The data fields (data, val_data, val_split, seed) of the preset in the config.json
-    `vit train` wrote next to the model; {} when there is none."""
+def _score(entry: dict) -> str:
+    """The accuracy column: top-1, or the mAP of a multi-label model."""
+    if entry.get("mAP") is not None:
+        return f"{_percent(entry['mAP'])} mAP"
+    return _percent(entry["accuracy"])
+
+
+def run_config(model_path: str) -> dict:
+    """The config.json `vit train` wrote next to the model; {} when there is none."""
     path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")
     if not os.path.exists(path):
         return {}
     with open(path) as handle:
-        preset = json.load(handle).get("preset", {})
+        return json.load(handle)
+
+
+def _training_data(model_path: str) -> dict:
+    """The data fields (data, val_data, val_split, seed) of the preset in the config.json
+    `vit train` wrote next to the model; {} when there is none."""
+    preset = run_config(model_path).get("preset", {})
     return {key: preset[key] for key in ("data", "val_data", "val_split", "seed")
             if preset.get(key) not in (None, "")}
 

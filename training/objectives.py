@@ -11,6 +11,9 @@ export and inspection):
 - `distill` (DeiT): a `distilled=True` ViT trained by `vit_keras.core.deit.DistillationTrainer`
   against the `teacher` `.keras` model, on its argmax ('hard') or its softened distribution
   ('soft').
+- `multilabel`: a `VisionTransformer` whose classes are independent (sigmoid cross-entropy,
+  timm's `--bce-loss`), scored by mAP and F1 (`training.multilabel`); its exports and
+  `vit predict` / `vit serve` give sigmoid scores (`activation` in config.json).
 
 The losses live in the models' `compute_loss` (keras.ops), so `fit` trains all three alike.
 """
@@ -23,10 +26,10 @@ import keras
 import numpy as np
 
 import vit_keras
-from training import finetune, recipe
+from training import finetune, multilabel, recipe
 from vit_keras import ViTConfig, atomic
 
-OBJECTIVES = ("classify", "mpp", "distill")
+OBJECTIVES = ("classify", "mpp", "distill", "multilabel")
 
 
 def float32_copy(model: keras.Model, config: ViTConfig) -> keras.Model:
@@ -48,9 +51,27 @@ class Classification:
     metric_label = "top-1"
     metric_key = "val_top1"
     exports = True
+    monitor = "val_accuracy"  # the logged metric that chooses the best weights (higher = better)
+    activation = "softmax"  # what turns the model's logits into its scores, in every format
 
     def __init__(self, preset):
         self.preset = preset
+
+    @property
+    def monitor_label(self) -> str:
+        """How the result table names the `monitor` metric."""
+        return self.metric_label
+
+    def check_data(self, data) -> None:
+        """Refuses training data this objective cannot learn from (a multi-label source).
+
+        Args:
+            data: the run's `training.sources.TrainingData`.
+        """
+        if data.train.multilabel:
+            raise ValueError(f"{data.train.spec} is multi-label data (an image may have several "
+                             f"classes): train it with --set objective=multilabel, not "
+                             f"{self.name!r}")
 
     def model_config(self, num_classes: int) -> ViTConfig:
         """The classifier's config for data with `num_classes` classes; a frozen backbone
@@ -121,6 +142,9 @@ class MaskedPatchPrediction(Classification):
 
         return MaskedPatchPretrainer(config, seed=self.preset.seed)
 
+    def check_data(self, data) -> None:
+        """Any data: the labels are not used."""
+
     def compile_args(self, config: ViTConfig) -> dict:
         return {}  # the loss and the patch accuracy are the pretrainer's own
 
@@ -188,9 +212,45 @@ class Distillation(Classification):
         return report
 
 
+class MultiLabel(Classification):
+    """Multi-label classification: one sigmoid per class, binary cross-entropy, mAP and F1.
+
+    Any source trains: a single-label one's one-hot targets are multi-hot with one class. The
+    best weights follow Keras' binned PR-AUC (`pr_auc`); metrics.json reports the exact mAP and
+    F1 of the whole validation set (`training.multilabel`).
+    """
+
+    name = "multilabel"
+    metric_label = "mAP"
+    metric_key = "val_mAP"
+    monitor = "val_pr_auc"
+    monitor_label = "PR-AUC (binned mAP)"
+    activation = "sigmoid"
+
+    def check_data(self, data) -> None:
+        """Any labelled data."""
+
+    def compile_args(self, config: ViTConfig) -> dict:
+        return {"loss": multilabel.SigmoidCrossEntropy(self.preset.label_smoothing),
+                "metrics": multilabel.make_metrics(config.num_classes)}
+
+    def evaluate_extras(self, model, val_dataset) -> dict:
+        """The exact mAP and F1 (threshold 0.5) over every validation example."""
+        logits, targets = multilabel.predictions(model, val_dataset)
+        scores = multilabel.report(targets, logits)
+        extras = {f"val_{key}": scores[key] for key in ("mAP", "f1_micro", "f1_macro")}
+        extras = {key: None if np.isnan(value) else value for key, value in extras.items()}
+        return {**extras, "val_classes_scored": scores["classes_scored"]}
+
+    def report(self, results: dict) -> dict:
+        return {"val_pr_auc": float(results["pr_auc"]), "val_loss": float(results["loss"]),
+                "val_cross_entropy": float(results["cross_entropy"])}
+
+
 def get_objective(preset):
     """The objective `preset.objective` names, set up for `preset`."""
-    table = {"classify": Classification, "mpp": MaskedPatchPrediction, "distill": Distillation}
+    table = {"classify": Classification, "mpp": MaskedPatchPrediction, "distill": Distillation,
+             "multilabel": MultiLabel}
     if preset.objective not in table:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {preset.objective!r}")
     return table[preset.objective](preset)

@@ -55,6 +55,11 @@ def scale(images: tf.Tensor) -> tf.Tensor:
     return images / 127.5 - 1.0
 
 
+def targets(labels: tf.Tensor, depth: int, multilabel: bool) -> tf.Tensor:
+    """The float32 targets of labels: one-hot of int class ids, or multi-hot labels as they are."""
+    return tf.cast(labels, tf.float32) if multilabel else tf.one_hot(labels, depth)
+
+
 def shuffled(source: Source, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
     """The source's records in a random order that depends only on `seed` (stateless).
 
@@ -70,7 +75,7 @@ def shuffled(source: Source, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
 
     def permute(block, batch):
         records, labels = batch
-        keys = tf.random.stateless_uniform(tf.shape(labels), tf.stack([seed[0] + 1,
+        keys = tf.random.stateless_uniform(tf.shape(labels)[:1], tf.stack([seed[0] + 1,
                                                                        seed[1] * 65_537 + block]))
         order = tf.argsort(keys)
         return tf.data.Dataset.from_tensor_slices((tf.gather(records, order),
@@ -99,7 +104,8 @@ def train_dataset(source: Source, image_size, batch_size: int, *, epochs: int,
                   pad: int = 0, augment: Callable | None = None, num_classes: int | None = None,
                   start_epoch: int = 0, start_step: int = 0, steps_per_epoch: int | None = None,
                   shuffle_buffer: int = 10_000, drop_remainder: bool = True) -> tf.data.Dataset:
-    """Training batches `(images in [-1, 1], one-hot labels)` for epochs start_epoch..epochs-1.
+    """Training batches `(images in [-1, 1], targets)` for epochs start_epoch..epochs-1; the
+    targets are one-hot, or multi-hot for a multi-label source.
 
     Args:
         source: the training `Source`.
@@ -109,7 +115,7 @@ def train_dataset(source: Source, image_size, batch_size: int, *, epochs: int,
         seed: makes the whole stream reproducible.
         crop: 'resize', 'inception' or 'pad_crop' (see `Preset.train_crop`).
         crop_area_min, pad: parameters of the crops.
-        augment: batch-level augmentation `(images 0..255, one-hot labels, seed) -> same`
+        augment: batch-level augmentation `(images 0..255, targets, seed) -> same`
             (see `training.augment`); None = none.
         num_classes: one-hot depth (default: the source's class count).
         start_epoch, start_step: where a resumed run picks up; batches before are skipped.
@@ -130,7 +136,7 @@ def train_dataset(source: Source, image_size, batch_size: int, *, epochs: int,
     def prepare(index, record, label, epoch):
         element_seed = tf.stack([seed * 1_000_003 + epoch, 2 * index])  # even: elements
         image = _crop(source.decode(record), image_size, crop, crop_area_min, pad, element_seed)
-        return image, tf.one_hot(label, depth)
+        return image, targets(label, depth, source.multilabel)
 
     def one_epoch(epoch):
         dataset = shuffled(source, shuffle_buffer, tf.stack([seed * 1_000_003 + 999_983, epoch]))
@@ -172,7 +178,8 @@ def eval_images(source: Source, image_size) -> tf.data.Dataset:
 def eval_dataset(source: Source, image_size, batch_size: int,
                  num_classes: int | None = None, drop_remainder: bool = False,
                  max_examples: int | None = None) -> tf.data.Dataset:
-    """Evaluation batches `(images in [-1, 1], one-hot labels)`: plain resize, no shuffling.
+    """Evaluation batches `(images in [-1, 1], targets)`: plain resize, no shuffling; the
+    targets are one-hot, or multi-hot for a multi-label source.
 
     Args:
         drop_remainder: drop a last partial batch (TPUs and multi-process runs need full ones).
@@ -183,18 +190,23 @@ def eval_dataset(source: Source, image_size, batch_size: int,
     if max_examples is not None:
         dataset = dataset.take(max_examples)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    dataset = dataset.map(lambda images, labels: (scale(images), tf.one_hot(labels, depth)),
+    dataset = dataset.map(lambda images, labels: (scale(images),
+                                                  targets(labels, depth, source.multilabel)),
                           num_parallel_calls=tf.data.AUTOTUNE)
     return _with_options(dataset.prefetch(tf.data.AUTOTUNE))
 
 
 def take_raw_images(source: Source, image_size, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Up to `count` eval-resized images as float32 NHWC 0..255 numpy + int labels (for export)."""
+    """Up to `count` eval-resized images as float32 NHWC 0..255 numpy + their labels (for
+    export): int64 class ids, or multi-hot float32 [n, classes] for a multi-label source."""
     images, labels = [], []
     for image, label in eval_images(source, image_size).take(count).as_numpy_iterator():
         images.append(image)
         labels.append(label)
+    dtype, label_shape = (np.float32, (source.num_classes,)) if source.multilabel else \
+        (np.int64, ())
     if not images:
-        return np.zeros((0, *image_hw(image_size), 3), np.float32), np.zeros((0,), np.int64)
-    return np.stack(images).astype(np.float32), np.asarray(labels, np.int64)
+        return (np.zeros((0, *image_hw(image_size), 3), np.float32),
+                np.zeros((0, *label_shape), dtype))
+    return np.stack(images).astype(np.float32), np.asarray(labels, dtype)
 

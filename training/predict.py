@@ -9,9 +9,10 @@ Examples:
 
 Images are resized to the model resolution (bilinear, as in evaluation). Class names come from
 --labels, else the labels.txt next to the model, else (ImageNet heads of pretrained --weights)
-the ImageNet class names shipped with vit_keras. ImageNet-21k heads were pre-trained with a
-sigmoid loss, so their scores are independent per-class probabilities; other heads show softmax
-probabilities.
+the ImageNet class names shipped with vit_keras. A multi-label model (`vit train --set
+objective=multilabel`, recorded as `activation` in the config.json next to its files) and the
+ImageNet-21k heads, pre-trained with a sigmoid loss, give independent per-class probabilities;
+other heads show softmax probabilities.
 """
 
 from __future__ import annotations

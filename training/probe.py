@@ -30,7 +30,7 @@ def head_features(network: keras.Model, heads: list, dataset) -> tuple[list[np.n
     Returns:
         (one float64 [examples, width] array per head, float64 [examples, classes] targets).
     """
-    extractor = keras.Model(network.inputs, [head.input for head in heads])
+    extractor = keras.Model(network.inputs[0], [head.input for head in heads])
     parts, targets = [[] for _ in heads], []
     batches = dataset.as_numpy_iterator() if hasattr(dataset, "as_numpy_iterator") else dataset
     for images, labels in batches:

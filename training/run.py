@@ -181,6 +181,7 @@ class Run:
         self.data = subsets.restrict_training_data(
             sources.open_training_data(preset.data, preset.val_data, preset.val_split,
                                        preset.seed, self.data_dir), preset.classes)
+        self.objective.check_data(self.data)
         self.num_examples = count_examples(self.data.train)
         self.plan = make_plan(preset, self.num_examples, self.placement.replicas)
         self.config = self.objective.model_config(self.data.train.num_classes)
@@ -278,7 +279,7 @@ class Run:
         start_step = state["step"] if state else 0
         steps = self.plan.steps_per_epoch
         self.best = callbacks.BestModel(os.path.join(self.write_dir, "best.weights.h5"),
-                                        write=self.saves)
+                                        monitor=self.objective.monitor, write=self.saves)
         self.best.restore(state)
         backup = callbacks.ResumableBackup(os.path.join(self.write_dir, "backup"), steps,
                                            self.preset.backup_every, write=self.saves,
@@ -387,8 +388,11 @@ class Run:
             lora.save_lora_weights(self.objective.network(self.model),
                                    os.path.join(output, "lora.npz"))
         outputs.write_labels(output, self.data.train.class_names)
+        # `activation` tells `vit export`, predict, serve and evaluate how scores come from the
+        # logits (sigmoid for a multi-label model) in every format.
         outputs.write_json(os.path.join(output, "config.json"),
-                           {"preset": self.preset.to_dict(), "model": self.config.to_dict()})
+                           {"preset": self.preset.to_dict(), "model": self.config.to_dict(),
+                            "activation": self.objective.activation})
         outputs.plot_curves(outputs.read_history(os.path.join(output, "history.csv")),
                             os.path.join(output, "curves.png"))
         # Written before the export (a failed export leaves a finished run), then again with
@@ -424,7 +428,8 @@ class Run:
 
             calibration, _ = pipeline.take_raw_images(self.data.train, size, CALIBRATION_SAMPLES)
             export_model(classifier, self.output, representative_images=calibration,
-                         eval_images=images, eval_labels=labels)
+                         eval_images=images, eval_labels=labels,
+                         activation=self.objective.activation)
         if self.inspect:
             from training.inspect import inspect_model
 
@@ -493,8 +498,11 @@ def summary_rows(metrics: dict, output: str, objective) -> list[tuple[str, str]]
     rows = [(f"{label} (val/test)", percent(objective.metric_key))]
     if "val_top5" in metrics:
         rows.append(("top-5 (val/test)", percent("val_top5")))
+    if "val_f1_micro" in metrics:
+        rows.append(("F1 micro / macro (val/test)",
+                     f"{percent('val_f1_micro')} / {percent('val_f1_macro')}"))
     rows.append(loss_row(metrics))
-    rows += [(f"best val {label}",
+    rows += [(f"best val {objective.monitor_label}",
               f"{percent('best_val_accuracy')} (epoch {metrics['best_epoch']})"),
              ("train time", f"{metrics['train_seconds']:.1f} s"),
              ("wall time", f"{metrics['wall_seconds']:.1f} s"),

@@ -1,17 +1,20 @@
-"""Labelled image sources for `vit train`: digits, image folder, tfds, TFRecord.
+"""Labelled image sources for `vit train`: digits, image folder, CSV list, tfds, TFRecord.
 
 Data specs:
     `digits`             scikit-learn's bundled 8x8 digits (1797 images, offline); a stratified,
                          seeded 80/20 split: split 'train' or 'test'.
     `folder:PATH`        one sub-folder per class holding JPEG/PNG/BMP/GIF files; the classes are
                          the sorted sub-folder names; `val_split` holds out a stratified fraction.
+    `csv:PATH`           a multi-label image list: a CSV file with the columns `file,labels`
+                         (see `training.csv_source`); `val_split` holds out a seeded random
+                         fraction. Its labels are multi-hot float32 vectors.
     `tfds:NAME[:SPLIT]`  a TensorFlow Datasets builder with an `image` and a `label` feature
                          (`--data-dir` is its data_dir, local or gs://).
     `tfrecord:GLOB`      TFRecord files of tf.train.Examples with `image/encoded` (JPEG/PNG/BMP/GIF
                          bytes) and `image/class/label` (int64, 0-based). Class names come from a
                          `labels.txt` (one per line) next to the files, else `class_<i>`.
 
-Bad files: a `folder:` source checks every file up front (signature and a PIL verify) and
+Bad files: a `folder:` or `csv:` source checks every file up front (signature and a PIL verify) and
 refuses to start, naming the bad files, because a run that dies hours in is the worst outcome.
 Records of a `tfrecord:`/`tfds:` source cannot be checked without reading the whole data set:
 a record whose image does not decode is skipped (TensorFlow logs a warning for each one).
@@ -47,14 +50,16 @@ class Source:
     Attributes:
         spec: the data spec it was made from.
         class_names: label names, index = class id.
-        records: function returning a dataset of (record, label int32); a record is an encoded
-            image (bytes), a file path or already an uint8 image, as `decode` expects.
+        records: function returning a dataset of (record, label); a label is an int32 class id,
+            or for a multi-label source a multi-hot float32 [num_classes] vector; a record is an
+            encoded image (bytes), a file path or already an uint8 image, as `decode` expects.
         decode: function mapping one record to a uint8 [height, width, 3] image.
         num_examples: number of examples, or None when unknown without a full read.
         ignore_errors: skip records whose decoding fails (see the module docstring).
         arrays: (records, labels) when the whole source is in memory (digits, folder paths):
             then each epoch is a full random permutation; other sources are shuffled in
             blocks of `shuffle_buffer` records.
+        multilabel: labels are multi-hot vectors (an image may have several classes, or none).
     """
 
     spec: str
@@ -64,6 +69,7 @@ class Source:
     num_examples: int | None = None
     ignore_errors: bool = False
     arrays: tuple | None = None
+    multilabel: bool = False
 
     @property
     def num_classes(self) -> int:
@@ -75,10 +81,10 @@ def parse_spec(spec: str) -> tuple[str, str]:
     kind, _, argument = spec.partition(":")
     if kind == "digits" and not argument:
         return kind, ""
-    if kind in ("folder", "tfds", "tfrecord") and argument:
+    if kind in ("folder", "csv", "tfds", "tfrecord") and argument:
         return kind, argument
     raise ValueError(f"data spec {spec!r} not understood: expected 'digits', 'folder:PATH', "
-                     "'tfds:NAME[:SPLIT]' or 'tfrecord:GLOB'")
+                     "'csv:PATH', 'tfds:NAME[:SPLIT]' or 'tfrecord:GLOB'")
 
 
 def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
@@ -88,10 +94,11 @@ def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
     Args:
         spec: a data spec (see the module docstring).
         subset: 'train' or 'val': which part of a source with a natural split to use (digits:
-            the 80% / 20% split; folder: the `val_split` hold-out; tfds: the default splits).
+            the 80% / 20% split; folder, csv: the `val_split` hold-out; tfds: the default
+            splits).
         data_dir: tfds data_dir (local or gs://).
-        val_split: fraction of a folder held out as 'val' (0 = none).
-        seed: seed of the folder hold-out.
+        val_split: fraction of a folder or CSV list held out as 'val' (0 = none).
+        seed: seed of the folder or CSV hold-out.
 
     Returns:
         A `Source`.
@@ -103,6 +110,10 @@ def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
         return digits_source("train" if subset == "train" else "test")
     if kind == "folder":
         return folder_source(argument, subset, val_split, seed)
+    if kind == "csv":
+        from training.csv_source import csv_source
+
+        return csv_source(argument, subset, val_split, seed)
     if kind == "tfds":
         return tfds_source(argument, subset, data_dir)
     return tfrecord_source(argument)
@@ -111,7 +122,7 @@ def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
 def has_natural_val(spec: str, val_split: float) -> bool:
     """Whether `load_source(spec, 'val')` has something to give."""
     kind, _ = parse_spec(spec)
-    if kind == "folder":
+    if kind in ("folder", "csv"):
         return val_split > 0
     return kind in ("digits", "tfds")
 
@@ -137,13 +148,14 @@ def open_training_data(data: str, val_data: str = "", val_split: float = 0.1, se
 
     Given `val_data`, the training source keeps every one of its examples and `val_split` is
     not used; otherwise a source with a natural held-out part gives it (digits: the 20% test
-    split, tfds: `validation` else `test`, folder: a stratified `val_split` hold-out).
+    split, tfds: `validation` else `test`, folder: a stratified `val_split` hold-out, csv: a
+    random `val_split` hold-out).
 
     Args:
         data: the training data spec.
         val_data: the validation data spec ('' = the training source's held-out part). A
-            digits or tfds spec without a split gives its held-out part; a folder or TFRecord
-            spec gives all of its examples.
+            digits or tfds spec without a split gives its held-out part; a folder, CSV or
+            TFRecord spec gives all of its examples.
         val_split: fraction of a folder held out when no `val_data` is given.
         seed: seed of the folder hold-out.
         data_dir: tfds data_dir.
@@ -165,12 +177,17 @@ def open_training_data(data: str, val_data: str = "", val_split: float = 0.1, se
     if val is not None and val.num_classes != train.num_classes:
         raise ValueError(f"validation data has {val.num_classes} classes, training data "
                          f"{train.num_classes}: expected the same classes")
+    if val is not None and (train.multilabel or val.multilabel) and \
+            val.class_names != train.class_names:
+        raise ValueError(f"validation data has the classes {val.class_names}, training data "
+                         f"{train.class_names}: expected the same classes in the same order "
+                         "(a labels.txt beside each CSV file fixes the list)")
     return TrainingData(train, val, origin)
 
 
 def evaluation_subset(spec: str) -> str:
     """The subset of `spec` that evaluates: digits and tfds without a split give their held-out
-    part ('val'); a folder or TFRecord spec gives all of its examples ('train')."""
+    part ('val'); a folder, CSV or TFRecord spec gives all of its examples ('train')."""
     return "val" if parse_spec(spec)[0] in ("digits", "tfds") else "train"
 
 
@@ -180,6 +197,8 @@ def _held_out_origin(data: str, val_split: float) -> str:
         return f"digits' {DIGITS_TEST_FRACTION:.0%} test split"
     if kind == "folder":
         return f"{val_split:.0%} of the training folder held out (val_split, stratified)"
+    if kind == "csv":
+        return f"{val_split:.0%} of the CSV rows held out (val_split, seeded random)"
     return f"{data}'s held-out split"
 
 
@@ -336,6 +355,11 @@ def decode_image(encoded: tf.Tensor) -> tf.Tensor:
     return image
 
 
+def decode_file(path: tf.Tensor) -> tf.Tensor:
+    """An image file's path -> uint8 [height, width, 3] (the `decode` of file-list sources)."""
+    return decode_image(tf.io.read_file(path))
+
+
 def folder_source(path: str, subset: str, val_split: float, seed: int) -> Source:
     """One sub-folder per class; every file is checked before training starts."""
     path = os.path.expanduser(path)
@@ -345,12 +369,25 @@ def folder_source(path: str, subset: str, val_split: float, seed: int) -> Source
     chosen = train_idx if subset == "train" else val_idx
     if not len(chosen):
         raise ValueError(f"folder {path!r} has no '{subset}' images with val_split={val_split}")
-    paths = np.asarray(files)[chosen]
-    chosen_labels = np.asarray(labels, np.int32)[chosen]
-    return Source(spec=f"folder:{path}", class_names=class_names,
-                  records=lambda: tf.data.Dataset.from_tensor_slices((paths, chosen_labels)),
-                  decode=lambda file: decode_image(tf.io.read_file(file)),
-                  num_examples=len(chosen), arrays=(paths, chosen_labels))
+    return file_list_source(f"folder:{path}", class_names, np.asarray(files)[chosen],
+                            np.asarray(labels, np.int32)[chosen])
+
+
+def file_list_source(spec: str, class_names: list[str], paths: np.ndarray, labels: np.ndarray,
+                     multilabel: bool = False) -> Source:
+    """An in-memory `Source` of checked image files and their labels.
+
+    Args:
+        spec: the data spec.
+        class_names: the class names.
+        paths: the image files.
+        labels: int32 class ids [n], or multi-hot float32 [n, classes] when `multilabel`.
+        multilabel: whether the labels are multi-hot.
+    """
+    return Source(spec=spec, class_names=class_names,
+                  records=lambda: tf.data.Dataset.from_tensor_slices((paths, labels)),
+                  decode=decode_file, num_examples=len(labels), arrays=(paths, labels),
+                  multilabel=multilabel)
 
 
 # --- tfds ---------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ Examples:
   vit train --weights augreg-in21k --model B/16 --data folder:~/pets --finetune lora
   vit train --config digits_transfer --weights saved_models/digits_0_4/model.keras --finetune probe
   vit train --set layer_decay=0.75 --set objective=distill --set distill_mode=soft ...
+  vit train --data csv:~/photos/tags.csv --set objective=multilabel   # several labels per image
   vit train --resume                                # continue a killed run where it stopped
   vit train --backend jax --model-parallel 2        # JAX: data parallel, each model on 2 devices
   vit train --set lr=3e-3 --set translate=0.1       # override any preset field
@@ -17,7 +18,7 @@ Examples:
 Outputs go to saved_models/<preset>/ (or --output DIR, local or gs://): model.keras,
 labels.txt, metrics.json, history.csv, curves.png, config.json, best.weights.h5, logs/
 (TensorBoard), backup/ (resumable state, removed when the run completes), the exports and
-inspect/. Every objective (classify, mpp, distill) runs through the same pipeline.
+inspect/. Every objective (classify, mpp, distill, multilabel) runs through the same pipeline.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit train` options."""
     parser.add_argument("--config", default=configs.DEFAULT_PRESET, choices=configs.PRESET_NAMES,
                         help="preset to start from (default: %(default)s)")
-    parser.add_argument("--data", help="training data: digits | folder:PATH | "
-                        "tfds:NAME[:SPLIT] | tfrecord:GLOB")
+    parser.add_argument("--data", help="training data: digits | folder:PATH | csv:PATH "
+                        "(multi-label) | tfds:NAME[:SPLIT] | tfrecord:GLOB")
     parser.add_argument("--val-data", help="validation data spec; when given, the training "
                         "data keeps all of its examples (default: the source's held-out split)")
     parser.add_argument("--data-dir", help="tfds data_dir (local or gs://)")

@@ -79,8 +79,9 @@ class Preset:
         seed: seed of the split, the initialisation, the shuffles and the augmentation.
         shuffle_buffer: tf.data shuffle buffer (elements).
         objective: 'classify' (supervised), 'mpp' (masked patch prediction pre-training,
-            writes encoder.npz to fine-tune from) or 'distill' (DeiT hard-label distillation
-            from `teacher`).
+            writes encoder.npz to fine-tune from), 'distill' (DeiT hard-label distillation
+            from `teacher`) or 'multilabel' (independent sigmoid classes, binary
+            cross-entropy, mAP and F1; e.g. `csv:` data).
         teacher: 'distill' only: a `.keras` model mapping the same [-1, 1] images to class
             scores.
         distill_mode: 'distill' only: 'hard' (DeiT: the distillation head learns the

@@ -73,22 +73,31 @@ def _float32_config(value):
     return value
 
 
-def split_activation(model: keras.Model):
+def split_activation(model: keras.Model, activation=None):
     """Splits a classifier into its logits model and its output activation.
 
     Args:
         model: a Keras classifier; if its last layer is an `Activation` (e.g. the `predictions`
             layer of `classifier_activation='softmax'`), its input are the logits.
+        activation: what maps the logits of a model that outputs logits to its scores, e.g.
+            'sigmoid' for a multi-label classifier; None = softmax.
 
     Returns:
-        (logits_model, activation): `activation` maps logits to probabilities (softmax when the
-        model outputs logits).
+        (logits_model, activation): `activation` maps logits to probabilities.
+
+    Raises:
+        ValueError: `activation` differs from the model's own final activation.
     """
     last = model.layers[-1]
     if isinstance(last, keras.layers.Activation) and len(model.outputs) == 1:
+        if activation is not None and keras.activations.get(activation) is not last.activation:
+            raise ValueError(f"model {model.name!r} ends in the activation "
+                             f"{keras.activations.serialize(last.activation)!r}, but "
+                             f"{activation!r} was asked for: expected a model giving logits, "
+                             "or the same activation")
         logits_model = keras.Model(model.inputs[0], last.input, name=f"{model.name}_logits")
         return logits_model, last.activation
-    return model, keras.activations.softmax
+    return model, keras.activations.get(activation or "softmax")
 
 
 def image_size(model: keras.Model) -> tuple[int, int]:

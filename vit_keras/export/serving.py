@@ -54,11 +54,12 @@ def declared_pixels(encoded: tf.Tensor) -> tf.Tensor:
 class _ServingFunctions:
     """The two serving functions over one float32 model, ready to register as endpoints."""
 
-    def __init__(self, model: keras.Model, include_preprocessing: bool, image_size=None):
+    def __init__(self, model: keras.Model, include_preprocessing: bool, image_size=None,
+                 activation=None):
         if image_size is not None or not graph.takes_any_size(model):
             model = graph.at_image_size(model, image_size)
         self.model = graph.float32_model(model)
-        logits_model, self._activation = graph.split_activation(self.model)
+        logits_model, self._activation = graph.split_activation(self.model, activation)
         self._logits = graph.logits_function(logits_model, include_preprocessing)
         # serve_bytes resizes to the training size; serving_default of an any-size model
         # takes any size.
@@ -106,7 +107,7 @@ class _ServingFunctions:
 
 
 def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = True,
-                image_size=None) -> str:
+                image_size=None, activation=None) -> str:
     """Writes `model` as a TensorFlow SavedModel for TF Serving / Vertex AI.
 
     Signatures (batch dimension dynamic in both):
@@ -122,14 +123,17 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
     Args:
         model: a Keras image classifier taking [batch, H, W, 3] (e.g. from `VisionTransformer`).
             Mixed-precision models are exported as float32. A model ending in an `Activation`
-            layer (e.g. softmax) gives its input as `logits`; otherwise softmax of the output
-            gives `probabilities`.
+            layer (e.g. softmax) gives its input as `logits`; otherwise `activation` of the
+            output gives `probabilities`.
         path: destination directory (local or gs://). Written to a temporary sibling and renamed,
             so a failed export leaves nothing under `path`.
         include_preprocessing: map 0..255 to [-1, 1] inside the graph (the ViT input range).
             False when the model already takes 0..255 pixels.
         image_size: (height, width) fixing both signatures' size; only for a model taking any
             size (None: any size in `serving_default`).
+        activation: what gives `probabilities` from the logits of a model that outputs logits:
+            'softmax' (None) or 'sigmoid' (a multi-label classifier: independent per-class
+            scores).
 
     Returns:
         `path`.
@@ -138,7 +142,7 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
         RuntimeError: Keras does not run on TensorFlow.
     """
     graph.require_tensorflow("SavedModel export")
-    functions = _ServingFunctions(model, include_preprocessing, image_size)
+    functions = _ServingFunctions(model, include_preprocessing, image_size, activation)
     # keras.export.ExportArchive (rather than a bare tf.Module) registers the Keras variables
     # so that TF1-style loaders (TF Serving, saved_model_cli) restore them too.
     archive = keras.export.ExportArchive()
