@@ -22,12 +22,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Layers, models, checkpoints (with the reference vectors of other implementations), Keras'
 # quantize and LoRA, attention, options and serialization, hybrids, DeiT, masked patch
-# prediction, weight decay, and that an any-size model compiles once per size (its equalities
-# compile per size: TensorFlow only).
+# prediction, weight decay, the memory savers (patch dropout, remat), and that an any-size
+# model compiles once per size (its equalities compile per size: TensorFlow only).
 LIBRARY_TESTS = ["test_layers.py", "test_model.py", "test_checkpoints.py", "test_finetune.py",
                  "test_quantization_lora.py", "test_checkpoints_parity.py", "test_attention.py", "test_options.py",
                  "test_hybrid.py", "test_deit.py", "test_mpp.py", "test_weight_decay.py",
-                 "test_dynamic_size.py::test_a_new_size_is_traced_once"]
+                 "test_memory_savers.py", "test_dynamic_size.py::test_a_new_size_is_traced_once"]
 
 _MISSING = {"jax": "jax is not installed (a dependency of vit_keras: pip install -e .)",
             "torch": 'torch is an optional extra: pip install -e ".[torch]"'}

@@ -7,6 +7,7 @@ the paper, the AugReg release or big_vision reads the same here.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any
 
 CLASSIFIERS = ("token", "gap", "map")
@@ -78,6 +79,14 @@ class ViTConfig:
         dynamic_image_pad: with `dynamic_image_size`: pad images (a hybrid: its feature map)
             on the bottom and right up to the next multiple of the patch size instead of
             rejecting them (timm's `dynamic_img_pad`).
+        patch_drop_rate: patch dropout (timm's `PatchDropout`): during training each image
+            keeps a random `max(1, int(num_patches * (1 - rate)))` of its patch tokens (the
+            class and distillation tokens always), which shortens the sequence every block
+            sees; identity at inference. In [0, 1); 0 = off, no extra layer.
+        remat: rematerialise each encoder block in training (gradient checkpointing): its
+            activations are recomputed in the backward pass instead of kept (the blocks'
+            forward pass runs twice), trading compute for memory. Same outputs and gradients,
+            dropout included.
     """
 
     image_size: int | tuple[int, int] = 224
@@ -103,6 +112,8 @@ class ViTConfig:
     distilled: bool = False
     dynamic_image_size: bool = False
     dynamic_image_pad: bool = False
+    patch_drop_rate: float = 0.0
+    remat: bool = False
 
     def __post_init__(self):
         hw = _as_hw(self.image_size)
@@ -115,9 +126,11 @@ class ViTConfig:
             raise ValueError(
                 f"classifier must be one of {CLASSIFIERS}, got {self.classifier!r}"
             )
-        for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
+        for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
+                     "patch_drop_rate"):
             rate = getattr(self, name)
-            if not 0.0 <= rate < 1.0:
+            if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or \
+                    not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
         self._check_options()
 
@@ -141,6 +154,8 @@ class ViTConfig:
             raise ValueError("distilled=True needs classifier='token' and no representation_size, "
                              f"got classifier={self.classifier!r}, representation_size="
                              f"{self.representation_size!r}")
+        if not isinstance(self.remat, bool):
+            raise ValueError(f"remat must be True or False, got {self.remat!r}")
         if self.dynamic_image_pad and not self.dynamic_image_size:
             raise ValueError("dynamic_image_pad=True needs dynamic_image_size=True (a fixed-size "
                              "model has nothing to pad)")

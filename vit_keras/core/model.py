@@ -9,6 +9,8 @@ from vit_keras import legacy, lora, quantization
 from vit_keras.config import ViTConfig
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.normalization import LayerNorm
+from vit_keras.core.patch_dropout import PatchDropout
+from vit_keras.core.remat import RematEncoderBlock
 
 POOLING_MODES = (None, "token", "gap", "avg", "map")
 
@@ -92,24 +94,31 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, d
     tokens = _add_positions(config, tokens, dtype)
     tokens = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout",
                                   dtype=dtype)(tokens)
+    if config.patch_drop_rate:
+        tokens = PatchDropout(config.patch_drop_rate, config.num_prefix_tokens,
+                              name="patch_dropout", dtype=dtype)(tokens)
     if config.num_register_tokens:
         tokens = vit_layers.RegisterTokens(config.num_register_tokens, name="registers",
                                            dtype=dtype)(tokens)
     for index in range(config.num_layers):
-        # Stochastic depth grows linearly from 0 (first block) to drop_path_rate (last).
-        drop_path = config.drop_path_rate * index / max(config.num_layers - 1, 1)
-        block = vit_layers.EncoderBlock(
-            num_heads=config.num_heads, mlp_dim=config.mlp_dim,
-            dropout_rate=config.dropout_rate,
-            attention_dropout_rate=config.attention_dropout_rate,
-            gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
-            layer_scale_init=config.layer_scale_init,
-            name=f"encoderblock_{index}", dtype=dtype)
         last = index == config.num_layers - 1
+        block = _encoder_block(config, index, dtype)
         tokens = block(tokens, output_tokens=output_tokens) if last and output_tokens else \
             block(tokens)
     return LayerNorm(epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm",
                      dtype=dtype)(tokens)
+
+
+def _encoder_block(config: ViTConfig, index: int, dtype=None):
+    """Block `index`; rematerialised in training when `config.remat` (same weights, names)."""
+    # Stochastic depth grows linearly from 0 (first block) to drop_path_rate (last).
+    drop_path = config.drop_path_rate * index / max(config.num_layers - 1, 1)
+    block = RematEncoderBlock if config.remat else vit_layers.EncoderBlock
+    return block(
+        num_heads=config.num_heads, mlp_dim=config.mlp_dim, dropout_rate=config.dropout_rate,
+        attention_dropout_rate=config.attention_dropout_rate,
+        gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
+        layer_scale_init=config.layer_scale_init, name=f"encoderblock_{index}", dtype=dtype)
 
 
 def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtype=None):
