@@ -8,7 +8,7 @@ import pytest
 from helpers import to_numpy
 
 import keras
-from vit_keras import VisionTransformer
+from vit_keras import VisionTransformer, ViTConfig
 from vit_keras.core import masked_patch as mpp
 
 
@@ -97,3 +97,12 @@ def test_mpp_encoder_fine_tunes_through_weights(tmp_path):
         for got, want in zip(model.get_layer(name).get_weights(),
                              encoder.get_layer(name).get_weights()):
             np.testing.assert_array_equal(got, want)
+
+
+def test_patch_dropout_is_refused_with_a_clear_error():
+    from vit_keras.core.masked_patch import build_network
+
+    config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+                       num_layers=1, patch_drop_rate=0.5)
+    with pytest.raises(ValueError, match="needs patch_drop_rate=0, got 0.5"):
+        build_network(config)

@@ -121,6 +121,9 @@ def build_network(config: ViTConfig, bits: int = COLOR_BITS) -> keras.Model:
     if config.resnet_layers is not None:
         raise ValueError("masked patch prediction corrupts patch embeddings of pixels: it needs "
                          "a plain ViT, got a hybrid (resnet_layers set)")
+    if config.patch_drop_rate:
+        raise ValueError("masked patch prediction predicts every patch: it needs "
+                         f"patch_drop_rate=0, got {config.patch_drop_rate}")
     # The corruption input fixes the patch count: pre-training runs at the stored size (the
     # classifier made by `to_classifier` may still take any size).
     config = config.replace(dynamic_image_size=False, dynamic_image_pad=False)
