@@ -10,6 +10,8 @@ from keras import ops
 
 from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding, VisionTransformer
 from vit_keras.core import deit, heads, layers, masked_patch, normalization, posemb, resnet
+from vit_keras.core.patch_dropout import PatchDropout
+from vit_keras.core.remat import RematEncoderBlock
 
 
 def _layer_norm(x, scale, bias, eps=1e-6):
@@ -115,8 +117,14 @@ LAYER_CASES = [
                       gelu_approximate=False, drop_path_rate=0.2, layer_scale_init=0.1),
                  TOKENS, (2, 1, 8), 18, dict(call_kwargs=dict(output_tokens=1)),
                  id="EncoderBlock-options"),
+    pytest.param(RematEncoderBlock, dict(num_heads=2, mlp_dim=16, dropout_rate=0.1,
+                                         drop_path_rate=0.2), TOKENS, (2, 5, 8), 16, {},
+                 id="RematEncoderBlock"),
     pytest.param(layers.DropPath, dict(rate=0.5, seed=1), TOKENS, (2, 5, 8), 0, {},
                  id="DropPath"),
+    # Training shortens the sequence by design (tests/test_memory_savers.py checks it).
+    pytest.param(PatchDropout, dict(rate=0.5, num_prefix_tokens=1, seed=1), TOKENS, (2, 5, 8),
+                 0, dict(run_training_check=False), id="PatchDropout"),
     pytest.param(layers.LayerScale, dict(init_value=0.1), TOKENS, (2, 5, 8), 1, {},
                  id="LayerScale"),
     pytest.param(layers.TokenPooling, dict(mode="token"), TOKENS, (2, 8), 0, {},
