@@ -49,7 +49,7 @@ def write_split(root: str, split_seed: int, test_fraction: float = 0.25) -> tupl
 
 def train(output: str, seed: int, extra: list[str]) -> dict:
     """One `vit train` run; returns its metrics.json plus the command's wall time."""
-    command = [sys.executable, "-m", "training.cli", "train", "--seed", str(seed),
+    command = [sys.executable, "-m", "vit.cli", "train", "--seed", str(seed),
                "--output", output, *extra]
     started = time.perf_counter()
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True,

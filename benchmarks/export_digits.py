@@ -22,7 +22,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402,F401
-from training import pipeline, sources  # noqa: E402
+from vit.data import evaluation, sources  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.export import graph  # noqa: E402
 
@@ -48,9 +48,9 @@ def main():
     args = parser.parse_args()
     model = keras.saving.load_model(args.model, safe_mode=True)
     height, _ = graph.image_size(model)
-    train_images, _ = pipeline.take_raw_images(sources.load_source("digits", "train"), height,
+    train_images, _ = evaluation.take_raw_images(sources.load_source("digits", "train"), height,
                                            args.calibration_images)
-    test_images, test_labels = pipeline.take_raw_images(sources.load_source("digits", "val"), height,
+    test_images, test_labels = evaluation.take_raw_images(sources.load_source("digits", "val"), height,
                                                     10_000)
     logits_model, _ = graph.split_activation(model)
     keras_logits = np.asarray(graph.logits_function(logits_model)(test_images))

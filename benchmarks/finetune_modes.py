@@ -38,7 +38,7 @@ COLUMNS = ("run", "lr", "top-1", "trained weights", "train s", "wall s", "peak M
 
 def train(output: str, *arguments: str) -> dict:
     """Runs `vit train` into `output`; returns its metrics.json."""
-    command = [sys.executable, "-m", "training.cli", "train", "--output", output,
+    command = [sys.executable, "-m", "vit.cli", "train", "--output", output,
                "--overwrite", "--no-export", "--no-inspect", *arguments]
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     finished = subprocess.run(command, cwd=REPO, env=environment, capture_output=True,

@@ -26,7 +26,7 @@ def measure(variant: str, image_size: int, batch_size: int, precision: str, mode
             steps: int) -> dict:
     """One resolution, in this process: throughput, complexity and peak RSS."""
     import vit_keras
-    from training import bench
+    from vit.training import bench
     from vit_keras.analysis import complexity
 
     config = vit_keras.get_variant(variant, image_size=image_size)
@@ -82,7 +82,7 @@ def main(argv=None):
     rows = [run_in_subprocess(args, size) for size in sizes]
     print(f"{args.variant} {args.precision} {args.mode} batch {args.batch_size}")
     print_table(rows)
-    from training.outputs import write_json
+    from vit.outputs import write_json
 
     write_json(args.output, {"argv": sys.argv, "results": rows})
 

@@ -89,7 +89,7 @@ def measure(model, signature: str, clients: int, requests: int, max_batch: int,
     """`load` on a fresh server of `model` with `max_batch`, after a warm-up round."""
     from localhost import served
 
-    from training.server import ServeOptions, create_app
+    from vit.inference.server import ServeOptions, create_app
 
     options = ServeOptions(max_batch=max_batch, batch_timeout_ms=batch_timeout_ms,
                            queue_size=4 * clients)
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", help="serve this official variant (random weights)")
     parser.add_argument("--signatures", default="serving_default,serve_bytes")
     args = parser.parse_args(argv)
-    from training import classifier
+    from vit.inference import classifier
 
     if args.variant:
         import vit_keras

@@ -7,7 +7,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest  # noqa: E402
 
-from training import console  # noqa: E402
+from vit import console  # noqa: E402
 
 with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines, as `vit` does
     import keras  # noqa: E402

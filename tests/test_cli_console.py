@@ -10,14 +10,15 @@ import sys
 import pytest
 from helpers import script_module
 
-from training import cli, outputs, sources
+from vit import cli, outputs
+from vit.data import sources
 
 
 def _vit(*args, cwd):
     """Runs `vit ARGS` in a fresh process, as a user would; (returncode, stdout, stderr)."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    done = subprocess.run([sys.executable, "-m", "training.cli", *args], cwd=cwd, env=env,
+    done = subprocess.run([sys.executable, "-m", "vit.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
     return done.returncode, done.stdout, done.stderr
 
@@ -147,14 +148,15 @@ def test_readme_example_keeps_the_first_and_last_epochs():
 
 
 def test_a_preset_reports_every_bad_value_at_once():
-    from training.configs import get_preset
+    from vit.training.presets import get_preset
 
     with pytest.raises(ValueError) as caught:
         get_preset("digits_tiny").replace(epochs=0, lr=float("nan"), label_smoothing=1.0,
                                           erasing_prob=1.5)
     message = str(caught.value)
-    for expected in ("epochs must be >= 1, got 0", "lr must be a finite number >= 0, got nan",
-                     "label_smoothing must be in [0, 1), got 1.0",
-                     "erasing_prob must be in [0, 1], got 1.5"):
+    for expected in ("schedule.epochs must be >= 1, got 0",
+                     "optim.lr must be a finite number >= 0, got nan",
+                     "objective.label_smoothing must be in [0, 1), got 1.0",
+                     "augment.erasing_prob must be in [0, 1], got 1.5"):
         assert expected in message
-    assert get_preset("digits_tiny").replace(erasing_prob=1.0).erasing_prob == 1.0
+    assert get_preset("digits_tiny").replace(erasing_prob=1.0).augment.erasing_prob == 1.0

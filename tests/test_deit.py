@@ -88,14 +88,14 @@ def test_matches_timm_deit():
 
 
 def test_deit_distill_preset_trains_a_student(tmp_path):
-    from training import configs, run
+    from vit.training import presets, run
 
     teacher_path = str(tmp_path / "teacher.keras")
     _teacher(10, size=8).save(teacher_path)
-    preset = configs.get_preset("deit_distill").replace(
+    preset = presets.get_preset("deit_distill").replace(
         teacher=teacher_path, epochs=1, batch_size=128, translate=0.0, rotate=0.0,
         zoom=0.0).replace_model(image_size=8, hidden_size=32, mlp_dim=32, num_layers=1)
-    assert run.train(preset, output=str(tmp_path / "out"), strategy_name="default",
+    assert run.train(preset, output=str(tmp_path / "out"), strategy="default",
                      export=False, inspect=False) == 0
     with open(tmp_path / "out" / "metrics.json") as file:
         metrics = json.load(file)

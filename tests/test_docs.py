@@ -185,7 +185,7 @@ COMMANDS = documented_commands()
 @pytest.fixture(scope="module")
 def vit_parser():
     """The real `vit` parser, built once: it imports every command module."""
-    from training import cli
+    from vit import cli
 
     return cli.build_parser()
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from helpers import random_pixels, randomize_weights
 
-from training import cli
-from training import export as export_command
+from vit import cli
+from vit.inference import export as export_command
 from vit_keras import VisionTransformer
 
 

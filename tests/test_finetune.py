@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from helpers import random_images, randomize_weights, to_numpy
 
-from training import finetune, probe, recipe
-from training.configs import Preset, get_preset
+from vit.training import finetune, probe, recipe
+from vit.training.presets import Preset, get_preset
 from vit_keras import VisionTransformer, ViTConfig, keras_compat, lora
 from vit_keras.core.deit import DistillationTrainer, soft_distillation_loss
 
@@ -21,7 +21,7 @@ CONFIG = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_h
 
 
 def _preset(**changes):
-    return Preset(model=CONFIG, lr=0.1, weight_decay=0.1, warmup_steps=0, schedule="constant",
+    return Preset().replace(model=CONFIG, lr=0.1, weight_decay=0.1, warmup_steps=0, schedule="constant",
                   clipnorm=0.0, **changes)
 
 
@@ -99,12 +99,12 @@ def test_lora_targets_all_and_a_lora_head():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(lora_rank=0), "lora_rank must be >= 1, got 0"),
-    (dict(finetune="partial"), "finetune must be one of ('full', 'lora', 'head', 'probe'), "
-                               "got 'partial'"),
-    (dict(layer_decay=0.0), "layer_decay must be in (0, 1] (1 = off), got 0.0"),
-    (dict(distill_mode="medium"), "distill_mode must be one of ('hard', 'soft')"),
-    (dict(distill_temperature=0.0), "distill_temperature must be a finite number > 0"),
+    (dict(lora_rank=0), "finetune.lora_rank must be >= 1, got 0"),
+    (dict(finetune="partial"), "finetune.mode must be one of ('full', 'lora', 'head', "
+                               "'probe'), got 'partial'"),
+    (dict(layer_decay=0.0), "optim.layer_decay must be in (0, 1], got 0.0"),
+    (dict(distill_mode="medium"), "objective.distill_mode must be one of ('hard', 'soft')"),
+    (dict(distill_temperature=0.0), "objective.distill_temperature must be a finite number > 0"),
 ])
 def test_bad_finetune_fields_are_refused(changes, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

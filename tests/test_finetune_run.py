@@ -10,8 +10,8 @@ import pytest
 from helpers import random_pixels
 
 import vit_keras
-from training import callbacks, run
-from training.configs import get_preset
+from vit.training import callbacks, run
+from vit.training.presets import get_preset
 
 TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
                   num_layers=1)
@@ -29,7 +29,7 @@ def upstream(tmp_path_factory):
     """A model pre-trained on the digits 0-4 (one epoch: enough to have weights to adapt)."""
     output = tmp_path_factory.mktemp("upstream")
     run.train(_preset(epochs=1, classes="0,1,2,3,4"), output=str(output),
-              strategy_name="default", export=False, inspect=False)
+              strategy="default", export=False, inspect=False)
     return str(output / "model.keras")
 
 
@@ -44,7 +44,7 @@ def _load(path):
 def test_lora_run_killed_and_resumed_equals_uninterrupted(tmp_path, upstream, monkeypatch):
     preset = _preset(classes="5,6,7,8,9", weights=upstream, finetune="lora", lora_rank=2,
                      backup_every=5)
-    options = dict(strategy_name="default", export=False, inspect=False)
+    options = dict(strategy="default", export=False, inspect=False)
     run.train(preset, output=str(tmp_path / "whole"), **options)
     original = callbacks.ResumableBackup.save
 
@@ -74,7 +74,7 @@ def test_lora_run_killed_and_resumed_equals_uninterrupted(tmp_path, upstream, mo
 def test_lora_export_equals_the_merged_model_and_the_adapters(tmp_path, upstream, capsys):
     preset = _preset(epochs=1, classes="5,6,7,8,9", weights=upstream, finetune="lora",
                      lora_rank=2, lora_targets="query,value,mlp")
-    run.train(preset, output=str(tmp_path), strategy_name="default", inspect=False)
+    run.train(preset, output=str(tmp_path), strategy="default", inspect=False)
     assert "finetune lora (rank 2 on query,value,mlp; the head):" in capsys.readouterr().out
     merged = _load(str(tmp_path / "model.keras"))
     images = random_pixels(merged, batch=5)
@@ -98,7 +98,7 @@ def test_lora_export_equals_the_merged_model_and_the_adapters(tmp_path, upstream
 
 def test_probe_fits_the_head_once_and_writes_a_normal_model(tmp_path, upstream):
     preset = _preset(classes="5,6,7,8,9", weights=upstream, finetune="probe")
-    run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+    run.train(preset, output=str(tmp_path), strategy="default", export=False,
               inspect=False)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["val_top1"] > 0.5 and metrics["best_epoch"] == 1       # chance: 0.2
@@ -114,5 +114,5 @@ def test_probe_fits_the_head_once_and_writes_a_normal_model(tmp_path, upstream):
 
 def test_unknown_class_is_refused_naming_the_known_ones(tmp_path):
     with pytest.raises(ValueError, match=r"unknown: \['11'\]; known: \['0', '1'"):
-        run.train(_preset(classes="1,11"), output=str(tmp_path), strategy_name="default",
+        run.train(_preset(classes="1,11"), output=str(tmp_path), strategy="default",
                   export=False, inspect=False)

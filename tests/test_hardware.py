@@ -1,6 +1,7 @@
-"""`training.hardware`: the dtype policy picked for the hardware found."""
+"""`vit.hardware`: the dtype policy picked for the hardware found."""
 
-from training import configs, hardware, run
+from vit.training import presets, run
+from vit import hardware
 
 
 def test_cpu_bfloat16_flags_are_read_from_cpuinfo(tmp_path):
@@ -21,8 +22,8 @@ def test_gpu_policy_follows_compute_capability():
 
 
 def test_auto_precision_uses_the_fastest_policy(monkeypatch):
-    preset = configs.get_preset("imagenet_s16")
-    assert preset.mixed_precision == "auto"
+    preset = presets.get_preset("imagenet_s16")
+    assert preset.loop.mixed_precision == "auto"
     monkeypatch.setattr(hardware, "cpu_has_bfloat16", lambda: False)
     assert run.resolve_precision(preset, on_tpu=False) == "float32"
     monkeypatch.setattr(hardware, "cpu_has_bfloat16", lambda: True)

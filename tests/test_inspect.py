@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from training import cli
-from training.inspect import FIGURES, inspect_model, load_images
+from vit import cli
+from vit.images import load_files
+from vit.inference.inspect import FIGURES, inspect_model
 from vit_keras import VisionTransformer
 from vit_keras.analysis import plots
 
@@ -81,15 +82,16 @@ def test_vit_inspect_complexity_prints_a_table(capsys):
     assert "17.56" in out and "55.48" in out and "384x384" in out
 
 
-def test_load_images_resizes_and_converts(tmp_path):
+def test_load_files_resizes_and_converts(tmp_path):
     path = str(tmp_path / "x.png")
     Image.fromarray(np.full((10, 20, 3), 200, np.uint8)).save(path)
-    rgb = load_images([path], (16, 8), channels=3)
-    grey = load_images([path], (16, 8), channels=1)
+    rgb = load_files([path], (16, 8), channels=3)
+    grey = load_files([path], (16, 8), channels=1)
     assert rgb.shape == (1, 16, 8, 3) and grey.shape == (1, 16, 8, 1)
-    np.testing.assert_allclose(rgb, 200)
+    np.testing.assert_allclose(rgb, 200, atol=1e-3)
+    np.testing.assert_allclose(grey, 200, atol=0.5)
     with pytest.raises(ValueError, match="does not exist"):
-        load_images([str(tmp_path / "missing.png")], (16, 8))
+        load_files([str(tmp_path / "missing.png")], (16, 8))
 
 
 def test_plots_reject_bad_shapes_and_leave_no_temp_files(tmp_path):

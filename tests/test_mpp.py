@@ -79,17 +79,17 @@ def test_pretrain_step_and_transfer_to_a_classifier(tiny_config):
 def test_mpp_encoder_fine_tunes_through_weights(tmp_path):
     """The encoder.npz an mpp run writes loads into the fine-tuning preset's classifier."""
     import vit_keras
-    from training import configs, run
+    from vit.training import presets, run
 
     tiny = dict(image_size=8, hidden_size=32, mlp_dim=32, num_layers=1)
-    preset = configs.get_preset("mpp_digits").replace(epochs=1, batch_size=256).replace_model(
+    preset = presets.get_preset("mpp_digits").replace(epochs=1, batch_size=256).replace_model(
         **tiny)
-    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+    assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0
     with open(tmp_path / "metrics.json") as file:
         metrics = json.load(file)
     assert 0.0 <= metrics["val_mpp_accuracy"] <= 1.0
-    finetune = configs.get_preset("mpp_digits_finetune").replace_model(**tiny)
+    finetune = presets.get_preset("mpp_digits_finetune").replace_model(**tiny)
     model = VisionTransformer(finetune.model)
     vit_keras.load_weights(model, str(tmp_path / "encoder.npz"))
     encoder = keras.saving.load_model(str(tmp_path / "model.keras"), safe_mode=True)

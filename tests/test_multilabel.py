@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from training import cli, csv_source, multilabel, objectives, pipeline, run, sources
-from training.configs import get_preset
+from vit import cli
+from vit.data import csv_source, evaluation, sources
+from vit.images import scale
+from vit.inference import multilabel_scores
+from vit.training import multilabel, objectives, pipeline, run
+from vit.training.presets import get_preset
 
 CLASSES = ("cat", "dog", "owl")
 TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
@@ -155,18 +159,16 @@ def test_single_label_objectives_refuse_multi_label_data(image_list):
 
 
 def test_pipeline_gives_multi_hot_targets_mixed_by_mixup_and_cutmix(image_list):
-    from training import augment
-
     source = sources.load_source(f"csv:{image_list}", val_split=0.0)
-    evaluated = np.concatenate([labels for _, labels in pipeline.eval_dataset(source, 8, 5)])
+    evaluated = np.concatenate([labels for _, labels in evaluation.eval_dataset(source, 8, 5)])
     np.testing.assert_array_equal(evaluated, source.arrays[1])
     preset = get_preset("digits_tiny").replace(mixup_alpha=0.8, cutmix_alpha=1.0)
-    batches = pipeline.train_dataset(source, 8, 8, epochs=1, augment=augment.build_augment(preset))
+    batches = pipeline.train_dataset(source, 8, 8, preset.replace(epochs=1))
     for images, targets in batches:
         assert images.shape == (8, 8, 8, 3) and targets.shape == (8, 3)
         assert targets.dtype == np.float32
         assert np.all((targets >= 0) & (targets <= 1))
-    _, raw_labels = pipeline.take_raw_images(source, 8, 4)
+    _, raw_labels = evaluation.take_raw_images(source, 8, 4)
     assert raw_labels.shape == (4, 3) and raw_labels.dtype == np.float32
 
 
@@ -179,7 +181,7 @@ def test_exact_map_and_f1_equal_scikit_learn():
     targets = (rng.random((60, 6)) < 0.3).astype(np.float32)
     targets[:, 5] = 0  # a class without positives is left out
     logits = np.round(rng.normal(size=(60, 6)) + 1.5 * targets, 1)  # rounded: many ties
-    mean, per_class = multilabel.mean_average_precision(targets, logits)
+    mean, per_class = multilabel_scores.mean_average_precision(targets, logits)
     scored = targets.sum(axis=0) > 0
     assert np.isnan(per_class[5]) and scored.sum() == 5
     assert mean == pytest.approx(average_precision_score(targets[:, scored], logits[:, scored],
@@ -187,12 +189,12 @@ def test_exact_map_and_f1_equal_scikit_learn():
     for index in np.flatnonzero(scored):
         assert per_class[index] == pytest.approx(
             average_precision_score(targets[:, index], logits[:, index]), abs=1e-12)
-    micro, macro = multilabel.f1_scores(targets, logits)
+    micro, macro = multilabel_scores.f1_scores(targets, logits)
     predicted = (1 / (1 + np.exp(-logits)) > 0.5).astype(int)
     assert micro == pytest.approx(f1_score(targets, predicted, average="micro"))
     assert macro == pytest.approx(f1_score(targets, predicted, average="macro",
                                            zero_division=np.nan))
-    assert multilabel.average_precision(np.array([1, 0, 1, 0]), np.array([4, 3, 2, 1])) == \
+    assert multilabel_scores.average_precision(np.array([1, 0, 1, 0]), np.array([4, 3, 2, 1])) == \
         pytest.approx((1 + 2 / 3) / 2)
 
 
@@ -204,7 +206,7 @@ def test_keras_metrics_follow_the_exact_scores():
     for metric in multilabel.make_metrics(4):
         metric.update_state(targets, logits)
         results[metric.name] = float(metric.result())
-    exact = multilabel.report(targets, logits)
+    exact = multilabel_scores.report(targets, logits)
     assert results["f1_micro"] == pytest.approx(exact["f1_micro"], abs=1e-5)
     assert results["f1_macro"] == pytest.approx(exact["f1_macro"], abs=1e-5)
     assert results["pr_auc"] == pytest.approx(exact["mAP"], abs=0.05)  # binned
@@ -241,7 +243,7 @@ def _sigmoid(logits):
 
 
 def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys):
-    from training import classifier
+    from vit.inference import classifier
 
     names = [f"images/img_{index:02d}.png" for index in range(24)]
     val_csv = _write_csv(tmp_path / "val.csv", [(name, _labels_of(index))
@@ -251,7 +253,7 @@ def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys
         batch_size=8, mixed_precision="", translate=0.0, zoom=0.0, mixup_alpha=0.5,
         label_smoothing=0.1, warmup_epochs=0).replace_model(**TINY_MODEL)
     output = tmp_path / "run"
-    run.train(preset, output=str(output), strategy_name="default", export=False, inspect=False)
+    run.train(preset, output=str(output), strategy="default", export=False, inspect=False)
     table = capsys.readouterr().out
     assert "mAP (val/test)" in table and "F1 micro / macro" in table and "top-1" not in table
     metrics = json.loads((output / "metrics.json").read_text())
@@ -267,8 +269,8 @@ def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys
     assert report["activation"] == "sigmoid" and report["keras"]["accuracy"] is None
     assert report["keras"]["mAP"] == pytest.approx(metrics["val_mAP"], abs=1e-5)
     keras_model = keras.saving.load_model(str(output / "model.keras"), compile=False)
-    images = pipeline.take_raw_images(sources.load_source(f"csv:{val_csv}"), 8, 5)[0]
-    expected = _sigmoid(keras_model(pipeline.scale(images)))
+    images = evaluation.take_raw_images(sources.load_source(f"csv:{val_csv}"), 8, 5)[0]
+    expected = _sigmoid(keras_model(scale(images)))
     for path in ("model.keras", "saved_model", "model.tflite", "model.onnx"):
         loaded = classifier.load(str(output / path))
         scores = loaded.predict(images)["probabilities"]
@@ -305,7 +307,7 @@ def test_single_label_data_trains_multilabel(tmp_path):
     preset = get_preset("digits_tiny").replace(
         objective="multilabel", epochs=1, batch_size=64, mixed_precision="", translate=0.0,
         zoom=0.0, warmup_epochs=0).replace_model(**TINY_MODEL)
-    run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+    run.train(preset, output=str(tmp_path), strategy="default", export=False,
               inspect=False)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["val_classes_scored"] == 10 and 0 <= metrics["val_mAP"] <= 1

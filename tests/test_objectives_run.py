@@ -20,7 +20,7 @@ TWO_CPU_VIT = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from training import cli
+    from vit import cli
     sys.exit(cli.main(sys.argv[1:]))
 """)
 TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4",
@@ -116,7 +116,7 @@ def test_deit_mirrored_killed_and_resumed(tmp_path):
 
 
 def test_distill_without_a_teacher_fails_before_training(capsys):
-    from training import cli
+    from vit import cli
 
     assert cli.main(["train", "--config", "deit_distill", "--no-export"]) == 2
     assert "needs a teacher" in capsys.readouterr().err
@@ -127,8 +127,8 @@ def test_objectives_stop_on_a_nan_loss(tmp_path, monkeypatch, objective):
     """The NaN stop guards every objective: a poisoned batch ends the run at its step."""
     import keras
 
-    from training import callbacks, pipeline, run
-    from training.configs import get_preset
+    from vit.training import callbacks, pipeline, run
+    from vit.training.presets import get_preset
 
     teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
                                 keras.layers.Dense(10)])
@@ -144,6 +144,6 @@ def test_objectives_stop_on_a_nan_loss(tmp_path, monkeypatch, objective):
 
     monkeypatch.setattr(pipeline, "train_dataset", poisoned)
     with pytest.raises(callbacks.NonFiniteLossError, match=r"global step 1\)"):
-        run.train(preset, output=str(tmp_path / "out"), strategy_name="default", export=False,
+        run.train(preset, output=str(tmp_path / "out"), strategy="default", export=False,
                   inspect=False)
     assert not (tmp_path / "out" / "model.keras").exists()

@@ -9,10 +9,11 @@ from PIL import Image
 
 import vit_keras
 from helpers import randomize_weights
-from training import cli
-from training.objectives import get_objective
-from training.predict import read_images, scores_from_logits
-from training.train import resolve_preset
+from vit import cli
+from vit.images import load_files
+from vit.inference.classifier import scores_from_logits
+from vit.training.objectives import get_objective
+from vit.training.train import resolve_preset
 from vit_keras import pretrained
 from vit_keras.checkpoints import save_npz
 from vit_keras.pretrained import registry
@@ -52,7 +53,7 @@ def test_vit_predict_prints_the_imagenet_top5_of_named_weights(mirror, ti16_file
     printed = capsys.readouterr().out.splitlines()
     assert status == 0 and printed[0] == image_path
     model = vit_keras.ViTTi16(weights=ti16_file)
-    images = read_images([image_path], 224) / 127.5 - 1.0
+    images = load_files([image_path], 224) / 127.5 - 1.0
     probabilities = scores_from_logits(np.asarray(model(images), np.float64))
     expected = vit_keras.decode_predictions(probabilities, top=5)[0]
     assert len(printed) == 6

@@ -19,9 +19,9 @@ from helpers import png_bomb, random_pixels, randomize_weights, script_module
 from localhost import free_ports, served
 from PIL import Image
 
-from training import classifier
-from training.predict import read_images
-from training.server import ServeOptions, create_app
+from vit.inference import classifier
+from vit.images import load_files
+from vit.inference.server import ServeOptions, create_app
 from vit_keras import VisionTransformer, ViTConfig, export, preprocess_input
 
 CONFIG = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
@@ -113,7 +113,7 @@ def test_float_instances_equal_the_model_in_both_formats(client, keras_model):
 
 def test_b64_files_equal_the_model_on_the_decoded_images(client, keras_model, tmp_path):
     files, paths = _image_files(tmp_path)
-    logits, probabilities = _expected(keras_model, read_images(paths, CONFIG.image_size))
+    logits, probabilities = _expected(keras_model, load_files(paths, CONFIG.image_size))
     response = client.post("/v1/models/tiny:predict", json={
         "signature_name": "serve_bytes", "instances": [_b64(data) for data in files]})
     assert response.status_code == 200, response.text
@@ -151,7 +151,7 @@ def test_explain_gives_the_top_classes_and_the_rollout(client, keras_model, tmp_
                            headers={"content-type": "image/jpeg"})
     assert response.status_code == 200, response.text
     result = response.json()
-    _, probabilities = _expected(keras_model, read_images(paths[1:2], CONFIG.image_size))
+    _, probabilities = _expected(keras_model, load_files(paths[1:2], CONFIG.image_size))
     order = np.argsort(-probabilities[0], kind="stable")
     assert [c["label"] for c in result["top"]] == [LABELS[i] for i in order]
     np.testing.assert_allclose([c["probability"] for c in result["top"]],
@@ -315,7 +315,7 @@ def test_exported_formats_serve_the_keras_models_predictions(form, run_folder, k
         explained = session.post("/api/explain", content=files[0]).json()
     np.testing.assert_allclose([p["logits"] for p in floats.json()["predictions"]],
                                _expected(keras_model, pixels)[0], atol=1e-4)
-    expected = _expected(keras_model, read_images(paths, CONFIG.image_size))[0]
+    expected = _expected(keras_model, load_files(paths, CONFIG.image_size))[0]
     np.testing.assert_allclose([p["logits"] for p in encoded.json()["predictions"]], expected,
                                atol=1e-4)
     assert explained["heatmap"] is None and form in explained["heatmap_unavailable"]
@@ -341,7 +341,7 @@ def test_a_model_taking_any_size_serves_any_size(tmp_path):
 
 def test_the_vit_serve_command_serves_until_interrupted(run_folder):
     port = free_ports(1)[0]
-    command = [sys.executable, "-m", "training.cli", "serve", "--model",
+    command = [sys.executable, "-m", "vit.cli", "serve", "--model",
                str(run_folder / "model.keras"), "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -373,7 +373,7 @@ def _wait_for(url, process, seconds=120):
 
 
 def test_vit_serve_refuses_bad_options_and_files(run_folder, capsys):
-    from training import cli
+    from vit import cli
 
     assert cli.main(["serve", "--model", str(run_folder / "missing.keras")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -396,7 +396,7 @@ def test_eight_clients_by_fifty_requests_all_succeed(keras_model):
 def test_a_failing_job_fails_alone_and_the_batcher_keeps_serving():
     import asyncio
 
-    from training.server.batching import Batcher
+    from vit.inference.server.batching import Batcher
 
     calls = []
 

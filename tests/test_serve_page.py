@@ -13,8 +13,8 @@ from helpers import randomize_weights
 from localhost import served
 from PIL import Image
 
-from training import classifier
-from training.server import create_app
+from vit.inference import classifier
+from vit.inference.server import create_app
 from vit_keras import VisionTransformer, ViTConfig
 
 CONFIG = ViTConfig(image_size=16, patch_size=4, hidden_size=32, mlp_dim=64, num_heads=4,
@@ -47,7 +47,7 @@ def digit_model(tmp_path_factory):
 
 def vit_predict_top1(model_path, image_path) -> str:
     """The class `vit predict IMAGE --model MODEL --top-k 1` prints."""
-    from training import cli
+    from vit import cli
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

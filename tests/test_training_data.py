@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from training import augment, pipeline, sources
-from training.configs import Preset
+from vit.data import evaluation, sources
+from vit.training import augment, pipeline
+from vit.training.presets import Preset
 
 
 def _write_folder(root, per_class=3, classes=("cat", "dog"), size=(12, 10)):
@@ -37,7 +38,7 @@ def test_folder_source_lists_classes_and_holds_out_a_stratified_split(tmp_path):
     val = sources.load_source(f"folder:{root}", "val", val_split=0.2)
     assert train.class_names == ["cat", "dog"]
     assert (train.num_examples, val.num_examples) == (8, 2)
-    batches = list(pipeline.eval_dataset(val, 16, batch_size=4))
+    batches = list(evaluation.eval_dataset(val, 16, batch_size=4))
     images, labels = batches[0]
     assert images.shape == (2, 16, 16, 3)
     assert float(tf.reduce_min(images)) >= -1.0 and float(tf.reduce_max(images)) <= 1.0
@@ -75,7 +76,7 @@ def test_tfrecord_source_reads_features_and_skips_undecodable_records(tmp_path):
     _write_tfrecord(tmp_path / "train-0.tfrecord", count=6, corrupt=(2,))
     source = sources.load_source(f"tfrecord:{tmp_path}/train-*.tfrecord")
     assert source.num_classes == 3 and source.num_examples == 6
-    labels = [int(label) for _, label in pipeline.eval_images(source, 8)]
+    labels = [int(label) for _, label in evaluation.eval_images(source, 8)]
     assert labels == [0, 1, 0, 1, 2]                   # record 2 skipped, the run goes on
     (tmp_path / "labels.txt").write_text("a\nb\nc\nd\n")
     assert sources.load_source(f"tfrecord:{tmp_path}/*.tfrecord").class_names == list("abcd")
@@ -90,22 +91,23 @@ def test_tfds_source_with_mock_data():
         train = sources.load_source("tfds:mnist", "train")
         val = sources.load_source("tfds:mnist", "val")
         assert train.num_classes == 10
-        images, labels = next(iter(pipeline.eval_dataset(val, 16, batch_size=5)))
+        images, labels = next(iter(evaluation.eval_dataset(val, 16, batch_size=5)))
         assert images.shape == (5, 16, 16, 3) and labels.shape == (5, 10)
-        batches = list(pipeline.train_dataset(train, 16, 4, epochs=1, steps_per_epoch=3))
+        batches = list(pipeline.train_dataset(train, 16, 4, Preset().replace(epochs=1),
+                                              steps_per_epoch=3))
         assert len(batches) == 3
 
 
 def test_train_stream_is_seeded_and_resumable():
     source = sources.digits_source("train")
-    preset = Preset(translate=0.1, rotate=0.05, mixup_alpha=0.2)
-    kwargs = dict(epochs=2, seed=3, augment=augment.build_augment(preset), steps_per_epoch=4,
-                  crop="pad_crop", pad=2)
-    full = [b for b in pipeline.train_dataset(source, 16, 8, **kwargs)]
-    again = [b for b in pipeline.train_dataset(source, 16, 8, **kwargs)]
-    resumed = [b for b in pipeline.train_dataset(source, 16, 8, start_epoch=1, start_step=1,
-                                             **kwargs)]
-    other_seed = next(iter(pipeline.train_dataset(source, 16, 8, **{**kwargs, "seed": 4})))
+    preset = Preset(seed=3).replace(translate=0.1, rotate=0.05, mixup_alpha=0.2, epochs=2,
+                                    train_crop="pad_crop", pad=2)
+    full = [b for b in pipeline.train_dataset(source, 16, 8, preset, steps_per_epoch=4)]
+    again = [b for b in pipeline.train_dataset(source, 16, 8, preset, steps_per_epoch=4)]
+    resumed = [b for b in pipeline.train_dataset(source, 16, 8, preset, start_epoch=1,
+                                                 start_step=1, steps_per_epoch=4)]
+    other_seed = next(iter(pipeline.train_dataset(source, 16, 8, preset.replace(seed=4),
+                                                  steps_per_epoch=4)))
     assert len(full) == 8 and len(resumed) == 3
     for (x1, y1), (x2, y2) in zip(full, again):
         np.testing.assert_array_equal(x1, x2)
@@ -119,8 +121,8 @@ def test_train_stream_is_seeded_and_resumable():
 
 
 def test_augment_layers_run_in_tf_data_with_per_batch_seeds():
-    preset = Preset(flip=True, randaugment_ops=2, randaugment_magnitude=9, mixup_alpha=0.8,
-                    cutmix_alpha=1.0, erasing_prob=0.5)
+    preset = Preset().replace(flip=True, randaugment_ops=2, randaugment_magnitude=9,
+                              mixup_alpha=0.8, cutmix_alpha=1.0, erasing_prob=0.5)
     fn = augment.build_augment(preset)
     images = tf.random.stateless_uniform((4, 16, 16, 3), (0, 1), 0, 255)
     labels = tf.one_hot([0, 1, 2, 3], 4)

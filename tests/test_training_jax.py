@@ -35,7 +35,7 @@ def _env(devices=1):
 
 
 def _start(args, output, devices=1, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "training.cli", "train", *args,
+    return subprocess.Popen([sys.executable, "-m", "vit.cli", "train", *args,
                              "--output", str(output)], env=_env(devices), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
@@ -91,7 +91,7 @@ def test_two_way_model_parallel_equals_unsharded(tmp_path):
 
 SHARDING_PROBE = textwrap.dedent("""
     import json, keras
-    from training import jax_distribution
+    from vit.training import jax_distribution
     from vit_keras import ViTConfig, VisionTransformer
     keras.distribution.set_distribution(jax_distribution.make_distribution(model_parallel=2))
     model = VisionTransformer(ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
@@ -181,8 +181,8 @@ def test_every_objective_trains_on_jax(tmp_path, config):
 NAN_RUN = textwrap.dedent("""
     import sys
     import numpy as np
-    from training import callbacks, pipeline, run
-    from training.configs import get_preset
+    from vit.training import callbacks, pipeline, run
+    from vit.training.presets import get_preset
     preset = get_preset("digits_tiny").replace(epochs=1, batch_size=128).replace_model(
         image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
     original = pipeline.train_dataset
@@ -205,7 +205,7 @@ def test_nan_loss_stops_a_jax_run(tmp_path):
 
 
 def test_auto_backend_keeps_keras_backend_else_jax_on_accelerators(monkeypatch):
-    from training import backend
+    from vit import backend
 
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
     assert backend.choose("auto") == "tensorflow" and backend.choose("jax") == "jax"
@@ -223,7 +223,7 @@ def test_auto_backend_keeps_keras_backend_else_jax_on_accelerators(monkeypatch):
 
 
 def test_jax_only_flags_are_refused_on_tensorflow(capsys):
-    from training import cli
+    from vit import cli
 
     assert cli.main(["train", "--backend", "tensorflow", "--model-parallel", "2",
                      "--no-export", "--epochs", "1"]) == 2
@@ -234,8 +234,8 @@ LORA_RESUME_RUN = textwrap.dedent("""
     import sys
     import numpy as np
     import keras
-    from training import callbacks, run
-    from training.configs import get_preset
+    from vit.training import callbacks, run
+    from vit.training.presets import get_preset
 
     class Killed(Exception):
         pass

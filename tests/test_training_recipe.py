@@ -5,8 +5,9 @@ import pytest
 
 import keras
 
-from training import recipe
-from training.configs import Preset, apply_overrides, get_preset, PRESET_NAMES
+from vit.training import recipe
+from vit.training.presets import PRESET_NAMES, Preset, get_preset
+from vit.training.presets.overrides import apply_overrides
 
 
 def test_warmup_cosine_values_at_key_steps():
@@ -29,12 +30,12 @@ def test_warmup_linear_values_and_roundtrip():
     assert float(schedule(100)) == pytest.approx(0.0)
     clone = recipe.WarmupDecay.from_config(schedule.get_config())
     assert float(clone(50)) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="schedule must be one of"):
+    with pytest.raises(ValueError, match="decay must be one of"):
         recipe.WarmupDecay(1.0, 10, decay="step")
 
 
 def test_schedule_from_preset_counts_warmup_epochs():
-    preset = Preset(lr=0.5, epochs=4, warmup_epochs=1, warmup_steps=2, schedule="constant")
+    preset = Preset().replace(lr=0.5, epochs=4, warmup_epochs=1, warmup_steps=2, schedule="constant")
     schedule = recipe.make_schedule(preset, steps_per_epoch=10)
     assert schedule.total_steps == 40 and schedule.warmup_steps == 12
     assert float(schedule(5)) == pytest.approx(0.25)
@@ -56,7 +57,7 @@ def test_gradient_accumulation_equals_the_large_batch(name):
     y = keras.utils.to_categorical(rng.integers(0, 3, 16), 3)
     weights = {}
     for accum, batch in ((1, 16), (4, 4)):
-        preset = Preset(optimizer=name, lr=0.05, weight_decay=0.1, epochs=1, warmup_steps=1,
+        preset = Preset().replace(optimizer=name, lr=0.05, weight_decay=0.1, epochs=1, warmup_steps=1,
                         grad_accum_steps=accum, clipnorm=0.5, label_smoothing=0.1)
         model = _tiny_model()
         model.compile(recipe.make_optimizer(preset, steps_per_epoch=2, model=model),
@@ -73,10 +74,21 @@ def test_presets_load_and_overrides_are_typed():
     for name in PRESET_NAMES:
         assert get_preset(name).name == name
     preset = apply_overrides(get_preset("digits_tiny"),
-                             ["lr=0.01", "epochs=3", "flip=true", "data=folder:/x"])
-    assert (preset.lr, preset.epochs, preset.flip, preset.data) == (0.01, 3, True, "folder:/x")
+                             ["optim.lr=0.01", "schedule.epochs=3", "augment.flip=true",
+                              "data.train=folder:/x", "augment.crop=inception"])
+    assert (preset.optim.lr, preset.schedule.epochs, preset.augment.flip, preset.data.train,
+            preset.augment.crop) == (0.01, 3, True, "folder:/x", "inception")
+    flat = apply_overrides(get_preset("digits_tiny"),  # the keys before sections still work
+                           ["lr=0.01", "epochs=3", "flip=true", "data=folder:/x",
+                            "train_crop=inception"])
+    assert flat == preset
     with pytest.raises(ValueError, match="unknown key"):
         apply_overrides(preset, ["learning_rate=1"])
+    with pytest.raises(ValueError, match="unknown key"):
+        apply_overrides(preset, ["optim.learning_rate=1"])
+    with pytest.raises(ValueError, match=r"optim.optimizer must be one of \('adamw', 'adam', "
+                                         r"'sgd'\), got 'lamb'"):
+        apply_overrides(preset, ["optim.optimizer=lamb"])       # enums: when the preset is made
     with pytest.raises(ValueError, match="unknown key"):
         apply_overrides(preset, ["model.depth=1"])
     with pytest.raises(ValueError, match="expected an integer"):
@@ -116,7 +128,7 @@ def test_every_model_option_is_settable_and_typed():
 def test_model_flag_takes_a_variants_shape_and_keeps_the_presets_options():
     import dataclasses
 
-    from training import train
+    from vit.training import train
     from vit_keras import ViTConfig, get_variant
 
     parser = __import__("argparse").ArgumentParser()
@@ -131,13 +143,16 @@ def test_model_flag_takes_a_variants_shape_and_keeps_the_presets_options():
     help_text = parser.format_help()
     for field in dataclasses.fields(ViTConfig):                 # every option is documented
         assert f"model.{field.name}" in help_text, field.name
-    for name in ("label_smoothing", "val_split", "objective"):
-        assert name in help_text
+    for key in ("objective.label_smoothing", "data.val_split", "objective.kind", "optim.lr",
+                "augment.crop", "loop.backup_every", "finetune.lora_rank"):
+        assert key in help_text
+    for group in ("recipe", "data:", "model and fine-tuning:", "optim and schedule:", "run ("):
+        assert group in help_text
 
 
 def test_preset_to_dict_nests_the_model_config():
     from vit_keras import ViTConfig
 
     data = get_preset("finetune_384").to_dict()
-    assert data["model"]["image_size"] == 384 and data["optimizer"] == "sgd"
+    assert data["model"]["image_size"] == 384 and data["optim"]["optimizer"] == "sgd"
     assert ViTConfig.from_dict(data["model"]) == get_preset("finetune_384").model

@@ -15,8 +15,9 @@ import time
 import numpy as np
 import pytest
 from localhost import free_ports
-from training import cli, run
-from training.configs import get_preset
+from vit import cli
+from vit.training import run
+from vit.training.presets import get_preset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny custom ViT on digits: a few steps take well under a second.
@@ -35,7 +36,7 @@ def _env(**extra):
 
 
 def _vit(*args, **kwargs):
-    return [sys.executable, "-m", "training.cli", *args]
+    return [sys.executable, "-m", "vit.cli", *args]
 
 
 def _weights(path):
@@ -52,7 +53,7 @@ def test_default_preset_short_run_beats_chance(tmp_path, capsys):
         epochs=8, lr=5e-3, warmup_epochs=1, translate=0.0, rotate=0.0, zoom=0.0,
         eval_every=8).replace_model(image_size=8, patch_size=2, hidden_size=32, mlp_dim=64,
                                     num_layers=2)
-    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+    assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0
     header = capsys.readouterr().out
     assert "data: train 1437 examples of digits (10 classes); validation 360 examples from " \
@@ -73,23 +74,24 @@ class _Killed(Exception):
 def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_path, monkeypatch):
     """The last epoch's backup is the last thing its epoch end writes: a run killed right after
     it resumes with nothing to train and still has every history row and the best weights."""
-    from training import callbacks, outputs
+    from vit.training import callbacks
+    from vit import outputs
 
     preset = get_preset("digits_tiny").replace(epochs=2, eval_every=1).replace_model(**TINY_MODEL)
     original = callbacks.ResumableBackup.on_epoch_end
 
     def backup_then_die(self, epoch, logs=None):
         original(self, epoch, logs)
-        if epoch + 1 == preset.epochs:
+        if epoch + 1 == preset.schedule.epochs:
             raise _Killed
 
     monkeypatch.setattr(callbacks.ResumableBackup, "on_epoch_end", backup_then_die)
     with pytest.raises(_Killed):
-        run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+        run.train(preset, output=str(tmp_path), strategy="default", export=False,
                   inspect=False)
     monkeypatch.undo()
     assert (tmp_path / "best.weights.h5").exists()
-    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+    assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False, resume=True) == 0
     history = outputs.read_history(str(tmp_path / "history.csv"))
     assert history["epoch"] == [0, 1]
@@ -102,10 +104,10 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
 def test_evaluate_and_predict_commands(tmp_path, capsys):
     from PIL import Image
 
-    from training import sources
+    from vit.data import sources
 
     preset = get_preset("digits_tiny").replace(epochs=1, eval_every=1).replace_model(**TINY_MODEL)
-    assert run.train(preset, output=str(tmp_path), strategy_name="default", export=False,
+    assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0
     capsys.readouterr()
     model = str(tmp_path / "model.keras")
@@ -116,7 +118,7 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     assert report["examples"] == 360 and len(report["per_class"]) == 10
     assert report["top1"] == pytest.approx(metrics["val_top1"], abs=1e-6)
     # One loss in every report: plain cross-entropy (the run trains with label smoothing 0.1).
-    assert preset.label_smoothing > 0
+    assert preset.objective.label_smoothing > 0
     assert report["loss"] == pytest.approx(metrics["val_cross_entropy"], abs=1e-4)
     assert cli.main(["evaluate", "--model", model, "--data", "digits", "--few-shot", "1", "10",
                      "--output", str(tmp_path / "few_shot.json")]) == 0
@@ -152,12 +154,13 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras, vit_keras
-    from training import pipeline, recipe, sources
-    from training.configs import Preset
+    from vit.training import pipeline, recipe
+    from vit.data import sources
+    from vit.training.presets import Preset
     from vit_keras import keras_compat
     # SGD: Adam's m / sqrt(v) would amplify float32 noise in near-zero gradients. The global
     # clip (1.0) is active in the last steps: it must see the summed gradient, not each replica's.
-    preset = Preset(optimizer="sgd", lr=0.1, epochs=1, warmup_steps=1, weight_decay=1e-4,
+    preset = Preset().replace(optimizer="sgd", lr=0.1, epochs=1, warmup_steps=1, weight_decay=1e-4,
                     label_smoothing=0.1, clipnorm=1.0)
     config = vit_keras.ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
                                  num_heads=2, num_layers=1, num_classes=10)
@@ -172,7 +175,8 @@ MIRRORED_SCRIPT = textwrap.dedent("""
         if name == "mirrored":  # as `vit train` does: no batch consumed to build metrics
             keras_compat.build_without_peeking(
                 model, (np.zeros((16, 8, 8, 3), "float32"), np.zeros((16, 10), "float32")))
-        dataset = pipeline.train_dataset(source, 8, 32, epochs=1, seed=0, steps_per_epoch=4)
+        dataset = pipeline.train_dataset(source, 8, 32, Preset().replace(epochs=1),
+                                         steps_per_epoch=4)
         model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)
         results[name] = (strategy.num_replicas_in_sync, model.get_weights())
     (n1, w1), (n2, w2) = results["default"], results["mirrored"]

@@ -12,8 +12,8 @@ from helpers import to_numpy
 
 import keras
 import vit_keras
-from training import recipe
-from training.configs import Preset
+from vit.training import recipe
+from vit.training.presets import Preset
 from vit_keras.core import masked_patch
 
 EXEMPT_NAMES = ("cls", "dist", "registers", "pos_embedding", "row_embedding", "col_embedding",
@@ -40,7 +40,7 @@ def _decayed_by_one_step(model):
     rng = np.random.default_rng(0)
     for variable in model.trainable_variables:  # non-zero everywhere: zeros never decay
         variable.assign(rng.uniform(0.5, 1.5, variable.shape).astype("float32"))
-    preset = Preset(optimizer="adamw", lr=0.1, weight_decay=0.5, warmup_steps=0, clipnorm=0)
+    preset = Preset().replace(optimizer="adamw", lr=0.1, weight_decay=0.5, warmup_steps=0, clipnorm=0)
     optimizer = recipe.make_optimizer(preset, steps_per_epoch=10, model=model)
     before = [to_numpy(v) for v in model.trainable_variables]
     optimizer.apply([keras.ops.zeros(v.shape) for v in model.trainable_variables],

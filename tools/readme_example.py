@@ -28,7 +28,7 @@ DEFAULT_TARGET = os.path.join(os.path.dirname(__file__), "..", "docs", "training
 def run_default_job() -> str:
     """stdout of `vit train` run in a fresh temporary folder."""
     with tempfile.TemporaryDirectory() as folder:
-        done = subprocess.run([sys.executable, "-m", "training.cli", "train"], cwd=folder,
+        done = subprocess.run([sys.executable, "-m", "vit.cli", "train"], cwd=folder,
                               capture_output=True, text=True, check=True)
     return done.stdout
 
@@ -60,14 +60,14 @@ def machine() -> str:
 def default_parameter_count() -> int:
     """Parameters of the default job's model (digits: 10 classes)."""
     import vit_keras
-    from training import configs
+    from vit.training import presets
 
-    config = configs.get_preset("digits_tiny").model.replace(num_classes=10)
+    config = presets.get_preset("digits_tiny").model.replace(num_classes=10)
     return vit_keras.VisionTransformer(config).count_params()
 
 
 def main() -> None:
-    from training import console
+    from vit import console
 
     with console.quiet_native_stderr():  # TensorFlow's start-up lines, as `vit` hides them
         import tensorflow  # noqa: F401

@@ -42,8 +42,8 @@ def main(argv=None) -> int:
     import browser
     from localhost import served
 
-    from training import classifier
-    from training.server import create_app
+    from vit.inference import classifier
+    from vit.inference.server import create_app
 
     why = browser.missing()
     if why:

@@ -34,7 +34,7 @@ def _env():
 
 
 def _launch(output, resume, export=True):
-    command = [sys.executable, "-m", "training.cli", *COMMON, "--output", str(output)]
+    command = [sys.executable, "-m", "vit.cli", *COMMON, "--output", str(output)]
     command += (["--resume"] if resume else []) + ([] if export else ["--no-export"])
     return subprocess.Popen(command, env=_env(), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -148,7 +148,7 @@ def run_trial(tmp_path, target, seed, export=True):
     assert not (output / "backup").exists()
     metrics = json.loads((output / "metrics.json").read_text())
     assert metrics["epochs"] == EPOCHS and np.isfinite(metrics["val_loss"])
-    from training import outputs
+    from vit import outputs
 
     history = outputs.read_history(str(output / "history.csv"))
     assert max(history["epoch"]) == EPOCHS - 1

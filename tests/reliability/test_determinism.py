@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
-from training import run
-from training.configs import get_preset
+from vit.training import run
+from vit.training.presets import get_preset
 
 # digits on a 1-block, 8 px ViT with dropout and augmentation on: ~11 steps, a few seconds.
 PRESET = get_preset("digits_tiny").replace(
@@ -25,7 +25,7 @@ def op_determinism():
 
 def _train(output, seed):
     keras.backend.clear_session()
-    assert run.train(PRESET.replace(seed=seed), output=str(output), strategy_name="default",
+    assert run.train(PRESET.replace(seed=seed), output=str(output), strategy="default",
                      export=False, inspect=False) == 0
     model = keras.saving.load_model(str(output / "model.keras"), compile=False)
     return model.get_weights()

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import vit_keras
-from training import predict, sources
+from vit import images
+from vit.data import sources
 
 # VIT_FUZZ_EXAMPLES=500 pytest tests/reliability explores further (random, not derandomized).
 EXAMPLES = int(os.environ.get("VIT_FUZZ_EXAMPLES", "0"))
@@ -54,14 +55,14 @@ def test_image_files_are_refused_or_decode(tmp_path, payload):
     path = tmp_path / "cls" / "x.png"
     path.parent.mkdir(exist_ok=True)
     path.write_bytes(payload)
-    why = sources.check_image_file(str(path))
+    why = images.file_problem(str(path))
     if why is None:
-        assert sources.decode_image(tf.io.read_file(str(path))).shape[-1] == 3
+        assert images.decode_file(tf.constant(str(path))).shape[-1] == 3
         return
     with pytest.raises(ValueError, match="x.png"):
         sources.folder_source(str(tmp_path), "train", 0.0, 0)
     with pytest.raises(ValueError, match="x.png"):
-        predict.read_images([str(path)], 8)
+        images.load_files([str(path)], 8)
 
 
 @pytest.mark.parametrize("width, height", [(60000, 60000), (10000, 10000), (100, 900_000)])
@@ -70,11 +71,13 @@ def test_decompression_bomb_is_refused_with_the_limit(tmp_path, width, height):
     path.parent.mkdir()
     path.write_bytes(png_bomb(width, height))
     assert path.stat().st_size < 100_000
-    limit = str(sources.MAX_IMAGE_PIXELS)
+    limit = str(images.MAX_IMAGE_PIXELS)
     with pytest.raises(ValueError, match=f"bomb.png:? is too large.*limit is {limit}"):
         sources.folder_source(str(tmp_path), "train", 0.0, 0)
-    with pytest.raises(ValueError, match=f"bomb.png:? is too large.*limit is {limit}"):
-        predict.read_images([str(path)], 8)
+    with pytest.raises(images.ImageError, match=f"bomb.png:? is too large.*limit is {limit}") \
+            as refused:
+        images.load_files([str(path)], 8)
+    assert refused.value.reason == "too_large"
 
 
 @pytest.fixture(scope="module")

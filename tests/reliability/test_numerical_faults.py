@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import callbacks, pipeline, run
-from training.configs import get_preset
+from vit.training import callbacks, pipeline, run
+from vit.training.presets import get_preset
 
 POISONED_STEP = 7  # 1-based global step whose batch holds NaN pixels
 # digits on a 1-block, 8 px ViT: 2 epochs of 8 steps run in a few seconds.
@@ -41,7 +41,7 @@ def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypa
     monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, POISONED_STEP))
     with pytest.raises(callbacks.NonFiniteLossError, match=rf"global step {POISONED_STEP}\)") \
             as stopped:
-        run.train(PRESET, output=output, strategy_name="default", export=False, inspect=False)
+        run.train(PRESET, output=output, strategy="default", export=False, inspect=False)
     assert "last good backup (global step 6)" in str(stopped.value)
     assert not (tmp_path / "model.keras").exists()
     state = json.loads((tmp_path / "backup" / "state.json").read_text())
@@ -56,14 +56,15 @@ def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypa
 
     monkeypatch.undo()  # the data is fixed: resume finishes the run
     keras.backend.clear_session()
-    assert run.train(PRESET, output=output, resume=True, strategy_name="default",
+    assert run.train(PRESET, output=output, resume=True, strategy="default",
                      export=False, inspect=False) == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert math.isfinite(metrics["val_loss"])
 
 
 def test_cli_reports_the_step_and_exits_1(tmp_path, monkeypatch, capsys):
-    from training import cli, train
+    from vit import cli
+    from vit.training import train
 
     monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, 2))
     monkeypatch.setattr(train, "resolve_preset", lambda args: PRESET)

@@ -93,7 +93,7 @@ def test_keras_lambda_is_refused_by_every_loader(tmp_path):
     _lambda_model(str(path), marker)
     with pytest.raises(ValueError, match="[Ll]ambda"):
         keras.saving.load_model(str(path), safe_mode=True)
-    from training.evaluate import load_model
+    from vit.inference.model_files import load_model
 
     with pytest.raises(ValueError, match="[Ll]ambda"):
         load_model(str(path))
@@ -109,7 +109,7 @@ def test_cli_refuses_unsafe_files(tmp_path, capsys):
     """`vit predict --model evil.keras` and `vit train --weights evil.npz` fail cleanly."""
     from PIL import Image
 
-    from training import cli
+    from vit import cli
 
     marker = tmp_path / "pwned"
     _lambda_model(str(tmp_path / "evil.keras"), marker)

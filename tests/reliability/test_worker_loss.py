@@ -29,7 +29,7 @@ def _start_workers(output, resume):
                    CUDA_VISIBLE_DEVICES="",
                    TF_CONFIG=json.dumps({"cluster": cluster,
                                          "task": {"type": "worker", "index": index}}))
-        command = [sys.executable, "-m", "training.cli", *ARGS, "--output", str(output)]
+        command = [sys.executable, "-m", "vit.cli", *ARGS, "--output", str(output)]
         processes.append(subprocess.Popen(command + (["--resume"] if resume else []), env=env,
                                           cwd=REPO, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))

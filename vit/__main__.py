@@ -1,0 +1,7 @@
+"""`python -m vit` runs the `vit` command."""
+
+import sys
+
+from vit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,112 @@
+"""The `vit` command line: one sub-command per module, registered in `COMMANDS`.
+
+Each command module defines `add_arguments(parser)` and `run(args) -> int`, and its docstring's
+first line is the command's help. Command modules import Keras and TensorFlow only inside `run`,
+so that `vit --help` and `vit CMD --help` answer at once; `main` parses the command line first,
+then sets the Keras backend and imports TensorFlow with its start-up logging silenced (see
+`vit.console`).
+
+Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
+`vit CMD: error: ...` and exits with status 2; a run that fails on its way (`RuntimeError`,
+`OSError`) the same with status 1. `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "train": "vit.training.train",
+    "evaluate": "vit.inference.evaluate",
+    "predict": "vit.inference.predict",
+    "serve": "vit.inference.serve",
+    "export": "vit.inference.export",
+    "inspect": "vit.inference.inspect",
+    "bench": "vit.training.bench",
+    "weights": "vit.inference.weights",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `vit` parser with every sub-command's options."""
+    parser = argparse.ArgumentParser(prog="vit", description="Vision Transformer for Keras 3.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        summary = (module.__doc__ or name).strip().splitlines()[0]
+        sub = subparsers.add_parser(name, help=summary, description=module.__doc__,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        _add_common_arguments(sub)
+        sub.set_defaults(func=module.run)
+    return parser
+
+
+def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """--debug and --verbose on every command, on its actions where it has some (`vit weights
+    list`); train's own --verbose also sets Keras' verbosity."""
+    actions = [action for action in parser._actions
+               if isinstance(action, argparse._SubParsersAction)]
+    if actions:
+        for child in actions[0].choices.values():
+            _add_common_arguments(child)
+        return
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an error")
+    if not any("--verbose" in action.option_strings for action in parser._actions):
+        parser.add_argument("--verbose", action="store_true",
+                            help="show every TensorFlow, absl and converter log line")
+
+
+def verbose_requested(argv: list[str]) -> bool:
+    """Whether argv asks for --verbose (read before parsing: it decides TensorFlow's logging);
+    train's `--verbose 0` does not."""
+    for index, arg in enumerate(argv):
+        if arg.startswith("--verbose="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--verbose":
+            value = argv[index + 1] if index + 1 < len(argv) else ""
+        else:
+            continue
+        if value != "0":
+            return True
+    return False
+
+
+def select_backend(argv: list[str]) -> None:
+    """Sets the Keras backend from `vit train --backend` before any command imports Keras."""
+    if not argv or argv[0] != "train":
+        return
+    from vit import backend
+
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--backend", default="auto")
+    early.add_argument("--tpu")
+    known, _ = early.parse_known_args(argv[1:])
+    if known.backend in backend.BACKENDS:  # otherwise the full parser reports it
+        backend.activate(backend.choose(known.backend, known.tpu))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `vit` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    from vit import console
+
+    console.configure(verbose_requested(argv))
+    with console.quiet_native_stderr():
+        select_backend(argv)  # before Keras is imported (TensorFlow imports it)
+        import tensorflow  # noqa: F401  every command uses it; quietly (see training.console)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, RuntimeError, OSError) as error:
+        if args.debug:
+            raise
+        print(f"vit {args.command}: error: {error}", file=sys.stderr)
+        return 2 if isinstance(error, ValueError) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

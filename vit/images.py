@@ -1,0 +1,215 @@
+"""The one image reader of `vit`: check, decode, resize and scale, for the training input
+pipeline, evaluation, `vit predict`, `vit serve` and `vit inspect` alike.
+
+The resize rule, everywhere: decode to RGB uint8 (grayscale and RGBA become RGB, a GIF gives its
+first frame), then bilinear, antialiased, half-pixel-centre resize to the model's (height,
+width) in float32 0..255 (`tf.image.resize(..., antialias=True)`, clipped), then scale to the
+model's [-1, 1]. The SavedModel's `serve_bytes` signature decodes and resizes the same way in its
+graph (`vit_keras.export.serving`), with the same pixel limit.
+
+A file that cannot be used raises `ImageError`, whose `reason` says why in a word a caller can
+act on (`vit serve` answers 413 for `too_large`, 400 for the others).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from vit_keras.export.serving import MAX_IMAGE_PIXELS
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# File signatures of the formats tf.io.decode_image reads.
+SIGNATURES = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG\r\n\x1a\n", "bmp": b"BM",
+              "gif87": b"GIF87a", "gif89": b"GIF89a"}
+REASONS = ("unreadable", "not_an_image", "too_large", "corrupt", "channels")
+
+
+class ImageError(ValueError):
+    """An image that cannot be used.
+
+    Attributes:
+        reason: one of `REASONS`: `unreadable` (the file cannot be read), `not_an_image` (not
+            JPEG/PNG/BMP/GIF), `too_large` (over `MAX_IMAGE_PIXELS`), `corrupt` (broken or
+            truncated), `channels` (a channel count the model cannot take).
+    """
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def problem(data: bytes) -> tuple[str, str] | None:
+    """Why `data` is not a readable JPEG/PNG/BMP/GIF file, or None if it is.
+
+    The format comes from the file's signature, the size from its header (a file declaring more
+    than `MAX_IMAGE_PIXELS` pixels is refused before any decoding); the structure is verified
+    by PIL, truncated JPEG/PNG files by their end markers.
+
+    Returns:
+        (reason, message), the message a phrase that follows the file's name ("is a corrupt
+        image (...)"), or None.
+    """
+    from PIL import Image
+
+    if not data.startswith(tuple(SIGNATURES.values())):
+        return "not_an_image", "is not a JPEG, PNG, BMP or GIF file"
+    try:
+        with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            image.verify()
+    except Image.DecompressionBombError as error:  # PIL refuses before reading the size out
+        declared = re.search(r"\((\d+) pixels\)", str(error))
+        return "too_large", (f"is too large ({declared.group(1) if declared else 'too many'} "
+                             f"pixels declared); the limit is {MAX_IMAGE_PIXELS} pixels")
+    except Exception as error:  # PIL raises many types for broken files
+        return "corrupt", f"is a corrupt image ({type(error).__name__}: {error})"
+    if width * height > MAX_IMAGE_PIXELS:
+        return "too_large", (f"is too large ({width}x{height} = {width * height} pixels); the "
+                             f"limit is {MAX_IMAGE_PIXELS} pixels")
+    return _end_problem(data)
+
+
+def _end_problem(data: bytes) -> tuple[str, str] | None:
+    """PIL's verify reads neither the end markers nor BMP/GIF pixels: check those here."""
+    if data.startswith(SIGNATURES["jpeg"]) and b"\xff\xd9" not in data[-1024:]:
+        return "corrupt", "is a truncated JPEG (no end-of-image marker)"
+    if data.startswith(SIGNATURES["png"]) and b"IEND\xaeB`\x82" not in data[-1024:]:
+        return "corrupt", "is a truncated PNG (no complete IEND chunk)"
+    if data.startswith((b"BM", b"GIF")):  # PIL reads BMP/GIF variants TensorFlow does not
+        try:
+            decode(tf.constant(data))
+        except tf.errors.OpError as error:
+            return "corrupt", ("cannot be decoded "
+                               f"({error.message.split(' [Op:')[0].split('}} ')[-1]})")
+    return None
+
+
+def check(data: bytes, what: str = "the image") -> None:
+    """Raises `ImageError` "`what` is not a JPEG, PNG, BMP or GIF file", "... is too large
+    (...)", "... is a corrupt image (...)" unless `data` is a readable image file."""
+    found = problem(data)
+    if found:
+        raise ImageError(f"{what} {found[1]}", found[0])
+
+
+def file_problem(path: str) -> str | None:
+    """Why the file at `path` is not a readable image (a phrase after its name), or None."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    found = problem(data)
+    return found[1] if found else None
+
+
+def read_file(path: str) -> bytes:
+    """The bytes of an image file, checked (`ImageError` names the file)."""
+    if not os.path.isfile(path):
+        raise ImageError(f"image file {path!r} does not exist", "unreadable")
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as error:
+        raise ImageError(f"{path} cannot be read ({error.strerror})", "unreadable") from None
+    check(data, path)
+    return data
+
+
+@contextlib.contextmanager
+def bomb_warnings_silenced():
+    """PIL's DecompressionBombWarning silenced (this module refuses such images with its own
+    message); enter it in one thread (warning filters are global)."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
+
+
+def decode(encoded: tf.Tensor) -> tf.Tensor:
+    """Encoded JPEG/PNG/BMP/GIF bytes -> uint8 [height, width, 3] (first frame of a GIF)."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def decode_file(path: tf.Tensor) -> tf.Tensor:
+    """An image file's path -> uint8 [height, width, 3]."""
+    return decode(tf.io.read_file(path))
+
+
+def image_hw(size) -> tuple[int, int]:
+    """An image size given as an int (square) or (height, width), as (height, width)."""
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def resize(image: tf.Tensor, size) -> tf.Tensor:
+    """Any uint8/float image [h, w, c] -> float32 [height, width, c] in 0..255: bilinear,
+    antialiased, half-pixel centres.
+
+    Args:
+        image: [h, w, c].
+        size: the output size, an int (square) or (height, width).
+    """
+    image = tf.image.resize(tf.cast(image, tf.float32), image_hw(size), method="bilinear",
+                            antialias=True)
+    return tf.clip_by_value(image, 0.0, 255.0)
+
+
+def scale(images):
+    """0..255 -> [-1, 1], the ViT input range."""
+    return images / 127.5 - 1.0
+
+
+def read_images(files, size, channels: int = 3, names=None) -> np.ndarray:
+    """Encoded image files -> float32 [n, height, width, channels] in 0..255, each checked,
+    decoded and resized by the rule above.
+
+    Args:
+        files: each file's bytes.
+        size: (height, width) (or an int) to resize to.
+        channels: 3 (RGB) or 1 (grey: ITU-R 601 luma of the RGB image).
+        names: what errors call each file (its path, "instance 3:"); default "image <i>".
+
+    Returns:
+        The images, in the order of `files`.
+
+    Raises:
+        ImageError: a file that cannot be used, or a channel count other than 1 or 3.
+    """
+    names = names if names is not None else [f"image {index}" for index in range(len(files))]
+    for data, name in zip(files, names):
+        check(data, name)
+    return decode_checked(files, size, channels, names)
+
+
+def load_files(paths, size, channels: int = 3) -> np.ndarray:
+    """`read_images` of image files given by path (errors name the file)."""
+    return decode_checked([read_file(path) for path in paths], size, channels, list(paths))
+
+
+def decode_checked(files, size, channels: int = 3, names=None) -> np.ndarray:
+    """`read_images` for files that already passed `check` (a server checks each request's
+    files as it parses them)."""
+    if channels not in (1, 3):
+        raise ImageError(f"images are read with 1 or 3 channels, the model wants {channels}",
+                         "channels")
+    images = []
+    for index, data in enumerate(files):
+        try:
+            image = resize(decode(tf.constant(data)), size)
+        except tf.errors.OpError as error:  # a file PIL accepts but TensorFlow cannot decode
+            name = names[index] if names is not None else f"image {index}"
+            raise ImageError(f"{name} cannot be decoded ({error.message})", "corrupt") from None
+        if channels == 1:
+            image = tf.image.rgb_to_grayscale(image)
+        images.append(image.numpy())
+    return np.stack(images).astype(np.float32)

@@ -1,0 +1,297 @@
+"""A trained classifier from any file `vit` writes, behind one interface for `vit predict` and
+`vit serve`: a `.keras` model, a SavedModel directory, a `.tflite` or `.onnx` file, or an
+architecture with pretrained weights.
+
+Every format takes RGB pixels in 0..255 at its input size and gives `logits` and
+`probabilities`: sigmoid for a multi-label model (the `activation` that `vit train` writes in
+the config.json next to its files, or that `vit export` writes in export.json) and for
+ImageNet-21k heads, which were pre-trained multi-label; softmax for the others. A SavedModel
+gives its own `probabilities` output. Encoded image files are checked (format,
+corruption, the decompression-bomb pixel limit) and decoded as in evaluation: bilinear,
+antialiased resize to the input size (`vit.images`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Callable
+
+import numpy as np
+
+from vit.inference.model_files import (ACTIVATIONS, activation_beside, labels_beside,
+                                       load_model)
+
+IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (multi-label)
+FORMATS = ("keras", "saved_model", "tflite", "onnx", "pretrained")
+
+
+@dataclasses.dataclass
+class Classifier:
+    """A loaded model and what a caller needs to feed it and name its classes.
+
+    Attributes:
+        path: what it was loaded from (a file, a directory or an architecture name).
+        format: one of `FORMATS`.
+        image_size: (height, width) encoded images are resized to; None for a SavedModel
+            taking any size (its `serve_bytes` signature decodes and resizes in its graph).
+        num_classes: width of the logits.
+        labels: class names, or None (then classes are named by their index).
+        run_outputs: float32 [batch, H, W, 3] pixels -> {'probabilities', 'logits'}.
+        keras_model: the Keras model when there is one (attention rollout needs it).
+        takes_any_size: `predict` accepts images of any size (`dynamic_image_size`).
+        run_encoded: a 1-D object array of encoded files -> the same outputs, when the model
+            decodes them itself (a SavedModel's `serve_bytes`); else they are decoded here.
+        activation: 'sigmoid' when the scores are independent per class (a multi-label
+            model), 'softmax' when they sum to 1, None when not recorded (then as
+            `scores_from_logits` chooses).
+    """
+
+    path: str
+    format: str
+    image_size: tuple[int, int] | None
+    num_classes: int
+    labels: list[str] | None
+    run_outputs: Callable[[np.ndarray], dict[str, np.ndarray]]
+    keras_model: object = None
+    takes_any_size: bool = False
+    run_encoded: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
+    activation: str | None = None
+
+    @property
+    def class_names(self) -> list[str]:
+        """A name per class: the labels, else the class index as text."""
+        names = list(self.labels or [])
+        return names + [str(i) for i in range(len(names), self.num_classes)]
+
+    @property
+    def decodes_in_graph(self) -> bool:
+        """Whether encoded files go to the model itself (a SavedModel's `serve_bytes`)."""
+        return self.run_encoded is not None
+
+    def predict(self, images) -> dict[str, np.ndarray]:
+        """float32 [batch, H, W, 3] pixels in 0..255 -> {'probabilities', 'logits'} [batch, C]."""
+        return self.run_outputs(np.asarray(images, dtype=np.float32))
+
+    def size_problem(self, height: int, width: int) -> str | None:
+        """Why images of this size cannot go to `predict`, or None when they can."""
+        if not self.takes_any_size:
+            if (height, width) == tuple(self.image_size):
+                return None
+            return f"expected images of {self.image_size[0]}x{self.image_size[1]} pixels"
+        if self.keras_model is None:
+            return None  # an exported graph checks the size itself
+        step, pads = self._patch_rule
+        if pads or (height % step == 0 and width % step == 0):
+            return None
+        return (f"this model takes any size whose height and width are multiples of {step} "
+                f"(its patch size), got {height}x{width}")
+
+    @functools.cached_property
+    def _patch_rule(self) -> tuple[int, bool]:
+        """(pixels per patch side, whether other sizes are padded) of the Keras model."""
+        from vit_keras.core.model import config_from_model
+
+        config = config_from_model(self.keras_model)
+        return config.patch_step, config.dynamic_image_pad
+
+    def warm_up(self) -> None:
+        """Runs batches of 1 and 2 blank images, so that the compiled function is traced for a
+        varying batch size before the first real request pays for it."""
+        if self.image_size is not None:
+            for batch in (1, 2):
+                self.predict(np.zeros((batch, *self.image_size, 3), np.float32))
+
+    def predict_encoded(self, files) -> dict[str, np.ndarray]:
+        """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`."""
+        if self.run_encoded is not None:
+            return self.run_encoded(np.asarray(files, dtype=object))
+        from vit.images import decode_checked
+
+        return self.predict(decode_checked(files, self.image_size))
+
+    def attention_rollout(self, images) -> np.ndarray:
+        """Where the model looks: [batch, grid rows, grid cols] rollout weights in [0, 1].
+
+        Raises:
+            ValueError: the classifier is not a Keras ViT (exported files keep no attention).
+        """
+        if self.keras_model is None:
+            raise ValueError(f"attention rollout needs a .keras model; this is a {self.format} "
+                             "file")
+        from vit_keras import analysis, preprocess_input
+
+        maps = analysis.attention_rollout(self.keras_model, preprocess_input(images))
+        peaks = maps.reshape(len(maps), -1).max(axis=1).reshape(-1, 1, 1)
+        return (maps / np.maximum(peaks, 1e-12)).astype(np.float32)
+
+
+def outputs_from_logits(run_logits: Callable,
+                        activation: str | None = None) -> Callable[[np.ndarray], dict]:
+    """A `run_outputs` from a function giving logits: probabilities by `scores_from_logits`."""
+    def run_outputs(images):
+        logits = np.asarray(run_logits(images), dtype=np.float32)
+        return {"probabilities": scores_from_logits(logits, activation).astype(np.float32),
+                "logits": logits}
+
+    return run_outputs
+
+
+def scores_from_logits(logits, activation: str | None = None) -> np.ndarray:
+    """Probabilities from logits [batch, classes].
+
+    Args:
+        logits: the model's logits.
+        activation: 'sigmoid' (independent per-class scores, a multi-label model) or
+            'softmax'; None: sigmoid for an ImageNet-21k head, else softmax.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    if activation not in (None, *ACTIVATIONS):
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if activation == "sigmoid" or (activation is None and
+                                   logits.shape[1] == IMAGENET21K_CLASSES):
+        return 1.0 / (1.0 + np.exp(-logits))
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+
+def load(path: str, weights: str | None = None, labels_path: str | None = None) -> Classifier:
+    """Loads a classifier, choosing the format from `path`.
+
+    Args:
+        path: a `.keras` file, a SavedModel directory, a `.tflite` or `.onnx` file; with
+            `weights`, an architecture name (B/16, S/16, R50+B/16, ...).
+        weights: pretrained weights for the architecture (a name from `vit weights list`, a URL,
+            hf://ORG/REPO or a file).
+        labels_path: labels.txt (default: the one next to the model; for pretrained ImageNet
+            heads, the ImageNet class names shipped with vit_keras).
+
+    Returns:
+        The `Classifier`.
+
+    Raises:
+        ValueError: the file does not exist or is not one of these formats.
+    """
+    if weights:
+        return _pretrained(path, weights, labels_path)
+    if not os.path.exists(path):
+        raise ValueError(f"model {path!r} does not exist: expected a .keras file, a SavedModel "
+                         "directory, a .tflite or an .onnx file")
+    if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "saved_model.pb")):
+            raise ValueError(f"{path!r} is a directory without saved_model.pb: expected a "
+                             "SavedModel directory")
+        return _saved_model(path, labels_path)
+    loaders = {".keras": _keras, ".tflite": _lite_runtime, ".onnx": _lite_runtime}
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in loaders:
+        raise ValueError(f"model {path!r}: expected a .keras, .tflite or .onnx file or a "
+                         f"SavedModel directory, got a {extension or 'file without extension'}")
+    return loaders[extension](path, labels_path)
+
+
+def from_keras_model(model, path: str, format: str = "keras", labels=None,
+                     activation: str | None = None) -> Classifier:
+    """A `Classifier` around a Keras ViT.
+
+    Args:
+        model: a Keras classifier taking [-1, 1] images and giving logits.
+        path: what the model was loaded from (it names the model in messages).
+        format: 'keras' or 'pretrained'.
+        labels: class names, or None.
+        activation: see `scores_from_logits`.
+
+    Returns:
+        The `Classifier`, with attention rollout.
+    """
+    from vit_keras import preprocess_input
+    from vit_keras.export import graph
+    from vit_keras.core.model import input_image_size
+
+    def run_logits(images):  # the compiled predict function (tf.function / jax.jit)
+        return np.asarray(model.predict_on_batch(preprocess_input(images)))
+
+    return Classifier(path=path, format=format, image_size=input_image_size(model),
+                      num_classes=int(model.output_shape[-1]), labels=labels,
+                      run_outputs=outputs_from_logits(run_logits, activation), keras_model=model,
+                      takes_any_size=graph.takes_any_size(model), activation=activation)
+
+
+def _keras(path: str, labels_path: str | None) -> Classifier:
+    return from_keras_model(load_model(path), path, "keras", labels_beside(path, labels_path),
+                            activation_beside(path))
+
+
+def _pretrained(architecture: str, weights: str, labels_path: str | None) -> Classifier:
+    import vit_keras
+
+    refuse_untrained_head(weights, architecture)
+    model = vit_keras.create_model(architecture, weights=weights)
+    labels = _imagenet_labels(int(model.output_shape[-1]), labels_path)
+    return from_keras_model(model, architecture, "pretrained", labels)
+
+
+def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
+    from vit_keras.export import ONNXModel, TFLiteModel
+
+    runner = (ONNXModel if path.lower().endswith(".onnx") else TFLiteModel)(path, num_threads=2)
+    activation = activation_beside(path)
+    return Classifier(path=path, format=path.rsplit(".", 1)[1].lower(),
+                      image_size=tuple(runner.input_shape[:2]),
+                      num_classes=int(runner.num_classes),
+                      labels=labels_beside(path, labels_path),
+                      run_outputs=outputs_from_logits(runner, activation), activation=activation)
+
+
+def _saved_model(path: str, labels_path: str | None) -> Classifier:
+    import tensorflow as tf
+
+    from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT
+
+    loaded = tf.saved_model.load(path)
+    missing = {SERVING_DEFAULT, SERVE_BYTES} - set(loaded.signatures)
+    if missing:
+        raise ValueError(f"SavedModel {path!r} lacks the signatures {sorted(missing)}: expected "
+                         "one written by `vit export` / `vit train`")
+    serve = loaded.signatures[SERVING_DEFAULT]
+    shape = serve.structured_input_signature[1]["images"].shape
+    any_size = shape[1] is None or shape[2] is None
+
+    def run(signature: str, **inputs):  # through `loaded`, which owns the variables
+        result = loaded.signatures[signature](**inputs)
+        return {name: result[name].numpy() for name in ("probabilities", "logits")}
+
+    return Classifier(
+        path=path, format="saved_model",
+        image_size=None if any_size else (int(shape[1]), int(shape[2])),
+        num_classes=int(serve.structured_outputs["logits"].shape[-1]),
+        labels=labels_beside(path, labels_path), takes_any_size=any_size,
+        activation=activation_beside(path),
+        run_outputs=lambda images: run(SERVING_DEFAULT, images=tf.constant(images)),
+        run_encoded=lambda files: run(SERVE_BYTES, image_bytes=tf.constant(list(files))))
+
+
+def refuse_untrained_head(weights: str, architecture: str) -> None:
+    """Predictions of a release whose head was zeroed for release would be meaningless."""
+    from vit_keras import pretrained
+
+    if weights in pretrained.weight_names():
+        release = pretrained.find(weights, architecture)
+        if not release.head_trained:
+            trained = [other.name for other in pretrained.releases()
+                       if other.variant == release.variant and other.head_trained]
+            raise ValueError(f"the {weights!r} head of ViT-{release.variant} is all zeros (it "
+                             "was released for fine-tuning); for predictions use one of "
+                             f"{trained or 'the other releases'}")
+
+
+def _imagenet_labels(num_classes: int, labels_path: str | None) -> list[str] | None:
+    from vit.outputs import read_labels
+    from vit_keras.pretrained import labels
+
+    if labels_path:
+        return read_labels(labels_path)
+    if num_classes in labels.LABEL_FILES:
+        return [name for _, name in labels.imagenet_classes(num_classes)]
+    return None

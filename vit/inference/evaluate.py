@@ -1,0 +1,239 @@
+"""Evaluate a trained model: top-1, top-5 and per-class accuracy on a data spec; for a
+multi-label model or data, the exact mAP, F1 and per-class average precision.
+
+Examples:
+  vit evaluate --model saved_models/digits_tiny/model.keras --data digits
+  vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
+  vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
+
+A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
+of `--set objective=multilabel`), and `csv:` data is always multi-label: then the scores are
+those of `vit.inference.multilabel_scores` (a single-label source's labels count as one class each).
+
+`digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
+test split; tfds: validation, else test); `folder:`, `csv:` and `tfrecord:` on every image.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Registers the `vit evaluate` options."""
+    parser.add_argument("--model", required=True, help="a .keras model saved by `vit train`")
+    parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
+                        "tfds:NAME[:SPLIT] | tfrecord:GLOB")
+    parser.add_argument("--data-dir", help="tfds data_dir")
+    parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
+                        "data's class names)")
+    parser.add_argument("--output", help="also write the results as JSON here")
+    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
+                        help="evaluate at this size (a model trained with "
+                             "model.dynamic_image_size=true; default: its training size)")
+    parser.add_argument("--few-shot", nargs="*", type=int, metavar="N", default=None,
+                        help="also run the paper's few-shot linear evaluation (ridge regression "
+                        "on frozen pre-logit features) with N training examples per class "
+                        "(default: 1 5 10 25); shots are drawn from the data's training split")
+
+
+def class_names_for(model_path: str, labels_path: str | None, fallback: list[str]) -> list[str]:
+    """Class names from --labels, else labels.txt beside the model, else `fallback`."""
+    from vit.inference.model_files import labels_beside
+
+    return labels_beside(model_path, labels_path) or fallback
+
+
+def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
+    """Runs `model` over `source`; returns top-1, top-5, loss and per-class accuracy.
+
+    Args:
+        model: a Keras classifier taking [-1, 1] images and returning logits.
+        source: a `vit.data.source.Source`.
+        batch_size: batch size.
+        image_size: (height, width) the images are resized to; only for a model taking any
+            size (None: the model's input size, or the size it was trained at).
+
+    Returns:
+        {'examples', 'top1', 'top5', 'loss', 'per_class': [{'class', 'examples', 'top1'}]}.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    if source.multilabel:
+        raise ValueError(f"{source.spec} is multi-label data: evaluate it with "
+                         "evaluate_multilabel")
+    logits, labels = _logits_and_labels(model, source, batch_size, image_size)
+    labels = labels.astype(int)
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    ranked = np.argsort(-logits, axis=1)
+    correct1 = ranked[:, 0] == labels
+    correct5 = (ranked[:, :5] == labels[:, None]).any(axis=1)
+    per_class = []
+    for index in range(logits.shape[1]):
+        members = labels == index
+        per_class.append({"class": index, "examples": int(members.sum()),
+                          "top1": float(correct1[members].mean()) if members.any() else None})
+    return {"examples": int(len(labels)), "top1": float(correct1.mean()),
+            "top5": float(correct5.mean()),
+            "loss": float(-log_probs[np.arange(len(labels)), labels].mean()),
+            "per_class": per_class}
+
+
+def _logits_and_labels(model, source, batch_size: int, image_size):
+    """(float64 logits, labels) of `model` on every image of `source`, in order."""
+    import numpy as np
+
+    from vit.data import evaluation
+    from vit.images import scale
+
+    size = evaluation_size(model, image_size)
+    logits, labels = [], []
+    for images, batch_labels in evaluation.eval_images(source, size).batch(batch_size):
+        logits.append(np.asarray(model(scale(images), training=False), np.float64))
+        labels.append(batch_labels.numpy())
+    if not logits:
+        raise ValueError(f"{source.spec} holds no images to evaluate")
+    logits, labels = np.concatenate(logits), np.concatenate(labels)
+    if logits.shape[1] != source.num_classes:
+        raise ValueError(f"the model has {logits.shape[1]} outputs but {source.spec} has "
+                         f"{source.num_classes} classes")
+    return logits, labels
+
+
+def evaluate_multilabel(model, source, batch_size: int = 256, image_size=None) -> dict:
+    """Runs a multi-label `model` over `source`; returns its exact mAP, F1 and per-class AP.
+
+    Args:
+        model, source, batch_size, image_size: as `evaluate`; the labels of a single-label
+            source count as one class per image.
+
+    Returns:
+        {'examples', 'mAP', 'f1_micro', 'f1_macro' (threshold 0.5), 'loss' (sigmoid
+        cross-entropy), 'classes_scored', 'per_class': [{'class', 'examples' (positives),
+        'average_precision'}]}; a score without a defined value is None.
+    """
+    import numpy as np
+
+    from vit.inference import multilabel_scores
+
+    logits, labels = _logits_and_labels(model, source, batch_size, image_size)
+    targets = labels.astype(np.float32) if source.multilabel else \
+        np.eye(source.num_classes, dtype=np.float32)[labels.astype(int)]
+    scores = multilabel_scores.report(targets, logits)
+    positives = (targets > 0.5).sum(axis=0)
+    per_class = [{"class": index, "examples": int(count), "average_precision": precision}
+                 for index, (count, precision) in enumerate(zip(positives,
+                                                                scores["average_precision"]))]
+    finite = {key: None if np.isnan(scores[key]) else scores[key]
+              for key in ("mAP", "f1_micro", "f1_macro")}
+    return {"examples": int(len(targets)), **finite, "loss": scores["cross_entropy"],
+            "classes_scored": scores["classes_scored"], "per_class": per_class}
+
+
+def is_multilabel(model_path: str, source) -> bool:
+    """Whether `vit evaluate` scores as multi-label: multi-label data, or a model whose
+    config.json records a sigmoid activation."""
+    from vit.inference.model_files import activation_beside
+
+    return source.multilabel or activation_beside(model_path) == "sigmoid"
+
+
+FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
+
+
+def evaluation_size(model, image_size=None) -> tuple[int, int]:
+    """The (height, width) to evaluate `model` at: `image_size` if given (a model taking any
+    size), else the model's own input size or training size."""
+    from vit_keras.core.model import input_image_size
+
+    own = input_image_size(model)
+    if image_size is None:
+        return own
+    image_size = tuple(image_size)
+    height, width = model.inputs[0].shape[1:3]
+    if height is not None and width is not None and image_size != own:
+        raise ValueError(f"the model takes {own[0]}x{own[1]} images only, got --image-size "
+                         f"{image_size[0]} {image_size[1]}; train with --set "
+                         "model.dynamic_image_size=true to evaluate at other sizes")
+    return image_size
+
+
+def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=None) -> dict:
+    """Few-shot accuracy per shot count: shots from `spec`'s training split, tested on
+    `test_source` (for folder/tfrecord data both are the same images)."""
+    from vit.data import evaluation, sources
+    from vit.images import scale
+    from vit_keras import analysis
+
+    size = evaluation_size(model, image_size)
+    train_source = sources.load_source(spec, "train", data_dir, val_split=0.0)
+    train_images, train_labels = evaluation.take_raw_images(train_source, size, FEW_SHOT_POOL)
+    test_images, test_labels = evaluation.take_raw_images(test_source, size, FEW_SHOT_POOL)
+    accuracies = analysis.few_shot(model, (scale(train_images), train_labels),
+                                   (scale(test_images), test_labels), shots=shots)
+    return {str(count): float(accuracy) for count, accuracy in accuracies.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `vit evaluate`."""
+    from vit.data import sources
+    from vit.inference import model_files
+    from vit.outputs import write_json
+
+    source = sources.load_source(args.data, sources.evaluation_subset(args.data),
+                                 args.data_dir, val_split=0.0)
+    model = model_files.load_model(args.model)
+    names = class_names_for(args.model, args.labels, source.class_names)
+    multilabel = is_multilabel(args.model, source)
+    if multilabel:
+        if args.few_shot is not None:
+            raise ValueError("--few-shot fits single-label classifiers; this model or data is "
+                             "multi-label: leave --few-shot out")
+        if source.multilabel and names != source.class_names:
+            raise ValueError(f"{args.data} has the classes {source.class_names}, the model "
+                             f"{names}: expected the same classes in the same order (a "
+                             "labels.txt beside the CSV file fixes its list)")
+        results = evaluate_multilabel(model, source, args.batch_size, args.image_size)
+    else:
+        results = evaluate(model, source, args.batch_size, args.image_size)
+    if args.few_shot is not None:
+        shots = tuple(args.few_shot) or (1, 5, 10, 25)
+        results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots,
+                                              args.image_size)
+    for row in results["per_class"]:
+        row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
+    height, width = evaluation_size(model, args.image_size)
+    where = f"{args.data}: {results['examples']} images at {height}x{width}"
+    print("\n".join((_multilabel_lines if multilabel else _lines)(results, where)))
+    if args.output:
+        write_json(args.output, {"model": args.model, "data": args.data, **results})
+    return 0
+
+
+def _percent(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def _lines(results: dict, where: str) -> list[str]:
+    """The printed report of `evaluate` (and the few-shot accuracies)."""
+    lines = [f"{where}  top-1 {100 * results['top1']:.2f}%  top-5 {100 * results['top5']:.2f}%"
+             f"  cross-entropy {results['loss']:.4f}"]
+    width = max(len(row["name"]) for row in results["per_class"])
+    lines += [f"  {row['name']:<{width}}  {_percent(row['top1']):>8}  ({row['examples']} images)"
+              for row in results["per_class"]]
+    lines += [f"  few-shot {count:>3} per class: {100 * accuracy:.2f}%"
+              for count, accuracy in results.get("few_shot", {}).items()]
+    return lines
+
+
+def _multilabel_lines(results: dict, where: str) -> list[str]:
+    """The printed report of `evaluate_multilabel`: the scores, then AP per class."""
+    lines = [f"{where}  mAP {_percent(results['mAP'])} ({results['classes_scored']} classes "
+             f"with positives)  F1 micro {_percent(results['f1_micro'])}  macro "
+             f"{_percent(results['f1_macro'])}  sigmoid cross-entropy {results['loss']:.4f}"]
+    width = max(len(row["name"]) for row in results["per_class"])
+    lines += [f"  {row['name']:<{width}}  AP {_percent(row['average_precision']):>8}  "
+              f"({row['examples']} positive images)" for row in results["per_class"]]
+    return lines

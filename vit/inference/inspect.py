@@ -1,0 +1,193 @@
+"""Look inside a ViT: attention rollout, attention distance, position embeddings, filters, cost.
+
+  vit inspect --model saved_models/digits_tiny/model.keras a.png b.png --output inspect/
+      writes rollout.png, attention_distance.png, position_similarity.png, filters.png and
+      inspect.json (the numbers behind them) to the output directory.
+  vit inspect --complexity B/16 --image-size 224 384 512
+      prints parameters, GMACs, training activation memory and attention-matrix size per
+      resolution (no model is built).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+DEFAULT_SIZES = (224, 384, 512)
+FIGURES = {
+    "rollout": "rollout.png",
+    "attention_distance": "attention_distance.png",
+    "position_similarity": "position_similarity.png",
+    "filters": "filters.png",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the `vit inspect` options to `parser`."""
+    parser.add_argument("images", nargs="*", metavar="IMAGE",
+                        help="image files to look at (resized to the model's resolution)")
+    parser.add_argument("--model", help="a .keras model saved by `vit train` or vit_keras")
+    parser.add_argument("--output", help="directory for the PNGs and inspect.json "
+                                         "(default: 'inspect' beside the model file)")
+    parser.add_argument("--discard-ratio", type=float, default=0.0,
+                        help="rollout: fraction of the weakest attention weights dropped")
+    parser.add_argument("--head-fusion", choices=("mean", "max", "min"), default="mean",
+                        help="rollout: how the heads of a layer are combined")
+    parser.add_argument("--complexity", metavar="VARIANT",
+                        help="print the cost of a variant (e.g. B/16) instead of inspecting")
+    parser.add_argument("--image-size", type=int, nargs="+", metavar="N",
+                        help=f"resolutions for --complexity (default: {DEFAULT_SIZES})")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="batch size of the --complexity memory figures")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `vit inspect`."""
+    if args.complexity:
+        print(complexity_table(args.complexity, args.image_size or DEFAULT_SIZES,
+                               args.batch_size))
+        return 0
+    if not args.model or not args.images:
+        raise ValueError("give --model PATH and at least one IMAGE (or --complexity VARIANT)")
+    import vit_keras
+    from vit.images import load_files
+    from vit.inference.model_files import load_model
+
+    model = load_model(args.model)
+    config = vit_keras.config_from_model(model)
+    images = load_files(args.images, config.image_hw, config.channels)
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.model)), "inspect")
+    summary = inspect_model(model, images, output,
+                            image_names=[os.path.basename(path) for path in args.images],
+                            discard_ratio=args.discard_ratio, head_fusion=args.head_fusion)
+    for name, path in summary["figures"].items():
+        print(f"{name:>20}: {path}")
+    print(f"{'numbers':>20}: {summary['json']}")
+    return 0
+
+
+def complexity_table(variant: str, image_sizes, batch_size: int = 1) -> str:
+    """The `--complexity` report: one row per resolution of `variant`."""
+    from vit_keras import get_variant
+    from vit_keras.analysis.complexity import estimate, format_table
+
+    config = get_variant(variant)
+    rows = [estimate(config, image_size=size, batch_size=batch_size) for size in image_sizes]
+    title = (f"ViT-{variant}: patch {config.patch_size}, width {config.hidden_size}, "
+             f"{config.num_layers} layers, {config.num_heads} heads, batch {batch_size} "
+             "(MACs of matmuls incl. attention; FLOPs = 2 x MACs)")
+    return title + "\n" + format_table(rows)
+
+
+def inspect_model(model, images, output_dir: str, *, image_names=None,
+                  discard_ratio: float = 0.0, head_fusion: str = "mean") -> dict:
+    """Runs every analysis on `images` and writes the figures plus inspect.json.
+
+    Args:
+        model: a model built by `vit_keras.VisionTransformer` (e.g. loaded from .keras).
+        images: float32 [n, h, w, c] pixels in 0..255 at the model's resolution.
+        output_dir: directory to write to (created if needed; local or gs://).
+        image_names: optional n captions for the rollout figure and the JSON.
+        discard_ratio: rollout's fraction of dropped weak attention weights.
+        head_fusion: rollout's head fusion, 'mean', 'max' or 'min'.
+
+    Returns:
+        The numbers written to inspect.json, plus 'figures' (name -> PNG path) and 'json'.
+    """
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import vit_keras
+    from vit.outputs import write_json
+    from vit_keras import analysis
+    from vit_keras.analysis import complexity, plots
+
+    config = vit_keras.config_from_model(model)
+    pixels = np.asarray(images, dtype=np.float32)
+    inputs = keras.ops.convert_to_numpy(vit_keras.preprocess_input(pixels))
+    names = list(image_names) if image_names is not None else [
+        f"image {i}" for i in range(len(pixels))]
+    if len(names) != len(pixels):
+        raise ValueError(f"got {len(names)} image_names for {len(pixels)} images")
+
+    rollout, distances = _attention_figures_data(model, config, inputs, discard_ratio,
+                                                 head_fusion)
+    similarity = analysis.position_embedding_similarity(model)
+    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").projection.kernel)
+    limit = min(config.hidden_size, config.patch_size ** 2 * config.channels)
+    filters, explained = analysis.principal_filters(kernel, k=min(28, limit))
+    outputs = keras.ops.convert_to_numpy(model(inputs, training=False))
+
+    predicted = outputs.argmax(axis=-1).tolist() if outputs.ndim == 2 else None
+    titles = names if predicted is None else [
+        f"{name}: class {label}" for name, label in zip(names, predicted)]
+
+    tf.io.gfile.makedirs(output_dir)
+    figures = {name: os.path.join(output_dir, file) for name, file in FIGURES.items()}
+    plots.plot_rollout(pixels, rollout, figures["rollout"], titles=titles)
+    plots.plot_attention_distance(distances, figures["attention_distance"],
+                                  image_size=config.image_hw)
+    plots.plot_position_similarity(similarity, figures["position_similarity"])
+    plots.plot_filters(filters, figures["filters"])
+
+    summary = {
+        "config": config.to_dict(),
+        "images": names,
+        "predicted_class": predicted,
+        "rollout": {"discard_ratio": discard_ratio, "head_fusion": head_fusion,
+                    "maps": rollout.round(5).tolist()},
+        "mean_attention_distance_px": _distance_summary(distances),
+        "position_embedding_similarity": _similarity_summary(similarity),
+        "embedding_filters": {"components": len(filters),
+                              "explained_variance": explained.round(5).tolist()},
+        "complexity": complexity.estimate(config).to_dict(),
+        "figures": figures,
+    }
+    json_path = os.path.join(output_dir, "inspect.json")
+    write_json(json_path, summary)
+    return dict(summary, json=json_path)
+
+
+def _distance_summary(distances) -> dict:
+    return {"per_head": distances.round(3).tolist(),
+            "per_layer_mean": distances.mean(axis=1).round(3).tolist(),
+            "class_token": "excluded; patch weights renormalised over patches"}
+
+
+def _attention_figures_data(model, config, inputs, discard_ratio, head_fusion):
+    """(rollout maps [n, rows, cols], mean attention distances [layers, heads]) from one pass."""
+    from vit_keras import analysis
+
+    attentions = analysis.attention_maps(model, inputs)
+    has_class_token = config.classifier == "token"
+    patch_tokens = analysis.patch_token_slice(config)
+    rollout = analysis.rollout_from_attention(
+        attentions, has_class_token, discard_ratio=discard_ratio, head_fusion=head_fusion,
+        patch_tokens=patch_tokens).reshape(-1, *config.grid_size)
+    distances = analysis.mean_attention_distance_from_attention(
+        attentions, config.grid_size, config.patch_size, has_class_token, patch_tokens)
+    return rollout, distances
+
+
+def _similarity_summary(similarity) -> dict:
+    """Neighbour vs overall similarity (is the 2-D grid learned?), and the full array if small."""
+    import numpy as np
+
+    rows, cols = similarity.shape[:2]
+    flat = similarity.reshape(rows * cols, rows * cols)
+    row_index, col_index = np.divmod(np.arange(rows * cols), cols)
+    grid_distance = (np.abs(row_index[:, None] - row_index[None, :])
+                     + np.abs(col_index[:, None] - col_index[None, :]))
+    summary = {
+        "grid": [rows, cols],
+        "mean_to_4_neighbours": _mean_or_none(flat[grid_distance == 1]),
+        "mean_to_others": _mean_or_none(flat[grid_distance > 0]),
+    }
+    if rows * cols <= 256:
+        summary["cosine"] = similarity.round(4).tolist()
+    return summary
+
+
+def _mean_or_none(values):
+    return round(float(values.mean()), 5) if values.size else None

@@ -1,0 +1,52 @@
+"""The files of a trained model: the `.keras` model itself, and what `vit train` and `vit export`
+write beside it (labels.txt; the activation in config.json or export.json)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+ACTIVATIONS = ("softmax", "sigmoid")
+# Files next to a model that record its activation: the run's, then the export's.
+ACTIVATION_FILES = ("config.json", "export.json")
+
+
+def load_model(path: str):
+    """A `.keras` model written by `vit train` (safe_mode=True).
+
+    Raises:
+        ValueError: the file does not exist.
+    """
+    import keras
+
+    import vit_keras  # noqa: F401  registers the ViT layers
+
+    if not os.path.exists(path):
+        raise ValueError(f"model file {path!r} does not exist")
+    return keras.saving.load_model(path, compile=False, safe_mode=True)
+
+
+def labels_beside(model_path: str, labels_path: str | None) -> list[str] | None:
+    """Class names from `labels_path`, else from labels.txt next to the model, else None."""
+    from vit.outputs import read_labels
+
+    path = labels_path or os.path.join(os.path.dirname(os.path.abspath(model_path)),
+                                       "labels.txt")
+    return read_labels(path) if os.path.exists(path) else None
+
+
+def activation_beside(model_path: str) -> str | None:
+    """The activation recorded next to a model file or SavedModel directory: the `activation`
+    of the run's config.json, else of the export's export.json; None when neither has one."""
+    folder = os.path.dirname(os.path.abspath(model_path))
+    for name in ACTIVATION_FILES:
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            with open(path) as handle:
+                activation = json.load(handle).get("activation")
+            if activation is not None:
+                if activation not in ACTIVATIONS:
+                    raise ValueError(f"{path}: activation must be one of {ACTIVATIONS}, got "
+                                     f"{activation!r}")
+                return activation
+    return None

@@ -1,0 +1,351 @@
+"""The `vit serve` web application (Starlette, ASGI): TF Serving's REST API, the page, health.
+
+Routes:
+- `GET /`: the page (drop an image, see the top-5 classes and where the model looks);
+  its script and style under `/static/`, all served from this package, no CDN.
+- `POST /v1/models/NAME[/versions/1]:predict`, `GET /v1/models/NAME[/versions/1]` (status),
+  `GET /v1/models/NAME[/versions/1]/metadata`: TF Serving's REST API (see `tf_serving`).
+- `GET /api/model`, `POST /api/explain` (an image file as the body): what the page uses.
+- `GET /healthz`.
+
+Every error is JSON `{"error": "..."}` with a 4xx status for bad input (413 for a body over the
+limit or an image over the pixel limit, 503 with Retry-After when the queue is full); a failure
+inside the model answers 500 for that request only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import Route
+
+from vit import images
+from vit.inference import classifier as classifiers
+from vit.inference.server import tf_serving
+from vit.inference.server.batching import Batcher, QueueFull, ShuttingDown
+
+PAGE_DIR = os.path.join(os.path.dirname(__file__), "page")
+ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}  # all /static/ serves
+TOP_K = 5
+# A request whose image cannot be used: 413 for one over the pixel limit, 400 for the others.
+STATUS_OF_IMAGE_PROBLEM = {"too_large": 413, "unreadable": 400, "not_an_image": 400,
+                           "corrupt": 400, "channels": 400}
+DECODE_SLOTS = 2  # requests parsed or decoded at once: bounds the memory of large images
+MODEL_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
+                        r"(?P<suffix>/metadata|:[A-Za-z]+)?$")
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    """How `vit serve` admits and batches requests.
+
+    Attributes:
+        max_batch: most images per model call.
+        batch_timeout_ms: how long a request waits for others to share its batch.
+        queue_size: most requests waiting for the model; more are answered 503.
+        max_request_bytes: largest request body; larger ones are answered 413.
+        max_instances: most images in one request; more are answered 413 (a small body can
+            carry many tiny files, each decoded at the model's size).
+    """
+
+    max_batch: int = 16
+    batch_timeout_ms: float = 5.0
+    queue_size: int = 64
+    max_request_bytes: int = 8 * 2**20
+    max_instances: int = 64
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP `status` and a message saying why."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+def create_app(model: classifiers.Classifier, name: str,
+               options: ServeOptions = ServeOptions(),
+               allowed_hosts: list[str] | None = None) -> Starlette:
+    """The application serving `model` as `name`.
+
+    Args:
+        model: the classifier to serve.
+        name: its name in the URLs (`/v1/models/NAME:predict`).
+        options: queue, batching and size limits.
+        allowed_hosts: the Host headers answered (others get 400), e.g. the loopback names for
+            a loopback server, so that a web page on another site cannot reach it by DNS
+            rebinding; None answers every host.
+
+    Returns:
+        A Starlette (ASGI) application; run it with uvicorn.
+    """
+    service = _Service(model, name, options)
+    routes = [
+        Route("/", service.page),
+        Route("/healthz", service.health),
+        Route("/api/model", service.page_model),
+        Route("/api/explain", service.explain, methods=["POST"]),
+        Route("/v1/models/{path:path}", service.tf_serving, methods=["GET", "POST"]),
+        Route("/static/{asset}", service.asset),
+    ]
+    handlers = {RequestError: _request_error, HTTPException: _http_error, Exception: _crash}
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] \
+        if allowed_hosts else []
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=service.lifespan,
+                    middleware=middleware)
+    app.state.batcher = service.batcher  # its batch sizes show how requests were batched
+    return app
+
+
+class _Service:
+    """The request handlers around one classifier and its batcher."""
+
+    def __init__(self, model: classifiers.Classifier, name: str, options: ServeOptions):
+        self.model, self.name, self.options = model, name, options
+        self.batcher = Batcher(self._run, options.max_batch, options.batch_timeout_ms,
+                               options.queue_size)
+        self.decoding = asyncio.Semaphore(DECODE_SLOTS)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        await run_in_threadpool(self.model.warm_up)  # before the server takes requests
+        await self.batcher.start()
+        try:
+            yield
+        finally:
+            await self.batcher.stop()
+
+    def _run(self, kind: str, inputs: np.ndarray) -> dict:
+        """The model call of one batch, on the batcher's thread."""
+        if kind == "encoded":
+            return self.model.predict_encoded(inputs)
+        outputs = self.model.predict(inputs)
+        if kind == "explain":
+            outputs["rollout"] = self.model.attention_rollout(inputs)
+        return outputs
+
+    async def page(self, request: Request):
+        return FileResponse(os.path.join(PAGE_DIR, "index.html"), headers=PAGE_HEADERS)
+
+    async def asset(self, request: Request):
+        asset = request.path_params["asset"]
+        if asset not in ASSETS:
+            raise RequestError(404, f"no such file /static/{asset}; the page uses "
+                                    f"{sorted(ASSETS)}")
+        return FileResponse(os.path.join(PAGE_DIR, asset), media_type=ASSETS[asset],
+                            headers=PAGE_HEADERS)
+
+    async def health(self, request: Request):
+        if not self.batcher.running:
+            return JSONResponse({"status": "unavailable", "model": self.name}, 503)
+        return JSONResponse({"status": "ok", "model": self.name})
+
+    async def page_model(self, request: Request):
+        size = self.model.image_size
+        return JSONResponse({
+            "name": self.name, "format": self.model.format, "classes": self.model.num_classes,
+            "image_size": list(size) if size else None,
+            "heatmap": self.model.keras_model is not None,
+            "max_request_bytes": self.options.max_request_bytes})
+
+    async def tf_serving(self, request: Request):
+        match = MODEL_PATH.match(request.path_params["path"])
+        if not match:
+            raise RequestError(404, f"no such endpoint {request.url.path!r}; expected "
+                                    "/v1/models/NAME, /v1/models/NAME/metadata or "
+                                    "POST /v1/models/NAME:predict")
+        self._check_model(match["name"], match["version"])
+        suffix = match["suffix"]
+        if request.method == "POST" and suffix == ":predict":
+            answer = await self._predict(request)
+            return await run_in_threadpool(JSONResponse, answer)  # large answers off the loop
+        if request.method == "GET" and suffix in (None, "/metadata"):
+            return JSONResponse(tf_serving.model_status() if suffix is None else
+                                tf_serving.model_metadata(self.name, self.model.image_size,
+                                                          self.model.num_classes))
+        if suffix in (":classify", ":regress"):
+            raise RequestError(400, f"{suffix[1:]} takes tf.Example inputs, which an image "
+                                    "model has no use for; use :predict")
+        allowed = "POST" if suffix == ":predict" else "GET"
+        raise RequestError(405 if suffix in (None, "/metadata", ":predict") else 404,
+                           f"{request.method} {request.url.path} is not served; expected GET "
+                           f"/v1/models/{self.name}[/metadata] or POST "
+                           f"/v1/models/{self.name}:predict", {"Allow": allowed})
+
+    def _check_model(self, name: str, version: str | None) -> None:
+        if name != self.name:
+            raise RequestError(404, f"model {name!r} is not served here; this server serves "
+                                    f"{self.name!r} (GET /v1/models/{self.name})")
+        if version not in (None, tf_serving.VERSION):
+            raise RequestError(404, f"model {name!r} has no version {version!r}; its one "
+                                    f"version is {tf_serving.VERSION}")
+
+    async def _predict(self, request: Request) -> dict:
+        body = await read_body(request, self.options.max_request_bytes)
+        async with self.decoding:
+            parsed = await run_in_threadpool(self._parse_predict, body)
+            if parsed.files is None:
+                kind, inputs = "images", parsed.images
+            elif self.model.decodes_in_graph:
+                kind, inputs = "encoded", np.array(parsed.files, dtype=object)
+            else:
+                kind, inputs = "images", await run_in_threadpool(self._decode, parsed.files)
+        outputs = await self._submit(kind, inputs)
+        return await run_in_threadpool(tf_serving.predict_response, outputs, parsed.columnar)
+
+    def _parse_predict(self, body: bytes) -> tf_serving.PredictRequest:
+        try:
+            parsed = tf_serving.parse_predict(json.loads(body))
+        except json.JSONDecodeError as error:
+            raise RequestError(400, f"the body is not valid JSON ({error})") from None
+        except RecursionError:
+            raise RequestError(400, "the body's JSON is nested too deeply") from None
+        except ValueError as error:
+            raise RequestError(400, str(error)) from None
+        count = len(parsed.files if parsed.images is None else parsed.images)
+        if count > self.options.max_instances:
+            raise RequestError(413, f"a request may hold at most {self.options.max_instances} "
+                                    f"instances (vit serve --max-instances), got {count}")
+        if parsed.images is not None:
+            self._check_image_shape(parsed.images.shape[1:3])
+        for index, data in enumerate(parsed.files or []):
+            check_encoded(data, f"instance {index}:")
+        return parsed
+
+    def _check_image_shape(self, size) -> None:
+        problem = self.model.size_problem(*size)
+        if problem:
+            raise RequestError(400, f"{tf_serving.SERVING_DEFAULT!r}: {problem}, got instances "
+                                    f"of shape [{size[0]}, {size[1]}, 3]; send encoded files "
+                                    f"to {tf_serving.SERVE_BYTES!r} to have them resized")
+
+    def _decode(self, files: list[bytes]) -> np.ndarray:
+        try:
+            return images.decode_checked(files, self.model.image_size)
+        except images.ImageError as error:
+            raise RequestError(STATUS_OF_IMAGE_PROBLEM[error.reason], str(error)) from None
+
+    async def _submit(self, kind: str, inputs: np.ndarray) -> dict:
+        try:
+            return await self.batcher.submit(kind, inputs)
+        except QueueFull as error:
+            raise RequestError(503, f"the server is busy ({error}); retry shortly",
+                               {"Retry-After": "1"}) from None
+        except ShuttingDown as error:
+            raise RequestError(503, str(error)) from None
+        except ValueError as error:  # the model refused these inputs (e.g. their size)
+            raise RequestError(400, str(error)) from None
+        except tf.errors.InvalidArgumentError as error:  # an exported graph's own input checks
+            raise RequestError(400, f"the model refused the input: {_assertion(error)}") \
+                from None
+
+    async def explain(self, request: Request):
+        """The page's call: an image file in, the top classes and the rollout heatmap out."""
+        data = await read_body(request, self.options.max_request_bytes)
+        async with self.decoding:
+            await run_in_threadpool(check_encoded, data, "the image")
+            if self.model.decodes_in_graph:
+                kind, inputs = "encoded", np.array([data], dtype=object)
+            else:
+                kind = "images" if self.model.keras_model is None else "explain"
+                inputs = await run_in_threadpool(self._decode, [data])
+        return JSONResponse(self._explanation(await self._submit(kind, inputs)))
+
+    def _explanation(self, outputs: dict) -> dict:
+        scores = outputs["probabilities"][0]
+        names = self.model.class_names
+        top = [{"index": int(i), "label": names[i], "probability": float(scores[i])}
+               for i in np.argsort(-scores, kind="stable")[:TOP_K]]
+        heatmap = None
+        if "rollout" in outputs:
+            rollout = outputs["rollout"][0]
+            heatmap = {"rows": int(rollout.shape[0]), "cols": int(rollout.shape[1]),
+                       "values": [round(float(v), 4) for v in rollout.ravel()]}
+        return {"model": self.name, "top": top, "heatmap": heatmap,
+                "heatmap_unavailable": None if heatmap else
+                f"a {self.model.format} file keeps no attention maps; serve the .keras model "
+                "to see where it looks"}
+
+
+def _assertion(error) -> str:
+    """The failed check of a TensorFlow graph error, without the graph's call stack."""
+    message = error.message
+    found = re.search(r"assertion failed: (.*)", message)
+    return (found.group(1) if found else message.strip().splitlines()[-1])[:500]
+
+
+def check_encoded(data: bytes, what: str) -> None:
+    """`vit.images.check` as a RequestError: 413 over the pixel limit, else 400."""
+    try:
+        images.check(data, what)
+    except images.ImageError as error:
+        raise RequestError(STATUS_OF_IMAGE_PROBLEM[error.reason], str(error)) from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes `limit` bytes.
+
+    Args:
+        request: the request (with or without Content-Length; chunked bodies are counted as
+            they arrive).
+        limit: the most bytes accepted.
+
+    Returns:
+        The body.
+
+    Raises:
+        RequestError: 413 over the limit, 400 for an empty body or a bad Content-Length.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise RequestError(400, f"Content-Length must be a number, got {declared!r}")
+        if int(declared) > limit:
+            raise RequestError(413, _too_large(int(declared), limit))
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, _too_large(size, limit))
+        chunks.append(chunk)
+    if not size:
+        raise RequestError(400, "the request body is empty")
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (f"the request body has {size} bytes (or more); the limit is {limit} bytes "
+            "(vit serve --max-request-mb)")
+
+
+async def _request_error(request: Request, error: RequestError):
+    return JSONResponse({"error": error.message}, error.status, headers=error.headers)
+
+
+async def _http_error(request: Request, error: HTTPException):
+    detail = error.detail if error.status_code != 404 else \
+        f"no such page {request.url.path!r}; see GET / or the API under /v1/models/"
+    return JSONResponse({"error": detail}, error.status_code, headers=error.headers)
+
+
+async def _crash(request: Request, error: Exception):
+    return JSONResponse({"error": f"the model failed on this request ({type(error).__name__}: "
+                                  f"{error}); the server keeps running"}, 500)

@@ -1,0 +1,2 @@
+"""Training: presets, the input pipeline and augmentation, recipes, objectives, distribution,
+callbacks and one training run (`run`), driven by `vit train` (`train`)."""

@@ -1,0 +1,179 @@
+"""Measure ViT throughput on this machine: img/s, GFLOP/s and MFU against its matmul peak.
+
+Examples:
+  vit bench                                   # B/16, 224 px, batch 16, fp32 and bf16
+  vit bench --variant S/16 --precision bf16 --mode train --batch-size 32
+
+The matmul peak is measured in the same run (a 2048^3 matrix product), so the MFU figure is
+relative to what this hardware reaches, not to a datasheet number. The functions here also serve
+`benchmarks/throughput.py`.
+"""
+
+from __future__ import annotations
+
+import time
+
+PRECISIONS = ("fp32", "bf16")
+MODES = ("infer", "train")
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+
+
+def add_arguments(parser):
+    """Options of `vit bench`."""
+    parser.add_argument("--variant", default="B/16", help="ViT variant (default B/16)")
+    parser.add_argument("--image-size", type=int, default=224, help="input side in pixels")
+    parser.add_argument("--batch-size", type=int, default=16, help="images per step")
+    parser.add_argument("--precision", choices=PRECISIONS + ("all",), default="all",
+                        help="fp32, bf16 (mixed_bfloat16) or all (default)")
+    parser.add_argument("--mode", choices=MODES + ("all",), default="all",
+                        help="infer (forward only), train (AdamW step) or all (default)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+
+
+def matmul_peak_gflops(precision: str, size: int = 2048, repeats: int = 20) -> float:
+    """Best GFLOP/s of a size^3 `tf.matmul` in `precision` ('fp32' or 'bf16')."""
+    import tensorflow as tf
+
+    dtype = tf.float32 if precision == "fp32" else tf.bfloat16
+    a = tf.random.normal((size, size), dtype=tf.float32)
+    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
+    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32)))
+    matmul(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best / 1e9
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB.
+
+    Linux's VmHWM belongs to the current program image; `ru_maxrss` would also count a parent's
+    peak, since it survives fork and exec.
+    """
+    try:
+        with open("/proc/self/status") as file:
+            for line in file:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def make_step(model, mode: str, images, labels):
+    """A no-argument callable running one inference or training step of `model`."""
+    if mode == "infer":
+        return lambda: model.predict_on_batch(images)
+    return lambda: model.train_on_batch(images, labels)
+
+
+def compile_for_training(model, learning_rate: float = 1e-4, optimizer: str = "vit"):
+    """Compiles `model` with AdamW and sparse cross-entropy on logits.
+
+    Args:
+        model: a Keras model.
+        learning_rate: AdamW's learning rate.
+        optimizer: "vit" for the AdamW `vit train` uses (one fused kernel per weight update),
+            "keras" for `keras.optimizers.AdamW`.
+
+    Returns:
+        `model`, compiled.
+    """
+    import keras
+
+    if optimizer == "vit":
+        from vit.training.recipe import AdamW
+    elif optimizer == "keras":
+        AdamW = keras.optimizers.AdamW
+    else:
+        raise ValueError(f"optimizer must be 'vit' or 'keras', got {optimizer!r}")
+    model.compile(AdamW(learning_rate),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def time_step(step, steps: int) -> float:
+    """Seconds per call of `step`, averaged over `steps` calls."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def random_batch(batch_size: int, image_size: int, num_classes: int, seed: int = 0):
+    """Images in [-1, 1] and integer labels, fixed by `seed`."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    images = rng.uniform(-1, 1, (batch_size, image_size, image_size, 3)).astype("float32")
+    return images, rng.integers(0, num_classes, batch_size)
+
+
+def flops_per_image(config, mode: str) -> float:
+    """Forward FLOPs per image as the classifier executes them (`last_block_outputs`), x3 for a
+    training step (forward + two backward products)."""
+    from vit_keras.analysis import complexity
+    from vit_keras.core.model import last_block_outputs
+
+    forward = complexity.estimate(config, batch_size=1,
+                                  output_tokens=last_block_outputs(config)).flops
+    return forward * (3 if mode == "train" else 1)
+
+
+def bench_one(variant: str, image_size: int, batch_size: int, precision: str, mode: str,
+              steps: int, peak: float) -> dict:
+    """Throughput of one configuration of our model; returns a dict of figures."""
+    import keras
+
+    import vit_keras
+
+    keras.mixed_precision.set_global_policy(POLICIES[precision])
+    try:
+        config = vit_keras.get_variant(variant, image_size=image_size)
+        model = compile_for_training(vit_keras.VisionTransformer(config))
+        images, labels = random_batch(batch_size, image_size, config.num_classes)
+        step = make_step(model, mode, images, labels)
+        step(), step()  # trace and warm up
+        seconds = time_step(step, steps)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        keras.backend.clear_session()
+    images_per_second = batch_size / seconds
+    gflops = images_per_second * flops_per_image(config, mode) / 1e9
+    return {"variant": variant, "image_size": image_size, "batch_size": batch_size,
+            "precision": precision, "mode": mode, "img_per_s": images_per_second,
+            "gflops": gflops, "matmul_peak_gflops": peak, "mfu": gflops / peak}
+
+
+def _selected(value, choices):
+    return list(choices) if value == "all" else [value]
+
+
+def run(args) -> int:
+    """Prints a throughput table for the chosen configurations."""
+    import vit_keras
+
+    # An unknown variant or a size the patches do not divide fails before any measuring.
+    vit_keras.get_variant(args.variant, image_size=args.image_size)
+    rows = []
+    for precision in _selected(args.precision, PRECISIONS):
+        peak = matmul_peak_gflops(precision)
+        print(f"matmul peak {precision}: {peak:.0f} GFLOP/s")
+        for mode in _selected(args.mode, MODES):
+            rows.append(bench_one(args.variant, args.image_size, args.batch_size, precision,
+                                  mode, args.steps, peak))
+            row = rows[-1]
+            print(f"{row['variant']:>6} {row['image_size']}px b{row['batch_size']} "
+                  f"{precision:>4} {mode:>5}: {row['img_per_s']:8.2f} img/s "
+                  f"{row['gflops']:7.0f} GFLOP/s  MFU {100 * row['mfu']:5.1f}%", flush=True)
+    if args.json:
+        from vit.outputs import write_json
+
+        write_json(args.json, {"results": rows})
+    return 0

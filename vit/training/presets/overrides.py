@@ -1,0 +1,148 @@
+"""`--set KEY=VALUE` overrides of a preset, and the listing of every key for `vit train --help`.
+
+Keys are `SECTION.FIELD` (`optim.lr`, `augment.translate`, `model.drop_path_rate`); the flat keys
+of the presets before they had sections (`lr`, `translate`, `objective`) still work. Values are
+typed like the fields. Nothing here imports Keras: `ViTConfig`'s fields and docs are read from its
+source file when `vit train --help` lists them.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import os
+import types
+import typing
+from typing import Any
+
+from vit.training.presets import Preset, flat_keys
+from vit.training.presets.sections import SECTIONS
+
+MODEL_PREFIX = "model."
+
+
+def apply_overrides(preset: Preset, assignments: list[str]) -> Preset:
+    """Applies `key=value` strings (from `--set`) to `preset`, typed like the fields.
+
+    Raises:
+        ValueError: on a malformed assignment, an unknown key or a value of the wrong type or
+            range.
+    """
+    values = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set expects key=value, got {assignment!r}")
+        path = key if "." in key else flat_keys().get(key)
+        kind = field_types().get(path or "")
+        if kind is None:
+            raise ValueError(_unknown_key_message(key))
+        try:
+            values[path] = parse_value(text, kind)
+        except ValueError as error:
+            raise ValueError(f"--set {key}: {error}") from None
+    if MODEL_PREFIX + "num_classes" in values:
+        raise ValueError("--set model.num_classes: the number of classes comes from the data")
+    return preset.with_values(values)
+
+
+def field_types() -> dict[str, Any]:
+    """`SECTION.FIELD` -> its annotated type, for every section and model field."""
+    from vit_keras.config import ViTConfig
+
+    types_ = {MODEL_PREFIX + name: kind for name, kind in typing.get_type_hints(ViTConfig).items()}
+    for name, section in SECTIONS.items():
+        types_.update({f"{name}.{field}": kind
+                       for field, kind in typing.get_type_hints(section).items()
+                       if field not in ("NAME", "RULES")})
+    return types_
+
+
+def _unknown_key_message(key: str) -> str:
+    if key in model_fields():
+        return f"--set: {key!r} is a model option: write --set model.{key}=..."
+    return (f"--set: unknown key {key!r}; expected SECTION.FIELD with SECTION one of "
+            f"{['model', *SECTIONS]} (`vit train --help` lists every key)")
+
+
+def parse_value(text: str, kind: Any) -> Any:
+    """Converts the command-line string `text` to the annotated type `kind`.
+
+    Understands bool, int, float, str, `X | None` ('none' = None), `tuple[int, ...]`
+    ('3,4,9'; '' or '()' = ()) and `int | tuple[int, int]` ('224' or '224x320').
+    """
+    text = text.strip()
+    options = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
+    if type(None) in options:
+        if text.lower() == "none":
+            return None
+        options = tuple(option for option in options if option is not type(None))
+    errors = []
+    for option in options:
+        try:
+            return _parse_one(text, option)
+        except ValueError as error:
+            errors.append(str(error))
+    raise ValueError(" or ".join(errors))
+
+
+def _parse_one(text: str, kind: Any) -> Any:
+    if kind is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected a boolean (true/false), got {text!r}")
+    if typing.get_origin(kind) is tuple:
+        parts = [part for part in text.strip("()").replace("x", ",").split(",") if part.strip()]
+        return tuple(_parse_one(part.strip(), int) for part in parts)
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise ValueError(f"expected {noun}, got {text!r}") from None
+    return text
+
+
+
+def model_fields() -> dict[str, str]:
+    """`ViTConfig`'s field names and one-line docs, read from `vit_keras/config.py` without
+    importing `vit_keras` (which imports Keras)."""
+    spec = importlib.util.find_spec("vit_keras")
+    path = os.path.join(spec.submodule_search_locations[0], "config.py")
+    with open(path) as file:
+        tree = ast.parse(file.read())
+    config = next(node for node in tree.body
+                  if isinstance(node, ast.ClassDef) and node.name == "ViTConfig")
+    names = [node.target.id for node in config.body if isinstance(node, ast.AnnAssign)]
+    docs = docstring_fields(ast.get_docstring(config, clean=False) or "")
+    return {name: docs.get(name, "") for name in names}
+
+
+def section_fields(section) -> dict[str, str]:
+    """A section's field names and one-line docs."""
+    docs = docstring_fields(section.__doc__ or "")
+    return {field.name: docs.get(field.name, "") for field in dataclasses.fields(section)}
+
+
+def docstring_fields(doc: str) -> dict[str, str]:
+    """The one-line description of each field, read from the 'Attributes:' section of a class
+    docstring (entries 'name: text' or 'name1, name2: text')."""
+    doc = doc.split("Attributes:", 1)[-1]
+    entries, current = {}, None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        head, sep, text = stripped.partition(": ")
+        names = [name.strip() for name in head.split(",")]
+        if sep and line.startswith(" " * 8) and not line.startswith(" " * 12) and all(
+                name.isidentifier() for name in names):
+            current = names
+            for name in names:
+                entries[name] = text
+        elif current and stripped:
+            for name in current:
+                entries[name] += " " + stripped
+    return entries

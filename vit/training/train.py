@@ -1,0 +1,207 @@
+"""Train a ViT: `vit train` with no arguments runs the offline `digits_tiny` preset.
+
+Examples:
+  vit train                                         # digits_tiny, offline, a few minutes on CPU
+  vit train --config cifar10_scratch --data-dir ~/tensorflow_datasets
+  vit train --data folder:~/flowers --model S/16 --image-size 224 --set data.val_split=0.1
+  vit train --data folder:~/train --val-data folder:~/test   # trains on all of ~/train
+  vit train --config finetune_384 --data tfds:oxford_iiit_pet --weights augreg-in21k
+  vit train --weights augreg-in21k --model B/16 --data folder:~/pets --finetune lora
+  vit train --config digits_transfer --weights saved_models/digits_0_4/model.keras --finetune probe
+  vit train --set optim.layer_decay=0.75 --set objective.kind=distill ...
+  vit train --data csv:~/photos/tags.csv --set objective.kind=multilabel   # several labels each
+  vit train --resume                                # continue a killed run where it stopped
+  vit train --backend jax --model-parallel 2        # JAX: data parallel, each model on 2 devices
+  vit train --set optim.lr=3e-3 --set augment.translate=0.1   # override any preset field
+  vit train --set model.classifier=map --set model.num_register_tokens=4   # any model option
+
+Outputs go to saved_models/<preset>/ (or --output DIR, local or gs://): model.keras,
+labels.txt, metrics.json, history.csv, curves.png, config.json, best.weights.h5, logs/
+(TensorBoard), backup/ (resumable state, removed when the run completes), the exports and
+inspect/. Every objective (classify, mpp, distill, multilabel) runs through the same pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vit.training import presets
+from vit.training.presets import overrides, sections
+
+_FLAG_KEYS = {  # command-line flag -> preset key
+    "data": "data.train", "val_data": "data.val", "epochs": "schedule.epochs",
+    "batch_size": "schedule.batch_size", "lr": "optim.lr", "weights": "finetune.weights",
+    "finetune": "finetune.mode",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Registers the `vit train` options, grouped like the preset's sections."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    recipe = parser.add_argument_group("recipe (the preset and its fields)")
+    recipe.add_argument("--config", default=presets.DEFAULT_PRESET, choices=presets.PRESET_NAMES,
+                        help="preset to start from (default: %(default)s)")
+    recipe.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a preset field, SECTION.FIELD=VALUE (repeatable), e.g. "
+                        "--set augment.translate=0.1 --set model.drop_path_rate=0.1; every key "
+                        "is listed below")
+    recipe.add_argument("--seed", type=int, help="random seed (folder hold-out, init, shuffle, "
+                        "augmentation)")
+    _add_data_arguments(parser.add_argument_group("data"))
+    _add_model_arguments(parser.add_argument_group("model and fine-tuning"))
+    schedule = parser.add_argument_group("optim and schedule")
+    schedule.add_argument("--epochs", type=int, help="number of epochs (schedule.epochs)")
+    schedule.add_argument("--batch-size", type=int, help="GLOBAL batch size: all replicas, all "
+                          "accumulation steps (schedule.batch_size)")
+    schedule.add_argument("--lr", type=float, help="peak learning rate (optim.lr)")
+    schedule.add_argument("--mixed-precision", nargs="?", const="auto",
+                          choices=("auto", "mixed_bfloat16", "mixed_float16", "float32"),
+                          help="mixed precision (loop.mixed_precision); alone (auto): the "
+                          "fastest for this hardware")
+    add_run_arguments(parser.add_argument_group("run (where and how it executes)"))
+    parser.epilog = _keys_epilog()
+
+
+def _add_data_arguments(group) -> None:
+    group.add_argument("--data", help="training data (data.train): digits | folder:PATH | "
+                       "csv:PATH (multi-label) | tfds:NAME[:SPLIT] | tfrecord:GLOB")
+    group.add_argument("--val-data", help="validation data spec (data.val); when given, the "
+                       "training data keeps all of its examples (default: the source's "
+                       "held-out split)")
+    group.add_argument("--data-dir", help="tfds data_dir (local or gs://)")
+
+
+def _add_model_arguments(group) -> None:
+    group.add_argument("--model", help="take the architecture of a ViT variant (Ti/16, S/16, "
+                       "B/16, B/32, L/16, R50+B/16, ...): patch size, width, depth, heads, MLP, "
+                       "ResNet; the preset's other model options stay (default: the preset's "
+                       "model)")
+    group.add_argument("--image-size", type=int, help="model resolution in pixels "
+                       "(model.image_size)")
+    group.add_argument("--weights", help="pre-trained weights to start from "
+                       "(finetune.weights): a name from `vit weights list` (for --model's "
+                       "architecture), an https:// URL, hf://ORG/REPO, a checkpoint file or a "
+                       "model.keras; the head is re-initialised, posemb resized to --image-size")
+    group.add_argument("--finetune", choices=sections.FINETUNE_MODES,
+                       help="what trains (finetune.mode): full (every weight), lora (adapters "
+                       "on finetune.lora_targets + the head; writes lora.npz too), head (head "
+                       "and pre_logits), probe (a linear head fitted once on frozen features) "
+                       "(default: the preset's, full)")
+
+
+def add_run_arguments(group) -> None:
+    """The `RunOptions` flags: output, resume, strategy, backend and processes, what runs at
+    the end (`vit.cli` reads --backend before Keras is imported)."""
+    from vit.backend import BACKENDS
+
+    group.add_argument("--output", help="output folder (default: saved_models/<preset>)")
+    group.add_argument("--resume", action="store_true",
+                       help="continue from the backup in the output folder")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace the output folder of an earlier run (refused otherwise)")
+    group.add_argument("--backend", default="auto", choices=BACKENDS,
+                       help="Keras backend; auto: KERAS_BACKEND if set, else JAX on TPUs and "
+                       "GPUs, TensorFlow on CPUs (default: %(default)s)")
+    group.add_argument("--strategy", default="auto",
+                       choices=("auto", "default", "mirrored", "multi_worker", "tpu"),
+                       help="tf.distribute strategy, TensorFlow backend (default: %(default)s)")
+    group.add_argument("--tpu", help="TPU name or grpc:// address (Cloud TPU); not needed on "
+                       "Colab or a TPU VM")
+    group.add_argument("--model-parallel", type=int, default=1, metavar="N",
+                       help="JAX: shard attention heads and MLP units of each model over N "
+                       "devices (for models that do not fit one device; default: 1)")
+    group.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="JAX multi-host: address of process 0 (found by itself on a Cloud "
+                       "TPU VM)")
+    group.add_argument("--num-processes", type=int, help="JAX multi-host: number of processes")
+    group.add_argument("--process-id", type=int, help="JAX multi-host: this process's index")
+    group.add_argument("--no-export", action="store_true",
+                       help="skip the SavedModel/TFLite/ONNX export at the end")
+    group.add_argument("--no-inspect", action="store_true",
+                       help="skip the attention/embedding analysis at the end")
+    group.add_argument("--verbose", type=int, nargs="?", const=1, default=0, choices=(0, 1, 2),
+                       help="show every TensorFlow/absl log line, and Keras' progress bar "
+                       "(1, the default with --verbose) or its per-epoch line (2); without "
+                       "it vit prints one line per epoch")
+
+
+def _keys_epilog() -> str:
+    """Every --set key with its description, section by section."""
+    def listing(title, fields, prefix):
+        rows = "\n".join(f"  {prefix + name:<34} {doc}" for name, doc in fields.items())
+        return f"{title}:\n{rows}"
+
+    blocks = [listing(f"{name} (--set {name}.FIELD=VALUE)", overrides.section_fields(section),
+                      f"{name}.")
+              for name, section in sections.SECTIONS.items()]
+    blocks.append(listing("model (--set model.FIELD=VALUE; num_classes comes from the data; "
+                          "'none' for an unset optional value; image_size '224' or '224x320'; "
+                          "resnet_layers '3,4,9')", overrides.model_fields(),
+                          overrides.MODEL_PREFIX))
+    return ("preset keys; the flat names of earlier versions (lr, translate, objective, ...) "
+            "still work:\n\n" + "\n\n".join(blocks))
+
+
+def resolve_preset(args: argparse.Namespace) -> presets.Preset:
+    """The preset of `--config`, then `--model`'s variant, then `--set`, then the other flags."""
+    preset = presets.get_preset(args.config)
+    if args.model:
+        preset = preset.with_variant(args.model)
+    preset = overrides.apply_overrides(preset, args.set)
+    values = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
+              if getattr(args, flag, None) is not None}
+    if args.mixed_precision:
+        values["loop.mixed_precision"] = "" if args.mixed_precision == "float32" else \
+            args.mixed_precision
+    preset = preset.with_values(values)
+    if args.seed is not None:
+        preset = preset.replace(seed=args.seed)
+    if args.image_size is not None:
+        preset = preset.replace_model(image_size=args.image_size)
+    check_weight_name(preset)
+    return preset
+
+
+def run_options(args: argparse.Namespace) -> presets.RunOptions:
+    """The `RunOptions` of the command line."""
+    return presets.RunOptions(
+        output=args.output or "", resume=args.resume, overwrite=args.overwrite,
+        strategy=args.strategy, tpu=args.tpu, data_dir=args.data_dir,
+        export=not args.no_export, inspect=not args.no_inspect, verbose=args.verbose,
+        model_parallel=args.model_parallel, coordinator=args.coordinator,
+        num_processes=args.num_processes, process_id=args.process_id)
+
+
+def check_weight_name(preset: presets.Preset) -> None:
+    """A released weight name must exist for the model's architecture (checked before any
+    data is read or anything is downloaded)."""
+    from vit_keras.config import variant_of
+    from vit_keras.pretrained import registry
+
+    if preset.finetune.weights and registry.is_weight_name(preset.finetune.weights):
+        variant = variant_of(preset.model)
+        if variant is None:
+            raise ValueError(f"--weights {preset.finetune.weights} names a release for an official "
+                             "architecture; this preset's model is not one: add --model B/16 "
+                             "(or another from `vit weights list`)")
+        release = registry.find(preset.finetune.weights, variant)
+        if preset.model.classifier != release.classifier:
+            raise ValueError(f"--weights {preset.finetune.weights} was trained with classifier="
+                             f"{release.classifier!r}, this preset's model has "
+                             f"{preset.model.classifier!r}: add --set model.classifier="
+                             f"{release.classifier}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `vit train`; returns the exit status (errors: see `vit.cli`)."""
+    preset = resolve_preset(args)
+    from vit.training import run as training_run
+
+    return training_run.train(preset, run_options(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    parser = argparse.ArgumentParser(prog="vit train")
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))
