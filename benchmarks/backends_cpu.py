@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from timing import median_seconds
+from vit_keras.timing import median_seconds
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = {"Ti/16": 16, "S/16": 8, "B/16": 4}

@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 
-from timing import median_seconds
+from vit_keras.timing import median_seconds
 
 IMAGE, CLASSES = 224, 1000
 WARMUP = 5  # untimed steps: compilation and autotuning

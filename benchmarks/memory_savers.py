@@ -104,7 +104,7 @@ def train_rates(name: str, variant: str, image_size: int, batch: int, steps: int
 
     sys.path.insert(0, REPO)
     sys.path.insert(0, HERE)
-    from timing import median_seconds
+    from vit_keras.timing import median_seconds
     from vit_keras import VisionTransformer, get_variant
 
     keras.utils.set_random_seed(0)

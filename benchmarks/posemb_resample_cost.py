@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from timing import median_seconds
+from vit_keras.timing import median_seconds
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 3

@@ -27,6 +27,7 @@ import keras  # noqa: E402
 
 import vit_keras  # noqa: E402
 from vit.training import bench  # noqa: E402
+from vit_keras.timing import median_seconds  # noqa: E402
 
 MODELS = ("ours", "keras_hub")
 OPTIMIZERS = {"ours": "vit", "keras_hub": "keras"}
@@ -67,7 +68,7 @@ def compare(variant, precision, mode, batch_size, steps, repeats, peak, same_opt
     seconds = {kind: [] for kind in MODELS}
     for _ in range(repeats):
         for kind in MODELS:
-            seconds[kind].append(bench.time_step(runners[kind], steps))
+            seconds[kind].append(median_seconds(runners[kind], steps, warmup=0))
     keras.mixed_precision.set_global_policy("float32")
     keras.backend.clear_session()
     flops = bench.flops_per_image(config, mode)

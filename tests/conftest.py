@@ -1,4 +1,5 @@
-"""Shared test setup: quiet TensorFlow, a fixed seed, and a clean Keras state per test."""
+"""Shared test setup: quiet TensorFlow, a fixed seed, a clean Keras state and a working
+directory of its own per test."""
 
 import os
 
@@ -13,6 +14,14 @@ with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines,
     import keras  # noqa: E402
 
 from vit_keras import ViTConfig  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(tmp_path, monkeypatch):
+    """Every test runs in a folder of its own, never in the checkout: a `vit train` without
+    --output writes saved_models/ under the working directory, and the project's own
+    saved_models/ (from the README's first command) must neither change nor change a result."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(autouse=True)

@@ -4,16 +4,14 @@ weights of the uninterrupted run, and writes the same outputs as a classificatio
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
+from runs import kill_after_backup, vit_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # `vit train` in a process whose CPU is split into two logical devices before TensorFlow starts.
 TWO_CPU_VIT = textwrap.dedent("""
     import sys
@@ -30,32 +28,18 @@ TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4",
         "--set", "backup_every=4", "--set", "eval_every=1", "--seed", "3"]
 
 
-def _env():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
-def _vit(args, **kwargs):
-    return subprocess.Popen([sys.executable, "-c", TWO_CPU_VIT, "train", *args], env=_env(),
-                            cwd=REPO, **kwargs)
+def _vit(args, output, **kwargs):
+    """`vit train ARGS --output OUTPUT` on two logical CPUs, in the folder holding `output`."""
+    return subprocess.Popen([sys.executable, "-c", TWO_CPU_VIT, "train", *args, "--output",
+                             str(output)], env=vit_env(), cwd=os.path.dirname(output), **kwargs)
 
 
 def _kill_after_a_backup(args, output, min_step=10):
     """Starts `vit train`, SIGKILLs it once a mid-run backup exists; returns that backup."""
-    victim = _vit([*args, "--output", str(output)], stdout=subprocess.DEVNULL,
-                  stderr=subprocess.DEVNULL)
-    state_file = output / "backup" / "state.json"
-    deadline = time.time() + 180
-    while time.time() < deadline and victim.poll() is None:
-        if state_file.exists() and json.loads(state_file.read_text())["global_step"] >= min_step:
-            break
-        time.sleep(0.01)
-    assert victim.poll() is None, "the run ended before it could be killed"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    victim = _vit(args, output, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = kill_after_backup(victim, output, min_step)
     assert not (output / "model.keras").exists()
-    return json.loads(state_file.read_text())
+    return state
 
 
 def _weights(path):
@@ -67,11 +51,11 @@ def _weights(path):
 
 
 def _killed_and_resumed_equals_uninterrupted(tmp_path, args):
-    reference = _vit([*args, "--output", str(tmp_path / "ref")], stdout=subprocess.PIPE,
+    reference = _vit(args, tmp_path / "ref", stdout=subprocess.PIPE,
                      stderr=subprocess.STDOUT, text=True)
     victim_dir = tmp_path / "victim"
     state = _kill_after_a_backup(args, victim_dir)
-    resumed = _vit([*args, "--output", str(victim_dir), "--resume"], stdout=subprocess.PIPE,
+    resumed = _vit([*args, "--resume"], victim_dir, stdout=subprocess.PIPE,
                    stderr=subprocess.STDOUT, text=True)
     resumed_log = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, resumed_log[-3000:]

@@ -7,18 +7,16 @@ process starts. Runs use float32, so sharded and unsharded runs agree to float t
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
 from localhost import free_ports
+from runs import kill_after_backup, start_vit, vit_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--backend", "jax", "--mixed-precision", "float32", "--batch-size", "32",
         "--set", "model.image_size=8", "--set", "model.patch_size=4",
         "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
@@ -27,17 +25,16 @@ TINY = ["--backend", "jax", "--mixed-precision", "float32", "--batch-size", "32"
 
 
 def _env(devices=1):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_PLATFORMS="cpu")
-    env.pop("KERAS_BACKEND", None)  # --backend jax chooses it
-    return env
+    """JAX on `devices` simulated CPU devices; --backend jax chooses the Keras backend."""
+    return vit_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                   JAX_PLATFORMS="cpu", KERAS_BACKEND=None)
 
 
 def _start(args, output, devices=1, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "vit.cli", "train", *args,
-                             "--output", str(output)], env=_env(devices), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+    """Starts `vit train ARGS --output OUTPUT` in the folder holding `output`."""
+    return start_vit(["train", *args, "--output", output], os.path.dirname(output),
+                     _env(devices), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                     **kwargs)
 
 
 def _train(args, output, devices=1):
@@ -101,9 +98,9 @@ SHARDING_PROBE = textwrap.dedent("""
 """)
 
 
-def test_model_parallel_shards_attention_heads_and_mlp_units():
+def test_model_parallel_shards_attention_heads_and_mlp_units(tmp_path):
     probe = subprocess.run([sys.executable, "-c", SHARDING_PROBE], env=dict(
-        _env(devices=2), KERAS_BACKEND="jax"), cwd=REPO, capture_output=True, text=True,
+        _env(devices=2), KERAS_BACKEND="jax"), cwd=tmp_path, capture_output=True, text=True,
         timeout=300)
     assert probe.returncode == 0, probe.stderr[-3000:]
     specs = json.loads(probe.stdout.strip().splitlines()[-1])
@@ -140,16 +137,7 @@ def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(
     reference = _start([arg for arg in args if arg != "--no-export"], tmp_path / "ref")
     victim_dir = tmp_path / "victim"
     victim = _start(args, victim_dir)
-    state_file = victim_dir / "backup" / "state.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and victim.poll() is None:
-        if state_file.exists() and json.loads(state_file.read_text())["global_step"] >= 12:
-            break
-        time.sleep(0.01)
-    assert victim.poll() is None, "the run ended before it could be killed"
-    victim.send_signal(signal.SIGKILL)
-    victim.communicate()
-    state = json.loads(state_file.read_text())
+    state = kill_after_backup(victim, victim_dir, min_step=12, timeout=300)
     log = _train([*args, "--resume"], victim_dir)
     assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in log
     reference_log = reference.communicate(timeout=600)[0]
@@ -197,7 +185,7 @@ NAN_RUN = textwrap.dedent("""
 
 def test_nan_loss_stops_a_jax_run(tmp_path):
     finished = subprocess.run([sys.executable, "-c", NAN_RUN, str(tmp_path / "out")],
-                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=REPO,
+                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
                               capture_output=True, text=True, timeout=300)
     assert "stopped:" in finished.stdout and "global step 1)" in finished.stdout, (
         finished.stdout[-2000:] + finished.stderr[-3000:])
@@ -270,7 +258,7 @@ LORA_RESUME_RUN = textwrap.dedent("""
 
 def test_lora_with_layer_decay_killed_and_resumed_on_jax(tmp_path):
     finished = subprocess.run([sys.executable, "-c", LORA_RESUME_RUN, str(tmp_path)],
-                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=REPO,
+                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
                               capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-4000:]
     assert "killed" in finished.stdout and "finetune lora (rank 2" in finished.stdout

@@ -6,7 +6,6 @@ runtimes must be configured before TensorFlow initialises.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -15,28 +14,17 @@ import time
 import numpy as np
 import pytest
 from localhost import free_ports
+from runs import kill_after_backup, start_vit, vit_command, vit_env
 from vit import cli
 from vit.training import run
 from vit.training.presets import get_preset
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny custom ViT on digits: a few steps take well under a second.
 TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
                   num_layers=1)
 TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
         "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
         "--set", "translate=0.1", "--set", "eval_every=1"]
-
-
-def _env(**extra):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    env.pop("TF_CONFIG", None)
-    env.update(extra)
-    return env
-
-
-def _vit(*args, **kwargs):
-    return [sys.executable, "-m", "vit.cli", *args]
 
 
 def _weights(path):
@@ -186,9 +174,9 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_mirrored_two_cpus_matches_default_strategy():
-    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], env=_env(),
-                            capture_output=True, text=True, timeout=180, cwd=REPO)
+def test_mirrored_two_cpus_matches_default_strategy(tmp_path):
+    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], env=vit_env(),
+                            capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["replicas"] == [1, 2]
@@ -206,9 +194,8 @@ def test_multi_worker_two_processes_agree_and_only_chief_writes(tmp_path):
     processes = []
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        processes.append(subprocess.Popen(_vit(*args), env=_env(TF_CONFIG=tf_config),
-                                          cwd=REPO, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
+        processes.append(start_vit(args, tmp_path, vit_env(TF_CONFIG=tf_config),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [process.communicate(timeout=240)[0] for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs[0][-2000:] + \
         outputs[1][-2000:]
@@ -231,26 +218,17 @@ def test_multi_worker_two_processes_agree_and_only_chief_writes(tmp_path):
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     common = ["train", "--epochs", "3", "--batch-size", "16", "--no-export", "--no-inspect",
               "--seed", "5", *TINY, "--set", "backup_every=3", "--set", "eval_every=3"]
-    reference = subprocess.Popen(_vit(*common, "--output", str(tmp_path / "ref")), env=_env(),
-                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 text=True)
+    reference = start_vit([*common, "--output", tmp_path / "ref"], tmp_path,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     victim_dir = tmp_path / "victim"
-    victim = subprocess.Popen(_vit(*common, "--output", str(victim_dir)), env=_env(), cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state_file = victim_dir / "backup" / "state.json"
-    deadline = time.time() + 120
-    while time.time() < deadline and victim.poll() is None:
-        if state_file.exists() and json.loads(state_file.read_text())["global_step"] >= 9:
-            break
-        time.sleep(0.02)
-    assert victim.poll() is None, "the run ended before it could be killed"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    state = json.loads(state_file.read_text())
+    victim = start_vit([*common, "--output", victim_dir], tmp_path,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = kill_after_backup(victim, victim_dir, min_step=9, timeout=120)
     assert 0 < state["global_step"] < 3 * 89 and not (victim_dir / "model.keras").exists()
 
-    resumed = subprocess.run(_vit(*common, "--output", str(victim_dir), "--resume"),
-                             env=_env(), cwd=REPO, capture_output=True, text=True, timeout=240)
+    resumed = subprocess.run(vit_command(*common, "--output", victim_dir, "--resume"),
+                             env=vit_env(), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in resumed.stdout
     assert reference.wait(timeout=240) == 0, reference.stderr.read()[-3000:]

@@ -64,9 +64,3 @@ def activate(name: str) -> None:
         return
     os.environ["KERAS_BACKEND"] = name
 
-
-def current() -> str:
-    """The Keras backend in use (imports Keras)."""
-    import keras
-
-    return keras.backend.backend()

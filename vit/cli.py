@@ -94,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from vit import console
 
+    args = build_parser().parse_args(argv)  # --help and usage errors exit here
     console.configure(verbose_requested(argv))
     with console.quiet_native_stderr():
         select_backend(argv)  # before Keras is imported (TensorFlow imports it)
-        import tensorflow  # noqa: F401  every command uses it; quietly (see training.console)
-    args = build_parser().parse_args(argv)
+        import tensorflow  # noqa: F401  every command uses it; quietly (see vit.console)
     try:
         return int(args.func(args) or 0)
     except (ValueError, RuntimeError, OSError) as error:

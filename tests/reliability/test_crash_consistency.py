@@ -10,13 +10,12 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
+from runs import start_vit, wait_for_backup
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EPOCHS = 3
 STEPS_PER_EPOCH = 1437 // 32  # digits' training split at batch 32
 COMMON = ["train", "--epochs", str(EPOCHS), "--batch-size", "32", "--seed", "1",
@@ -27,25 +26,11 @@ COMMON = ["train", "--epochs", str(EPOCHS), "--batch-size", "32", "--seed", "1",
           "--set", "eval_every=1", "--set", "backup_every=4"]
 
 
-def _env():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
 def _launch(output, resume, export=True):
-    command = [sys.executable, "-m", "vit.cli", *COMMON, "--output", str(output)]
-    command += (["--resume"] if resume else []) + ([] if export else ["--no-export"])
-    return subprocess.Popen(command, env=_env(), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _wait_for_training(process, output, timeout=120):
-    """Returns once the first backup exists (TensorFlow is up and steps are running)."""
-    state = output / "backup" / "state.json"
-    deadline = time.time() + timeout
-    while time.time() < deadline and process.poll() is None and not state.exists():
-        time.sleep(0.02)
+    args = [*COMMON, "--output", output] + (["--resume"] if resume else []) + \
+        ([] if export else ["--no-export"])
+    return start_vit(args, output.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     text=True)
 
 
 def _h5_arrays(path):
@@ -91,18 +76,6 @@ def check_consistent(output):
     return "training" if state_path.exists() else "startup"
 
 
-def _wait_for_step(process, output, step, deadline):
-    """Returns once a backup at global step >= `step` exists (or the run ended)."""
-    state = output / "backup" / "state.json"
-    while process.poll() is None and time.time() < deadline:
-        try:
-            if json.loads(state.read_text())["global_step"] >= step:
-                return
-        except (OSError, ValueError):  # replaced between the check and the read
-            pass
-        time.sleep(0.005)
-
-
 def _kill_when(process, output, target, rng):
     """Sends SIGKILL at the `target` moment; returns False when the run ended first.
 
@@ -110,10 +83,11 @@ def _kill_when(process, output, target, rng):
     backup, then up to 50 ms more), 'backup_write' (while a backup temp file exists), 'export'
     (0-2 s after model.keras appears: the SavedModel/TFLite writes).
     """
-    _wait_for_training(process, output)
+    wait_for_backup(process, output, timeout=120, poll=0.02)  # TensorFlow is up, steps run
     deadline = time.time() + 120
     if target == "random":
-        _wait_for_step(process, output, rng.randint(4, EPOCHS * STEPS_PER_EPOCH // 2), deadline)
+        wait_for_backup(process, output, rng.randint(4, EPOCHS * STEPS_PER_EPOCH // 2),
+                        timeout=deadline - time.time(), poll=0.005)
         time.sleep(rng.uniform(0.0, 0.05))
     elif target == "backup_write":
         backup = output / "backup"

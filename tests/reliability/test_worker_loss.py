@@ -3,16 +3,13 @@ the documented recovery (restart every worker with --resume) continues from the 
 and completes the run. Slow: four TensorFlow processes."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 
 import pytest
 from localhost import free_ports
+from runs import read_state, start_vit, vit_env, wait_for_backup
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EPOCHS = 3
 ARGS = ["train", "--strategy", "multi_worker", "--epochs", str(EPOCHS), "--batch-size", "32",
         "--no-export", "--no-inspect", "--seed", "2",
@@ -25,25 +22,18 @@ def _start_workers(output, resume):
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     processes = []
     for index in range(2):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
-                   CUDA_VISIBLE_DEVICES="",
-                   TF_CONFIG=json.dumps({"cluster": cluster,
-                                         "task": {"type": "worker", "index": index}}))
-        command = [sys.executable, "-m", "vit.cli", *ARGS, "--output", str(output)]
-        processes.append(subprocess.Popen(command + (["--resume"] if resume else []), env=env,
-                                          cwd=REPO, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
+        env = vit_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                            "task": {"type": "worker", "index": index}}))
+        args = [*ARGS, "--output", output] + (["--resume"] if resume else [])
+        processes.append(start_vit(args, output.parent, env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True))
     return processes
 
 
 @pytest.mark.slow
 def test_killed_worker_then_restart_resumes_from_backup(tmp_path):
-    state_file = tmp_path / "backup" / "state.json"
     chief, worker = _start_workers(tmp_path, resume=False)
-    deadline = time.time() + 180
-    while time.time() < deadline and chief.poll() is None and not (
-            state_file.exists() and json.loads(state_file.read_text())["global_step"] >= 10):
-        time.sleep(0.02)
+    wait_for_backup(chief, tmp_path, min_step=10)
     assert chief.poll() is None, "the run ended before the worker could be killed"
     worker.send_signal(signal.SIGKILL)
     worker.wait()
@@ -54,7 +44,7 @@ def test_killed_worker_then_restart_resumes_from_backup(tmp_path):
         chief.send_signal(signal.SIGKILL)
         chief.wait()
         survivor = "blocked, killed after 30 s"
-    state = json.loads(state_file.read_text())
+    state = read_state(tmp_path)
     assert 0 < state["global_step"] and not (tmp_path / "model.keras").exists()
 
     processes = _start_workers(tmp_path, resume=True)

@@ -40,7 +40,6 @@ QUANTIZATION = {"tflite": None, "tflite_fp16": "fp16", "tflite_dynamic_int8": "d
                 "tflite_int8": "int8", "onnx": None, "onnx_dynamic_int8": "dynamic_int8",
                 "onnx_int8": "int8"}
 REPORT_NAME = "export.json"
-ATTENTION_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX")
 LATENCY_THREADS = 2
 
 
@@ -63,7 +62,7 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         num_calibration_images: calibration set size for int8.
         latency_runs: timed batch-1 calls per TFLite / ONNX file (median reported).
         int8_float_ops: TFLite operators 'tflite_int8' keeps in float32; empty (default) =
-            full-integer. `ATTENTION_FLOAT_OPS` makes it ~3x faster on CPUs (LiteRT's int8
+            full-integer. ('BATCH_MATMUL', 'SOFTMAX') makes it ~3x faster on CPUs (LiteRT's int8
             activation-by-activation matmul is slow) at the cost of full-integer-only targets.
         int8_per_channel: per-channel weight scales for 'tflite_int8' (False = per tensor,
             smaller by 12 bytes per channel).
@@ -151,11 +150,9 @@ def _require_calibration(formats, representative_images) -> None:
 def _agreement(logits, keras_logits, labels) -> dict:
     """An exported file's logits against Keras': max |difference|, top-1 agreement, accuracy
     (or mAP)."""
-    import numpy as np
+    from vit_keras.export.lite import logit_agreement
 
-    return {"max_abs_logit_diff": float(np.max(np.abs(logits - keras_logits))),
-            "top1_agreement": float(np.mean(logits.argmax(-1) == keras_logits.argmax(-1))),
-            **_label_scores(logits, labels)}
+    return {**logit_agreement(logits, keras_logits), **_label_scores(logits, labels)}
 
 
 def _write_format(model, name, path, representative_images, eval_images, image_size,

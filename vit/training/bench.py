@@ -98,14 +98,6 @@ def compile_for_training(model, learning_rate: float = 1e-4, optimizer: str = "v
     return model
 
 
-def time_step(step, steps: int) -> float:
-    """Seconds per call of `step`, averaged over `steps` calls."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
-
-
 def random_batch(batch_size: int, image_size: int, num_classes: int, seed: int = 0):
     """Images in [-1, 1] and integer labels, fixed by `seed`."""
     import numpy as np
@@ -132,6 +124,7 @@ def bench_one(variant: str, image_size: int, batch_size: int, precision: str, mo
     import keras
 
     import vit_keras
+    from vit_keras.timing import median_seconds
 
     keras.mixed_precision.set_global_policy(POLICIES[precision])
     try:
@@ -139,8 +132,7 @@ def bench_one(variant: str, image_size: int, batch_size: int, precision: str, mo
         model = compile_for_training(vit_keras.VisionTransformer(config))
         images, labels = random_batch(batch_size, image_size, config.num_classes)
         step = make_step(model, mode, images, labels)
-        step(), step()  # trace and warm up
-        seconds = time_step(step, steps)
+        seconds = median_seconds(step, steps, warmup=2)  # the warm-up calls trace
     finally:
         keras.mixed_precision.set_global_policy("float32")
         keras.backend.clear_session()

@@ -10,8 +10,10 @@ epoch and step (the input pipeline skips the batches already seen).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import time
 
 import keras
@@ -52,19 +54,26 @@ def restore_backup(model: keras.Model, directory: str) -> dict | None:
         return None
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
-    path = os.path.join(directory, state["weights"])
-    if "://" in path:
-        import tempfile
-
-        local = os.path.join(tempfile.mkdtemp(), state["weights"])
-        tf.io.gfile.copy(path, local, overwrite=True)
-        path = local
-    model.load_weights(path)
+    with _local_copy(os.path.join(directory, state["weights"])) as path:
+        model.load_weights(path)
     if state.get("lora"):
         restore_lora_backup(model, os.path.join(directory, state["lora"]))
     for variable, value in zip(rng_variables(model), state.get("rng", [])):
         variable.assign(np.asarray(value, dtype=variable.dtype))
     return state
+
+
+@contextlib.contextmanager
+def _local_copy(path: str):
+    """`path` itself when local; a remote file (gs://...) copied into a temporary folder that
+    is removed afterwards (Keras loads weights from local files only)."""
+    if "://" not in path:
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        local = os.path.join(folder, os.path.basename(path))
+        tf.io.gfile.copy(path, local, overwrite=True)
+        yield local
 
 
 def restore_lora_backup(model: keras.Model, path: str) -> None:

@@ -98,15 +98,11 @@ def count_examples(source: Source) -> int:
 
 
 def describe_model(config) -> str:
-    """'S/16 224px' for a named variant's shape, else the custom shape, and the options."""
-    from vit_keras import VARIANTS, HYBRID_VARIANTS
-    from vit_keras.config import ARCHITECTURE_FIELDS
+    """'S/16 224x224px' for a named variant's shape, else the custom shape, and the options."""
+    from vit_keras.config import variant_of
 
-    shape = {field: getattr(config, field) for field in ARCHITECTURE_FIELDS}
-    names = [name for name, variant in {**VARIANTS, **HYBRID_VARIANTS}.items()
-             if shape == {field: getattr(variant, field) for field in ARCHITECTURE_FIELDS}]
-    name = names[0] if names else (f"custom patch {config.patch_size} D={config.hidden_size} "
-                                   f"L={config.num_layers} heads={config.num_heads}")
+    name = variant_of(config) or (f"custom patch {config.patch_size} D={config.hidden_size} "
+                                  f"L={config.num_layers} heads={config.num_heads}")
     height, width = config.image_hw
     return f"{name} {height}x{width}px, {config.classifier} pooling, posemb {config.posemb}"
 

@@ -270,12 +270,21 @@ def compare_with_keras(logits_model: keras.Model, lite_model: TFLiteModel, image
     logits_fn = graph.logits_function(logits_model, include_preprocessing)
     expected = np.concatenate([np.asarray(logits_fn(images[i:i + 64]))
                                for i in range(0, len(images), 64)])
-    actual = lite_model(images)
-    return {
-        "max_abs_logit_diff": float(np.max(np.abs(actual - expected))),
-        "top1_agreement": float(np.mean(actual.argmax(-1) == expected.argmax(-1))),
-        "verified_images": int(len(images)),
-    }
+    return {**logit_agreement(lite_model(images), expected), "verified_images": int(len(images))}
+
+
+def logit_agreement(logits, expected) -> dict:
+    """How closely an exported file's logits follow the Keras model's on the same images.
+
+    Args:
+        logits, expected: [N, classes] of the file and of Keras.
+
+    Returns:
+        {'max_abs_logit_diff': float, 'top1_agreement': the fraction of equal argmaxes}.
+    """
+    logits, expected = np.asarray(logits), np.asarray(expected)
+    return {"max_abs_logit_diff": float(np.max(np.abs(logits - expected))),
+            "top1_agreement": float(np.mean(logits.argmax(-1) == expected.argmax(-1)))}
 
 
 def _opcode_names(flatbuffer) -> list[str]:

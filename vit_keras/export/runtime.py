@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
 
@@ -113,15 +110,10 @@ def median_latency_ms(run, input_shape, runs: int = 50, warmup: int = 5) -> floa
     Returns:
         The median over `runs`.
     """
+    from vit_keras.timing import median_seconds
+
     image = np.random.default_rng(0).uniform(0, 255, (1, *input_shape)).astype(np.float32)
-    for _ in range(warmup):
-        run(image)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run(image)
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
+    return 1000.0 * median_seconds(lambda: run(image), runs, warmup)
 
 
 def _quantize(values: np.ndarray, details: dict) -> np.ndarray:

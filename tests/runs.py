@@ -1,0 +1,75 @@
+"""Shared helpers for tests that run `vit` in another process: its environment and command, and
+waiting for (or killing a run after) a resumable backup.
+
+Every process starts in a folder the test owns (`cwd`), never in the checkout: a `vit train`
+without --output then writes under that folder's saved_models/, not the project's.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def vit_env(**changes) -> dict:
+    """The environment of a `vit` subprocess: quiet TensorFlow, no GPU, no TF_CONFIG of the
+    caller, this checkout importable; `changes` set (a value of None removes the variable)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    for name, value in changes.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def vit_command(*args) -> list[str]:
+    """`vit ARGS` run by this interpreter."""
+    return [sys.executable, "-m", "vit", *map(str, args)]
+
+
+def start_vit(args, cwd, env=None, **popen_options) -> subprocess.Popen:
+    """Starts `vit ARGS` in `cwd` (a folder of the test's own)."""
+    return subprocess.Popen(vit_command(*args), cwd=cwd, env=env or vit_env(), **popen_options)
+
+
+def read_state(output) -> dict | None:
+    """The state.json of the backup in the run folder `output`, or None (also while it is being
+    replaced)."""
+    try:
+        with open(os.path.join(output, "backup", "state.json")) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return None
+
+
+def wait_for_backup(process, output, min_step: int = 0, timeout: float = 180,
+                    poll: float = 0.01) -> dict | None:
+    """Waits until the run writing `output` has a backup at global step >= `min_step`, or has
+    ended, or `timeout` seconds passed; returns the backup's state (None when there is none)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        state = read_state(output)
+        if state is not None and state["global_step"] >= min_step:
+            return state
+        time.sleep(poll)
+    return read_state(output)
+
+
+def kill_after_backup(process, output, min_step: int, timeout: float = 180) -> dict:
+    """SIGKILLs the run once it has a backup at global step >= `min_step`; returns the state of
+    the backup it left.
+
+    Raises:
+        AssertionError: the run ended before it could be killed.
+    """
+    wait_for_backup(process, output, min_step, timeout)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    return read_state(output)
