@@ -33,6 +33,13 @@ requires_tf = pytest.mark.skipif(
 # Inputs and weights
 
 
+def variant_params(names, configs):
+    """pytest params of variant names; those of width >= 1024 (L, H: 300M+ weights to build)
+    are marked slow."""
+    return [pytest.param(name, marks=pytest.mark.slow) if configs[name].hidden_size >= 1024
+            else name for name in names]
+
+
 def image_shape(shape_or_config):
     """(height, width, channels) of images for `shape_or_config`.
 

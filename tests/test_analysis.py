@@ -240,6 +240,7 @@ def digits_model_path(tmp_path_factory):
     return str(output / "model.keras")
 
 
+@pytest.mark.slow
 def test_few_shot_on_trained_digits_model_beats_chance_widely(digits_model_path):
     import keras
 

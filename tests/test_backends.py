@@ -66,10 +66,14 @@ def _tail(result, chars=6000):
 
 @pytest.mark.parametrize("path", LIBRARY_TESTS)
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_library_tests_pass_on(backend, path, jax_cache):
-    # `-o addopts=` drops the project's xdist options: one process per file is enough here.
+    """Every test of the library files, slow ones included (this pass is itself slow), on the
+    other backends."""
+    # `-o addopts=` drops the project's xdist options and its `-m "not slow"`: one process per
+    # file, every test of it.
     result = _run(backend, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                            "-m", "not slow", os.path.join("tests", path)], jax_cache)
+                            os.path.join("tests", path)], jax_cache)
     assert result.returncode == 0, f"{path} on {backend}:\n{_tail(result)}"
 
 

@@ -3,7 +3,7 @@ TensorFlow's profiler on the traced model graph."""
 
 import keras
 import pytest
-from helpers import requires_tf
+from helpers import requires_tf, variant_params
 
 from vit_keras import VARIANTS, VisionTransformer, get_variant
 from vit_keras.analysis.complexity import count_params, estimate, format_table
@@ -28,7 +28,7 @@ def _profiled_flops(config, batch_size=1, op_types=None):
     return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
 
 
-@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("name", variant_params(sorted(VARIANTS), VARIANTS))
 def test_params_equal_count_params_for_every_variant(name):
     # Variables made in a stateless scope stay uninitialised: no memory, only shapes.
     with keras.StatelessScope(initialize_variables=False):

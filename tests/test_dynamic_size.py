@@ -53,6 +53,7 @@ def _predict(model, images):
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.slow
 def test_equals_a_fixed_model_resized_at_load_time(name, tiny_config, tmp_path):
     config, fixed, dynamic, path = _pair(tiny_config, OPTIONS[name], tmp_path)
     images = random_images(config, seed=1)

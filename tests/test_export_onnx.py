@@ -32,6 +32,7 @@ def _keras_logits(model, pixels):
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.slow
 def test_every_option_exports(name, tiny_config, tmp_path):
     config = tiny_config.replace(**OPTIONS[name])
     model = _model(config)

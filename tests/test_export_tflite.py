@@ -171,6 +171,7 @@ def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tm
     {"resnet_layers": (), "resnet_width": 1},
     {"distilled": True},
 ], ids=["map_registers", "layerscale_sincos_gap", "hybrid", "deit"])
+@pytest.mark.slow
 def test_models_with_options_export_to_builtin_tflite(tiny_config, tmp_path, options):
     import dataclasses
 

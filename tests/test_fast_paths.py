@@ -250,6 +250,7 @@ def test_per_head_attention_of_integer_export_equals_the_plain_graph(num_queries
         assert "BatchMatMulV2" in op_types or "Einsum" in op_types
 
 
+@pytest.mark.slow
 def test_fused_paths_train_inside_an_xla_compiled_step(tiny_config):
     """`compile(jit_compile=True)` (what TPUs run) nests the fused kernels in one XLA program."""
     images = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")

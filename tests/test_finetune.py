@@ -21,8 +21,8 @@ CONFIG = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_h
 
 
 def _preset(**changes):
-    return Preset().replace(model=CONFIG, lr=0.1, weight_decay=0.1, warmup_steps=0, schedule="constant",
-                  clipnorm=0.0, **changes)
+    return Preset().replace(model=CONFIG, lr=0.1, weight_decay=0.1, warmup_steps=0,
+                            schedule="constant", clipnorm=0.0, **changes)
 
 
 def _model(config=CONFIG):

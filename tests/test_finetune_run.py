@@ -41,6 +41,7 @@ def _load(path):
     return keras.saving.load_model(path, safe_mode=True, compile=False)
 
 
+@pytest.mark.slow
 def test_lora_run_killed_and_resumed_equals_uninterrupted(tmp_path, upstream, monkeypatch):
     preset = _preset(classes="5,6,7,8,9", weights=upstream, finetune="lora", lora_rank=2,
                      backup_every=5)
@@ -71,6 +72,7 @@ def test_lora_run_killed_and_resumed_equals_uninterrupted(tmp_path, upstream, mo
                 np.testing.assert_allclose(a[name], b[name], atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_lora_export_equals_the_merged_model_and_the_adapters(tmp_path, upstream, capsys):
     preset = _preset(epochs=1, classes="5,6,7,8,9", weights=upstream, finetune="lora",
                      lora_rank=2, lora_targets="query,value,mlp")

@@ -112,6 +112,7 @@ def _sequence_length(model, images, training):
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.slow
 def test_trains_with_patch_dropout(tiny_config, name):
     config = tiny_config.replace(num_layers=1, patch_drop_rate=0.5, dropout_rate=0.1,
                                  **OPTIONS[name])
@@ -175,6 +176,7 @@ def test_remat_blocks_keep_weights_names_and_inference(tiny_config):
     np.testing.assert_array_equal(to_numpy(remat(images)), to_numpy(base(images)))
 
 
+@pytest.mark.slow
 def test_remat_training_step_leaves_no_tensor_to_the_cyclic_collector(tiny_config):
     # PyTorch's early stop of recomputation raised an exception through Keras' traceback
     # filtering, whose reference cycles kept every block's recomputed activations alive.
@@ -195,6 +197,7 @@ def test_remat_training_step_leaves_no_tensor_to_the_cyclic_collector(tiny_confi
     assert not tensors, f"{len(tensors)} tensors were left in reference cycles"
 
 
+@pytest.mark.slow
 def test_remat_and_patch_dropout_train_with_fit_in_mixed_precision(tiny_config):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     config = tiny_config.replace(remat=True, patch_drop_rate=0.5, drop_path_rate=0.1)

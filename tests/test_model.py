@@ -4,8 +4,7 @@ import keras
 import numpy as np
 import pytest
 from helpers import (dtype_name, random_images, randomize_weights, run_model_saving_test,
-                     to_numpy,
-                     run_serialization_test)
+                     run_serialization_test, to_numpy, variant_params)
 
 import vit_keras
 from vit_keras import VARIANTS, ViTConfig, VisionTransformer, config_from_model
@@ -27,7 +26,7 @@ def closed_form_params(config: ViTConfig) -> int:
     return count + d * k + k
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", variant_params(sorted(VARIANTS), VARIANTS))
 def test_parameter_count_matches_closed_form(variant):
     config = VARIANTS[variant]
     # Variables made in a stateless scope stay uninitialised: no memory, only shapes.

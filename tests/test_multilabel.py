@@ -152,7 +152,7 @@ def test_validation_csv_needs_the_same_classes(tmp_path, image_list):
 def test_single_label_objectives_refuse_multi_label_data(image_list):
     data = sources.open_training_data(f"csv:{image_list}", val_split=0.25)
     assert data.val_origin.startswith("25% of the CSV rows held out")
-    with pytest.raises(ValueError, match="--set objective=multilabel, not 'classify'"):
+    with pytest.raises(ValueError, match="--set objective.kind=multilabel, not 'classify'"):
         objectives.get_objective(get_preset("digits_tiny")).check_data(data)
     objectives.get_objective(get_preset("digits_tiny").replace(
         objective="multilabel")).check_data(data)

@@ -74,6 +74,7 @@ def _killed_and_resumed_equals_uninterrupted(tmp_path, args):
     return json.loads((victim_dir / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_mpp_mirrored_killed_and_resumed(tmp_path):
     args = ["--config", "mpp_digits", *TINY, "--set", "model.classifier=token"]
     metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, args)
@@ -83,6 +84,7 @@ def test_mpp_mirrored_killed_and_resumed(tmp_path):
     assert (tmp_path / "victim" / "inspect" / "inspect.json").exists()
 
 
+@pytest.mark.slow
 def test_deit_mirrored_killed_and_resumed(tmp_path):
     import keras
 

@@ -126,6 +126,7 @@ def test_round_trips(tiny_config, tmp_path, name):
 
 @requires_tf
 @pytest.mark.parametrize("name", sorted(ROUND_TRIP))
+@pytest.mark.slow
 def test_exports(tiny_config, tmp_path, name):
     import tensorflow as tf
 
@@ -171,6 +172,7 @@ def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_confi
 
 @pytest.mark.parametrize("name, policy", [("map_sincos_scale_registers_droppath", "float32"),
                                           ("hybrid_deit_learn2d", "mixed_bfloat16")])
+@pytest.mark.slow
 def test_option_models_train_with_fit(tiny_config, name, policy):
     """Every option trains through the backend's compiled `fit` step, also in mixed precision."""
     keras.mixed_precision.set_global_policy(policy)

@@ -163,6 +163,7 @@ def _in_a_process(script, **env):
     return done.returncode, done.stdout.strip(), done.stderr
 
 
+@pytest.mark.slow
 def test_hugging_face_hub_references_download_through_huggingface_hub(mirror, tmp_path):
     """hf:// goes through huggingface_hub and its cache; HF_ENDPOINT (read when it is imported)
     points it at the loopback server, which answers as the Hub does."""

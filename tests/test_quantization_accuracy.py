@@ -35,6 +35,7 @@ def _accuracy(model, images, labels):
 
 
 @pytest.mark.parametrize("mode", sorted(BOUNDS))
+@pytest.mark.slow
 def test_quantized_accuracy_stays_close_to_float(trained_digits, mode):
     config, weights, images, labels = trained_digits
     model = VisionTransformer(config)

@@ -44,6 +44,7 @@ def _keras_warnings(record):
 # Each mode once, each on another head option (the projections of every option are quantized).
 @pytest.mark.parametrize("mode,option", [("int8", "map+pre_logits"), ("int4", "distilled"),
                                          ("float8", "token")])
+@pytest.mark.slow
 def test_quantize_converts_every_projection_quietly_and_saves(tiny_config, mode, option,
                                                              tmp_path):
     config = tiny_config.replace(num_layers=1, **OPTIONS[option])
@@ -84,6 +85,7 @@ def test_quantized_mlp_block_is_its_dense_layers(tiny_config):
     assert _relative_error(block(tokens), expected) <= 0.03
 
 
+@pytest.mark.slow
 def test_quantize_filters_and_modes(tiny_config):
     model = _model(tiny_config)
     model.quantize("int8", filters=["query", "value"])
@@ -94,6 +96,7 @@ def test_quantize_filters_and_modes(tiny_config):
         _model(tiny_config).quantize("int2")
 
 
+@pytest.mark.slow
 def test_hybrid_convolutions_stay_float_with_one_warning():
     config = ViTConfig(image_size=16, patch_size=1, hidden_size=32, mlp_dim=64, num_heads=4,
                        num_layers=1, num_classes=5, resnet_layers=())
@@ -106,6 +109,7 @@ def test_hybrid_convolutions_stay_float_with_one_warning():
     assert np.isfinite(to_numpy(model(random_images(config)))).all()
 
 
+@pytest.mark.slow
 def test_quantized_weights_cannot_be_read_as_float(tiny_config, tmp_path):
     model = _model(tiny_config.replace(num_layers=1))
     model.quantize("int8")
@@ -210,6 +214,7 @@ def test_a_keras_file_of_the_earlier_release_names_its_conversion(tmp_path):
 
 
 @requires_tf
+@pytest.mark.slow
 def test_export_of_a_keras_quantized_model_is_refused_clearly(tiny_config, tmp_path):
     from vit_keras import export
 

@@ -298,6 +298,7 @@ def test_concurrent_requests_share_batches(keras_model):
 
 
 @pytest.mark.parametrize("form", ["saved_model", "tflite", "onnx"])
+@pytest.mark.slow
 def test_exported_formats_serve_the_keras_models_predictions(form, run_folder, keras_model,
                                                              tmp_path):
     writers = {"saved_model": (export.saved_model, "saved_model"),

@@ -1,5 +1,6 @@
 """The application's layers import one way: base <- inference <- training <- cli, with no
-import circle among the modules (imports inside functions included)."""
+import circle among the modules (imports inside functions included); `--help` imports no
+framework."""
 
 import ast
 import pathlib
@@ -61,3 +62,33 @@ def test_no_import_circle():
                 if nxt not in seen:
                     seen.add(nxt)
                     stack.append((nxt, path + (nxt,)))
+
+
+HEAVY_MODULES = ("keras", "tensorflow", "jax", "torch")
+HELP_PROBE = """
+import sys
+from vit import cli
+try:
+    cli.main(sys.argv[1:] + ["--help"])
+except SystemExit:
+    pass
+print(sorted(name for name in {HEAVY} if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("command", ["", "train", "evaluate", "predict", "serve", "export",
+                                     "inspect", "bench", "weights"])
+def test_help_imports_neither_keras_nor_tensorflow(command, tmp_path):
+    """`vit --help` and `vit CMD --help` answer at once: no framework is imported."""
+    import subprocess
+    import sys
+
+    from runs import vit_env
+
+    probe = HELP_PROBE.replace("{HEAVY}", repr(HEAVY_MODULES))
+    done = subprocess.run([sys.executable, "-c", probe, *([command] if command else [])],
+                          env=vit_env(), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert "usage: vit" in done.stdout

@@ -78,6 +78,7 @@ def test_data_parallel_over_four_devices_equals_one_device(tmp_path):
     assert metrics["backend"] == "jax" and metrics["replicas"] == 4
 
 
+@pytest.mark.slow
 def test_two_way_model_parallel_equals_unsharded(tmp_path):
     args = [*TINY, "--epochs", "1"]
     _train(args, tmp_path / "one", devices=1)
@@ -98,6 +99,7 @@ SHARDING_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_model_parallel_shards_attention_heads_and_mlp_units(tmp_path):
     probe = subprocess.run([sys.executable, "-c", SHARDING_PROBE], env=dict(
         _env(devices=2), KERAS_BACKEND="jax"), cwd=tmp_path, capture_output=True, text=True,
@@ -112,6 +114,7 @@ def test_model_parallel_shards_attention_heads_and_mlp_units(tmp_path):
     assert not any(specs["head/kernel"]) and not any(specs["embedding/projection/kernel"])
 
 
+@pytest.mark.slow
 def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
     args = [*TINY, "--epochs", "1"]
     _train(args, tmp_path / "local", devices=2)
@@ -132,6 +135,7 @@ def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
         np.testing.assert_allclose(got, want, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(tmp_path):
     args = [*TINY, "--epochs", "2", "--set", "backup_every=4"]
     reference = _start([arg for arg in args if arg != "--no-export"], tmp_path / "ref")
@@ -151,6 +155,7 @@ def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(
 
 
 @pytest.mark.parametrize("config", ["mpp_digits", "deit_distill"])
+@pytest.mark.slow
 def test_every_objective_trains_on_jax(tmp_path, config):
     import keras
 
@@ -183,6 +188,7 @@ NAN_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_a_jax_run(tmp_path):
     finished = subprocess.run([sys.executable, "-c", NAN_RUN, str(tmp_path / "out")],
                               env=dict(_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
@@ -256,6 +262,7 @@ LORA_RESUME_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_lora_with_layer_decay_killed_and_resumed_on_jax(tmp_path):
     finished = subprocess.run([sys.executable, "-c", LORA_RESUME_RUN, str(tmp_path)],
                               env=dict(_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
@@ -266,6 +273,7 @@ def test_lora_with_layer_decay_killed_and_resumed_on_jax(tmp_path):
     assert difference < 1e-6
 
 
+@pytest.mark.slow
 def test_probe_and_head_modes_on_two_jax_devices(tmp_path):
     for mode in ("probe", "head"):
         log = _train([*TINY, "--epochs", "1", "--finetune", mode], tmp_path / mode, devices=2)

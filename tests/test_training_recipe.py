@@ -1,5 +1,7 @@
 """Recipe: LR schedule values, weight-decay exclusions, gradient accumulation == large batch."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -35,7 +37,8 @@ def test_warmup_linear_values_and_roundtrip():
 
 
 def test_schedule_from_preset_counts_warmup_epochs():
-    preset = Preset().replace(lr=0.5, epochs=4, warmup_epochs=1, warmup_steps=2, schedule="constant")
+    preset = Preset().replace(lr=0.5, epochs=4, warmup_epochs=1, warmup_steps=2,
+                              schedule="constant")
     schedule = recipe.make_schedule(preset, steps_per_epoch=10)
     assert schedule.total_steps == 40 and schedule.warmup_steps == 12
     assert float(schedule(5)) == pytest.approx(0.25)
@@ -57,8 +60,9 @@ def test_gradient_accumulation_equals_the_large_batch(name):
     y = keras.utils.to_categorical(rng.integers(0, 3, 16), 3)
     weights = {}
     for accum, batch in ((1, 16), (4, 4)):
-        preset = Preset().replace(optimizer=name, lr=0.05, weight_decay=0.1, epochs=1, warmup_steps=1,
-                        grad_accum_steps=accum, clipnorm=0.5, label_smoothing=0.1)
+        preset = Preset().replace(optimizer=name, lr=0.05, weight_decay=0.1, epochs=1,
+                                  warmup_steps=1, grad_accum_steps=accum, clipnorm=0.5,
+                                  label_smoothing=0.1)
         model = _tiny_model()
         model.compile(recipe.make_optimizer(preset, steps_per_epoch=2, model=model),
                       recipe.make_loss(preset))
@@ -156,3 +160,39 @@ def test_preset_to_dict_nests_the_model_config():
     data = get_preset("finetune_384").to_dict()
     assert data["model"]["image_size"] == 384 and data["optim"]["optimizer"] == "sgd"
     assert ViTConfig.from_dict(data["model"]) == get_preset("finetune_384").model
+
+
+def test_sections_validate_their_own_fields_when_created():
+    from vit.training.presets import sections
+
+    for section, changes, message in [
+            (sections.Optim, dict(optimizer="lamb"), "optim.optimizer must be one of"),
+            (sections.Schedule, dict(decay="step"), "schedule.decay must be one of"),
+            (sections.Augment, dict(crop="center"), "augment.crop must be one of"),
+            (sections.Objective, dict(kind="detect"), "objective.kind must be one of"),
+            (sections.Loop, dict(mixed_precision="fp8"), "loop.mixed_precision must be one of"),
+            (sections.Data, dict(val_split=1.0), r"data.val_split must be in \[0, 1\)")]:
+        with pytest.raises(ValueError, match=message):
+            section(**changes)
+    preset = get_preset("digits_tiny")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        preset.optim.lr = 1.0
+    assert preset.replace(optim=sections.Optim(lr=0.5)).optim.lr == 0.5
+    assert preset.with_values({"optim.lr": 0.5}).optim == \
+        dataclasses.replace(preset.optim, lr=0.5)
+
+
+def test_run_options_gather_the_flags_apart_from_the_recipe():
+    import argparse
+
+    from vit.training import train
+    from vit.training.presets import RunOptions
+
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    args = parser.parse_args(["--output", "out", "--resume", "--strategy", "mirrored",
+                              "--no-export", "--set", "optim.lr=0.1", "--seed", "4"])
+    assert train.run_options(args) == RunOptions(output="out", resume=True, strategy="mirrored",
+                                                 export=False)
+    preset = train.resolve_preset(args)
+    assert preset.optim.lr == 0.1 and preset.seed == 4

@@ -185,6 +185,7 @@ def test_mirrored_two_cpus_matches_default_strategy(tmp_path):
     assert report["max_abs_diff"] < 1e-5, report
 
 
+@pytest.mark.slow
 def test_multi_worker_two_processes_agree_and_only_chief_writes(tmp_path):
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
@@ -215,6 +216,7 @@ def test_multi_worker_two_processes_agree_and_only_chief_writes(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     common = ["train", "--epochs", "3", "--batch-size", "16", "--no-export", "--no-inspect",
               "--seed", "5", *TINY, "--set", "backup_every=3", "--set", "eval_every=3"]

@@ -31,6 +31,7 @@ def _train(output, seed):
     return model.get_weights()
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_weights(tmp_path, op_determinism):
     first = _train(tmp_path / "a", seed=3)
     second = _train(tmp_path / "b", seed=3)

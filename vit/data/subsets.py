@@ -1,4 +1,4 @@
-"""A source restricted to some of its classes (`--set classes=5,6,7,8,9`).
+"""A source restricted to some of its classes (`--set data.classes=5,6,7,8,9`).
 
 The kept classes are renumbered 0..k-1 in the source's own order, so a model trained on
 digits 5-9 has five outputs named '5'..'9'. In-memory sources (digits, folders) are filtered

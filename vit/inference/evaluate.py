@@ -7,7 +7,7 @@ Examples:
   vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
 
 A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
-of `--set objective=multilabel`), and `csv:` data is always multi-label: then the scores are
+of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
 those of `vit.inference.multilabel_scores` (a single-label source's labels count as one class each).
 
 `digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%

@@ -69,8 +69,8 @@ def geometric_layers(preset) -> list[keras.layers.Layer]:
     if preset.augment.flip:
         layers.append(keras.layers.RandomFlip("horizontal"))
     if preset.augment.translate:
-        layers.append(keras.layers.RandomTranslation(preset.augment.translate, preset.augment.translate,
-                                                     fill_mode="constant"))
+        shift = preset.augment.translate
+        layers.append(keras.layers.RandomTranslation(shift, shift, fill_mode="constant"))
     if preset.augment.rotate:
         layers.append(keras.layers.RandomRotation(preset.augment.rotate, fill_mode="constant"))
     if preset.augment.zoom:

@@ -26,7 +26,8 @@ BACKBONE_NOISE = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "p
 
 def lora_targets(preset) -> tuple[str, ...]:
     """The `lora_targets` field as a tuple of target names ('all' stays 'all')."""
-    targets = tuple(name.strip() for name in preset.finetune.lora_targets.split(",") if name.strip())
+    names = preset.finetune.lora_targets.split(",")
+    targets = tuple(name.strip() for name in names if name.strip())
     return (lora.ALL,) if targets == (lora.ALL,) else targets
 
 
@@ -55,7 +56,8 @@ def prepare(network: keras.Model, preset) -> None:
                          "none: build it with include_top=True")
     if mode == "lora":
         targets = lora_targets(preset)
-        lora.enable_lora(network, preset.finetune.lora_rank, targets, preset.finetune.lora_alpha or None)
+        settings = preset.finetune
+        lora.enable_lora(network, settings.lora_rank, targets, settings.lora_alpha or None)
         adapted = {id(layer) for layer in lora.lora_layers(network)}
         heads = [layer for layer in heads if id(layer) not in adapted]
     else:
@@ -84,11 +86,11 @@ def describe(model: keras.Model, preset) -> str:
     """The header line: the mode and how many weights train, e.g.
     'finetune lora (rank 8 on query,value; the head): 9,610 of 209,354 weights train (4.6%)'."""
     trained, total = count_weights(model)
+    mode, rank = preset.finetune.mode, preset.finetune.lora_rank
     details = {"full": "", "head": " (the head)", "probe": " (a linear classifier on frozen "
                "features, fitted once)",
-               "lora": f" (rank {preset.finetune.lora_rank} on {','.join(lora_targets(preset))}; the "
-                       "head)"}[preset.finetune.mode]
-    return (f"finetune {preset.finetune.mode}{details}: {trained:,} of {total:,} weights train "
+               "lora": f" (rank {rank} on {','.join(lora_targets(preset))}; the head)"}[mode]
+    return (f"finetune {mode}{details}: {trained:,} of {total:,} weights train "
             f"({100 * trained / max(total, 1):.1f}%)")
 
 

@@ -70,7 +70,7 @@ class Classification:
         """
         if data.train.multilabel:
             raise ValueError(f"{data.train.spec} is multi-label data (an image may have several "
-                             f"classes): train it with --set objective=multilabel, not "
+                             f"classes): train it with --set objective.kind=multilabel, not "
                              f"{self.name!r}")
 
     def model_config(self, num_classes: int) -> ViTConfig:
@@ -137,7 +137,8 @@ class MaskedPatchPrediction(Classification):
     def build(self, config: ViTConfig) -> keras.Model:
         if self.preset.finetune.weights:
             raise ValueError("objective 'mpp' pre-trains from scratch; got --weights "
-                             f"{self.preset.finetune.weights!r}: drop it, or fine-tune with 'classify'")
+                             f"{self.preset.finetune.weights!r}: drop it, or fine-tune with "
+                             "'classify'")
         from vit_keras.core.masked_patch import MaskedPatchPretrainer
 
         return MaskedPatchPretrainer(config, seed=self.preset.seed)
@@ -162,18 +163,19 @@ class MaskedPatchPrediction(Classification):
 
 
 class Distillation(Classification):
-    """DeiT distillation of a `distilled=True` student from `preset.objective.teacher` (hard or soft)."""
+    """DeiT distillation of a `distilled=True` student from `preset.objective.teacher` (hard or
+    soft)."""
 
     name = "distill"
 
     def __init__(self, preset):
         if not preset.objective.teacher:
-            raise ValueError("objective 'distill' needs a teacher: --set teacher=PATH.keras (any "
-                             "Keras classifier of [-1, 1] images, e.g. a model.keras of vit "
-                             "train)")
+            raise ValueError("objective 'distill' needs a teacher: --set "
+                             "objective.teacher=PATH.keras (any Keras classifier of [-1, 1] "
+                             "images, e.g. a model.keras of vit train)")
         if not atomic.exists(preset.objective.teacher):
-            raise ValueError(f"teacher {preset.objective.teacher!r} does not exist: expected a .keras "
-                             "model file")
+            raise ValueError(f"teacher {preset.objective.teacher!r} does not exist: expected a "
+                             ".keras model file")
         if preset.finetune.mode == "probe":
             raise ValueError("finetune 'probe' fits the head to the labels without a teacher; "
                              "objective 'distill' trains against one: use finetune=head")

@@ -191,10 +191,11 @@ class SGD(_LayerwiseRates, keras_compat.ClipAfterAllReduce, keras.optimizers.SGD
 
 def make_schedule(preset, steps_per_epoch: int) -> WarmupDecay:
     """The preset's schedule, counted in optimizer steps (after gradient accumulation)."""
-    total = max(1, preset.schedule.epochs * steps_per_epoch)
-    warmup = preset.schedule.warmup_steps + int(round(preset.schedule.warmup_epochs * steps_per_epoch))
-    return WarmupDecay(preset.optim.lr, total, warmup, preset.schedule.decay, preset.schedule.min_lr,
-                       steps_per_update=preset.schedule.grad_accum_steps)
+    schedule = preset.schedule
+    total = max(1, schedule.epochs * steps_per_epoch)
+    warmup = schedule.warmup_steps + int(round(schedule.warmup_epochs * steps_per_epoch))
+    return WarmupDecay(preset.optim.lr, total, warmup, schedule.decay, schedule.min_lr,
+                       steps_per_update=schedule.grad_accum_steps)
 
 
 def make_optimizer(preset, steps_per_epoch: int,
@@ -211,23 +212,23 @@ def make_optimizer(preset, steps_per_epoch: int,
     Returns:
         The optimizer, not yet built.
     """
+    optim, accumulate = preset.optim, preset.schedule.grad_accum_steps
     common = dict(
         learning_rate=make_schedule(preset, steps_per_epoch),
-        global_clipnorm=preset.optim.clipnorm or None,
-        gradient_accumulation_steps=preset.schedule.grad_accum_steps if preset.schedule.grad_accum_steps > 1
-        else None,
-        use_ema=preset.optim.ema_momentum > 0,
-        ema_momentum=preset.optim.ema_momentum or 0.99,
+        global_clipnorm=optim.clipnorm or None,
+        gradient_accumulation_steps=accumulate if accumulate > 1 else None,
+        use_ema=optim.ema_momentum > 0,
+        ema_momentum=optim.ema_momentum or 0.99,
     )
-    decay = preset.optim.weight_decay or None
-    if preset.optim.optimizer == "adamw":
-        optimizer = AdamW(weight_decay=preset.optim.weight_decay, beta_1=preset.optim.beta1,
-                          beta_2=preset.optim.beta2, **common)
-    elif preset.optim.optimizer == "adam":
+    decay = optim.weight_decay or None
+    if optim.optimizer == "adamw":
+        optimizer = AdamW(weight_decay=optim.weight_decay, beta_1=optim.beta1,
+                          beta_2=optim.beta2, **common)
+    elif optim.optimizer == "adam":
         # Adam with decoupled decay when asked (the paper's pre-training uses wd 0.1 with Adam).
-        optimizer = Adam(beta_1=preset.optim.beta1, beta_2=preset.optim.beta2, weight_decay=decay, **common)
+        optimizer = Adam(beta_1=optim.beta1, beta_2=optim.beta2, weight_decay=decay, **common)
     else:
-        optimizer = SGD(momentum=preset.optim.momentum, weight_decay=decay, **common)
+        optimizer = SGD(momentum=optim.momentum, weight_decay=decay, **common)
     optimizer.exclude_from_weight_decay(var_list=no_weight_decay(model))
     if preset.optim.layer_decay < 1:
         optimizer.set_rate_multipliers(

@@ -59,17 +59,16 @@ def make_plan(preset: presets.Preset, num_examples: int, replicas: int) -> Plan:
     Args:
         replicas: data-parallel replicas (`Placement.replicas`).
     """
-    accum = preset.schedule.grad_accum_steps
-    if preset.schedule.batch_size % (accum * replicas):
-        raise ValueError(f"batch_size {preset.schedule.batch_size} must be divisible by "
-                         f"grad_accum_steps x replicas = {accum} x {replicas}")
-    step_batch = preset.schedule.batch_size // accum
-    if num_examples < preset.schedule.batch_size:
+    accum, batch = preset.schedule.grad_accum_steps, preset.schedule.batch_size
+    if batch % (accum * replicas):
+        raise ValueError(f"batch_size {batch} must be divisible by grad_accum_steps x replicas "
+                         f"= {accum} x {replicas}")
+    step_batch = batch // accum
+    if num_examples < batch:
         raise ValueError(f"the training data has {num_examples} examples, fewer than one "
-                         f"batch of {preset.schedule.batch_size}: pass --batch-size {num_examples} or "
-                         "less")
+                         f"batch of {batch}: pass --batch-size {num_examples} or less")
     steps = (num_examples // step_batch) // accum * accum
-    return Plan(replicas=replicas, global_batch=preset.schedule.batch_size, step_batch=step_batch,
+    return Plan(replicas=replicas, global_batch=batch, step_batch=step_batch,
                 per_replica_batch=step_batch // replicas, accum=accum, steps_per_epoch=steps,
                 updates_per_epoch=steps // accum)
 
@@ -177,8 +176,8 @@ class Run:
         accumulated = f" (accumulated {plan.accum}x{plan.step_batch})" if plan.accum > 1 else ""
         log(f"vit train: preset {preset.name}, objective {self.objective.name}, model "
             f"{describe_model(self.config)}, {self.backend}: {self.placement.name} "
-            f"x{plan.replicas}, batch {plan.global_batch}{accumulated}, {preset.schedule.epochs} epochs "
-            f"x {plan.steps_per_epoch} steps, {self.policy}")
+            f"x{plan.replicas}, batch {plan.global_batch}{accumulated}, "
+            f"{preset.schedule.epochs} epochs x {plan.steps_per_epoch} steps, {self.policy}")
         validation = "none" if data.val is None else (
             f"{data.val.num_examples or 'uncounted'} examples")
         log(f"data: train {self.num_examples} examples of {preset.data.train} "
@@ -186,8 +185,8 @@ class Run:
             f"{data.val_origin}")
         if preset.objective.label_smoothing and self.objective.name == "classify":
             log(f"loss: the epoch lines' loss is the training objective, cross-entropy with "
-                f"label smoothing {preset.objective.label_smoothing}; the result table reports plain "
-                "cross-entropy, as `vit evaluate` does")
+                f"label smoothing {preset.objective.label_smoothing}; the result table reports "
+                "plain cross-entropy, as `vit evaluate` does")
 
     # --- build ----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ This module imports neither Keras nor TensorFlow (`vit train --help` reads it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 from typing import TYPE_CHECKING
@@ -158,6 +159,7 @@ class RunOptions:
     process_id: int | None = None
 
 
+@functools.cache
 def flat_keys() -> dict[str, str]:
     """Every flat key (the names before sections) -> its `SECTION.FIELD`."""
     keys = {field.name: f"{name}.{field.name}"

@@ -5,7 +5,7 @@ inference both heads are averaged. Any Keras classifier of [-1, 1] 16x16 images 
 a digits_tiny model trained first:
 
     vit train --config digits_tiny --output saved_models/teacher
-    vit train --config deit_distill --set teacher=saved_models/teacher/model.keras
+    vit train --config deit_distill --set objective.teacher=saved_models/teacher/model.keras
 
 DeiT's regularisation (stochastic depth 0.1) is on; the rest is digits_tiny's recipe.
 """
