@@ -41,7 +41,6 @@ def _load(path):
     return keras.saving.load_model(path, safe_mode=True, compile=False)
 
 
-@pytest.mark.slow
 def test_lora_run_killed_and_resumed_equals_uninterrupted(tmp_path, upstream, monkeypatch):
     preset = _preset(classes="5,6,7,8,9", weights=upstream, finetune="lora", lora_rank=2,
                      backup_every=5)

@@ -112,7 +112,6 @@ def _sequence_length(model, images, training):
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
-@pytest.mark.slow
 def test_trains_with_patch_dropout(tiny_config, name):
     config = tiny_config.replace(num_layers=1, patch_drop_rate=0.5, dropout_rate=0.1,
                                  **OPTIONS[name])

@@ -44,7 +44,6 @@ def _keras_warnings(record):
 # Each mode once, each on another head option (the projections of every option are quantized).
 @pytest.mark.parametrize("mode,option", [("int8", "map+pre_logits"), ("int4", "distilled"),
                                          ("float8", "token")])
-@pytest.mark.slow
 def test_quantize_converts_every_projection_quietly_and_saves(tiny_config, mode, option,
                                                              tmp_path):
     config = tiny_config.replace(num_layers=1, **OPTIONS[option])
