@@ -29,14 +29,14 @@ def apply_overrides(preset: Preset, assignments: list[str]) -> Preset:
         ValueError: on a malformed assignment, an unknown key or a value of the wrong type or
             range.
     """
-    values = {}
+    values, kinds = {}, field_types()
     for assignment in assignments:
         key, sep, text = assignment.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ValueError(f"--set expects key=value, got {assignment!r}")
         path = key if "." in key else flat_keys().get(key)
-        kind = field_types().get(path or "")
+        kind = kinds.get(path or "")
         if kind is None:
             raise ValueError(_unknown_key_message(key))
         try:
