@@ -50,7 +50,9 @@ def problem(data: bytes) -> tuple[str, str] | None:
 
     The format comes from the file's signature, the size from its header (a file declaring more
     than `MAX_IMAGE_PIXELS` pixels is refused before any decoding); the structure is verified
-    by PIL, truncated JPEG/PNG files by their end markers.
+    by PIL, truncated JPEG/PNG files by their end markers. Call it inside
+    `bomb_warnings_silenced()` (PIL warns about images between 1x and 2x its pixel limit, which
+    this check refuses with its own message).
 
     Returns:
         (reason, message), the message a phrase that follows the file's name ("is a corrupt
@@ -61,7 +63,7 @@ def problem(data: bytes) -> tuple[str, str] | None:
     if not data.startswith(tuple(SIGNATURES.values())):
         return "not_an_image", "is not a JPEG, PNG, BMP or GIF file"
     try:
-        with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
             image.verify()
     except Image.DecompressionBombError as error:  # PIL refuses before reading the size out
@@ -94,13 +96,15 @@ def _end_problem(data: bytes) -> tuple[str, str] | None:
 def check(data: bytes, what: str = "the image") -> None:
     """Raises `ImageError` "`what` is not a JPEG, PNG, BMP or GIF file", "... is too large
     (...)", "... is a corrupt image (...)" unless `data` is a readable image file."""
-    found = problem(data)
+    with bomb_warnings_silenced():
+        found = problem(data)
     if found:
         raise ImageError(f"{what} {found[1]}", found[0])
 
 
 def file_problem(path: str) -> str | None:
-    """Why the file at `path` is not a readable image (a phrase after its name), or None."""
+    """Why the file at `path` is not a readable image (a phrase after its name), or None. Call
+    it inside `bomb_warnings_silenced()`."""
     try:
         with open(path, "rb") as file:
             data = file.read()
