@@ -111,6 +111,17 @@ def test_an_unfinished_or_killed_run_is_refused_too(tmp_path, leftover):
     outputs.check_output_dir(str(run), resume=True, overwrite=False)
 
 
+def test_a_run_killed_during_its_export_is_unfinished_and_resumes(tmp_path):
+    """metrics.json is written before the export, the backup removed after it: both there means
+    the run was killed in between, and --resume finishes it."""
+    run = tmp_path / "run"
+    _finished_run(run)
+    os.makedirs(run / "backup")
+    with pytest.raises(ValueError, match=r"holds an unfinished run .*--resume continues it"):
+        outputs.check_output_dir(str(run), resume=False, overwrite=False)
+    outputs.check_output_dir(str(run), resume=True, overwrite=False)
+
+
 def test_a_folder_without_a_run_is_fine(tmp_path):
     (tmp_path / "data.csv").write_text("a user's file")
     outputs.check_output_dir(str(tmp_path), resume=False, overwrite=False)

@@ -106,7 +106,8 @@ def check_output_dir(output: str, resume: bool, overwrite: bool) -> None:
     """Refuses to start a run over an earlier one (read-only: every process may call it).
 
     A folder holding a finished run (metrics.json) or the files of an unfinished or killed one
-    is refused unless `overwrite`, or `resume` for an unfinished run.
+    is refused unless `overwrite`, or `resume` for an unfinished run. A run killed during its
+    export has metrics.json and still its backup (removed last): it is unfinished.
 
     Args:
         output: the run's output folder (local or gs://).
@@ -120,7 +121,7 @@ def check_output_dir(output: str, resume: bool, overwrite: bool) -> None:
         raise ValueError("--resume continues the run in the output folder, --overwrite "
                          "replaces it: give one of them")
     found = [name for name in RUN_FILES if atomic.exists(os.path.join(output, name))]
-    finished = "metrics.json" in found
+    finished = "metrics.json" in found and "backup" not in found
     if overwrite or not found or (resume and not finished):
         return
     if finished:
