@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from vit.images import decode_checked
 from vit.inference.model_files import (ACTIVATIONS, activation_beside, labels_beside,
                                        load_model)
 
@@ -107,8 +108,6 @@ class Classifier:
         """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`."""
         if self.run_encoded is not None:
             return self.run_encoded(np.asarray(files, dtype=object))
-        from vit.images import decode_checked
-
         return self.predict(decode_checked(files, self.image_size))
 
     def attention_rollout(self, images) -> np.ndarray:

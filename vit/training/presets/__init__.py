@@ -162,14 +162,11 @@ class RunOptions:
 @functools.cache
 def flat_keys() -> dict[str, str]:
     """Every flat key (the names before sections) -> its `SECTION.FIELD`."""
-    keys = {field.name: f"{name}.{field.name}"
-            for name, section in SECTIONS.items() for field in dataclasses.fields(section)}
-    keys.update(RENAMED_FLAT_KEYS)
-    for name, section in SECTIONS.items():  # 'train', 'val', 'kind', ... alone say too little
-        for field in dataclasses.fields(section):
-            if f"{name}.{field.name}" in RENAMED_FLAT_KEYS.values():
-                keys.pop(field.name, None)
-    return keys
+    renamed = set(RENAMED_FLAT_KEYS.values())  # 'train', 'kind', ... alone say too little
+    keys = {field.name: path for name, section in SECTIONS.items()
+            for field in dataclasses.fields(section)
+            if (path := f"{name}.{field.name}") not in renamed}
+    return {**keys, **RENAMED_FLAT_KEYS}
 
 
 def get_preset(name: str) -> Preset:

@@ -16,11 +16,18 @@ DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
 MIXED_PRECISIONS = ("", "auto", "mixed_bfloat16", "mixed_float16")
 INFINITY = float("inf")
+# Range rules: name -> (check, what is expected). Written as `not (...)` checks so that NaN fails.
+RANGES = {">=1": (lambda v: v >= 1, "must be >= 1"),
+          ">=0": (lambda v: 0 <= v < INFINITY, "must be a finite number >= 0"),
+          ">0": (lambda v: 0 < v < INFINITY, "must be a finite number > 0"),
+          "[0,1)": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+          "[0,1]": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+          "(0,1]": (lambda v: 0 < v <= 1, "must be in (0, 1]")}
 
 
 class Section:
     """Validation shared by the sections: subclasses list their rules in `RULES`, field name ->
-    ('>=1' | '>=0' | '[0,1)' | '[0,1]' | '(0,1]' | '>0' | a tuple of choices)."""
+    a key of `RANGES` or a tuple of choices."""
 
     NAME = ""
     RULES: dict = {}
@@ -35,14 +42,7 @@ class Section:
         value, key = getattr(self, field), f"{self.NAME}.{field}"
         if isinstance(rule, tuple):
             return None if value in rule else f"{key} must be one of {rule}, got {value!r}"
-        # Written as `not (...)` so that NaN fails every check.
-        checks = {">=1": (lambda v: v >= 1, "must be >= 1"),
-                  ">=0": (lambda v: 0 <= v < INFINITY, "must be a finite number >= 0"),
-                  ">0": (lambda v: 0 < v < INFINITY, "must be a finite number > 0"),
-                  "[0,1)": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
-                  "[0,1]": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-                  "(0,1]": (lambda v: 0 < v <= 1, "must be in (0, 1]")}
-        check, expected = checks[rule]
+        check, expected = RANGES[rule]
         return None if check(value) else f"{key} {expected}, got {value!r}"
 
     def replace(self, **changes):
