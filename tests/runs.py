@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,14 +29,29 @@ def vit_env(**changes) -> dict:
     return env
 
 
-def vit_command(*args) -> list[str]:
-    """`vit ARGS` run by this interpreter."""
+# `vit` in a process whose CPU is split into two logical devices before TensorFlow starts
+# (for --strategy mirrored).
+TWO_CPU_VIT = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from vit import cli
+    sys.exit(cli.main(sys.argv[1:]))
+""")
+
+
+def vit_command(*args, two_cpus: bool = False) -> list[str]:
+    """`vit ARGS` run by this interpreter (on two logical CPUs with `two_cpus`)."""
+    if two_cpus:
+        return [sys.executable, "-c", TWO_CPU_VIT, *map(str, args)]
     return [sys.executable, "-m", "vit", *map(str, args)]
 
 
-def start_vit(args, cwd, env=None, **popen_options) -> subprocess.Popen:
+def start_vit(args, cwd, env=None, two_cpus: bool = False, **popen_options) -> subprocess.Popen:
     """Starts `vit ARGS` in `cwd` (a folder of the test's own)."""
-    return subprocess.Popen(vit_command(*args), cwd=cwd, env=env or vit_env(), **popen_options)
+    return subprocess.Popen(vit_command(*args, two_cpus=two_cpus), cwd=cwd,
+                            env=env or vit_env(), **popen_options)
 
 
 def read_state(output) -> dict | None:

@@ -89,12 +89,14 @@ def test_an_earlier_run_is_refused_unless_overwrite(tmp_path):
     run = tmp_path / "run"
     _finished_run(run)
     with pytest.raises(ValueError, match="already holds a finished run.*--overwrite"):
-        outputs.check_output_dir(str(run), resume=False, overwrite=False)
+        outputs.start_mode(str(run), resume=False, overwrite=False)
     with pytest.raises(ValueError, match="finished.*nothing to continue"):
-        outputs.check_output_dir(str(run), resume=True, overwrite=False)
+        outputs.start_mode(str(run), resume=True, overwrite=False)
     with pytest.raises(ValueError, match="give one of them"):
-        outputs.check_output_dir(str(run), resume=True, overwrite=True)
-    outputs.check_output_dir(str(run), resume=False, overwrite=True)
+        outputs.start_mode(str(run), resume=True, overwrite=True)
+    # A scheduler restarting `--resume auto` after the run finished: nothing to do.
+    assert outputs.start_mode(str(run), resume="auto", overwrite=False) == "finished"
+    assert outputs.start_mode(str(run), resume=False, overwrite=True) == "replace"
     outputs.clear_run_files(str(run))
     # The old run's files are gone (TensorBoard cannot mix); nothing else was touched.
     assert sorted(os.listdir(run)) == [".worker-1", "notes.txt"]
@@ -107,8 +109,14 @@ def test_an_unfinished_or_killed_run_is_refused_too(tmp_path, leftover):
     if "." in leftover:
         (run / leftover).write_text("epoch")
     with pytest.raises(ValueError, match=r"holds an unfinished run \(" + leftover):
-        outputs.check_output_dir(str(run), resume=False, overwrite=False)
-    outputs.check_output_dir(str(run), resume=True, overwrite=False)
+        outputs.start_mode(str(run), resume=False, overwrite=False)
+    if leftover == "backup":
+        assert outputs.start_mode(str(run), resume=True, overwrite=False) == "resume"
+        assert outputs.start_mode(str(run), resume="auto", overwrite=False) == "resume"
+    else:  # killed before its first backup: --resume has nothing, --resume auto starts afresh
+        with pytest.raises(ValueError, match="no backup to continue from.*--resume auto"):
+            outputs.start_mode(str(run), resume=True, overwrite=False)
+        assert outputs.start_mode(str(run), resume="auto", overwrite=False) == "replace"
 
 
 def test_a_run_killed_during_its_export_is_unfinished_and_resumes(tmp_path):
@@ -118,14 +126,17 @@ def test_a_run_killed_during_its_export_is_unfinished_and_resumes(tmp_path):
     _finished_run(run)
     os.makedirs(run / "backup")
     with pytest.raises(ValueError, match=r"holds an unfinished run .*--resume continues it"):
-        outputs.check_output_dir(str(run), resume=False, overwrite=False)
-    outputs.check_output_dir(str(run), resume=True, overwrite=False)
+        outputs.start_mode(str(run), resume=False, overwrite=False)
+    assert outputs.start_mode(str(run), resume=True, overwrite=False) == "resume"
 
 
 def test_a_folder_without_a_run_is_fine(tmp_path):
     (tmp_path / "data.csv").write_text("a user's file")
-    outputs.check_output_dir(str(tmp_path), resume=False, overwrite=False)
-    outputs.check_output_dir(str(tmp_path / "new"), resume=False, overwrite=False)
+    assert outputs.start_mode(str(tmp_path), resume=False, overwrite=False) == "fresh"
+    assert outputs.start_mode(str(tmp_path / "new"), resume=False, overwrite=False) == "fresh"
+    assert outputs.start_mode(str(tmp_path / "new"), resume="auto", overwrite=False) == "fresh"
+    with pytest.raises(ValueError, match="no backup to continue from"):
+        outputs.start_mode(str(tmp_path / "new"), resume=True, overwrite=False)
 
 
 def test_vit_train_refuses_before_reading_any_data(tmp_path, monkeypatch, capsys):

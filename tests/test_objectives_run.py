@@ -5,22 +5,11 @@ weights of the uninterrupted run, and writes the same outputs as a classificatio
 import json
 import os
 import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
-from runs import kill_after_backup, vit_env
+from runs import kill_after_backup, start_vit
 
-# `vit train` in a process whose CPU is split into two logical devices before TensorFlow starts.
-TWO_CPU_VIT = textwrap.dedent("""
-    import sys
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from vit import cli
-    sys.exit(cli.main(sys.argv[1:]))
-""")
 TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4",
         "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
         "--set", "model.num_heads=2", "--set", "model.num_layers=1",
@@ -30,8 +19,8 @@ TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4",
 
 def _vit(args, output, **kwargs):
     """`vit train ARGS --output OUTPUT` on two logical CPUs, in the folder holding `output`."""
-    return subprocess.Popen([sys.executable, "-c", TWO_CPU_VIT, "train", *args, "--output",
-                             str(output)], env=vit_env(), cwd=os.path.dirname(output), **kwargs)
+    return start_vit(["train", *args, "--output", output], os.path.dirname(output),
+                     two_cpus=True, **kwargs)
 
 
 def _kill_after_a_backup(args, output, min_step=10):

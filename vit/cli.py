@@ -8,7 +8,9 @@ then sets the Keras backend and imports TensorFlow with its start-up logging sil
 
 Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
 `vit CMD: error: ...` and exits with status 2; a run that fails on its way (`RuntimeError`,
-`OSError`) the same with status 1. `--debug` shows the traceback instead.
+`OSError`) the same with status 1; Ctrl+C prints `vit CMD: interrupted` and exits with 130.
+`vit train` stopped by SIGTERM or Ctrl+C exits with 75 after its backup
+(`vit.training.preemption`). `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from vit import console
 
     args = build_parser().parse_args(argv)  # --help and usage errors exit here
+    args.command_line = argv  # `vit train` prints the command that resumes it
     console.configure(verbose_requested(argv))
     with console.quiet_native_stderr():
         select_backend(argv)  # before Keras is imported (TensorFlow imports it)
@@ -106,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"vit {args.command}: error: {error}", file=sys.stderr)
         return 2 if isinstance(error, ValueError) else 1
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"vit {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -102,32 +102,53 @@ RUN_FILES = ("model.keras", "labels.txt", "metrics.json", "history.csv", "curves
              "model_dynamic_int8.tflite", "model_int8.tflite", "export.json")
 
 
-def check_output_dir(output: str, resume: bool, overwrite: bool) -> None:
-    """Refuses to start a run over an earlier one (read-only: every process may call it).
+def start_mode(output: str, resume: bool | str, overwrite: bool) -> str:
+    """How a run starts in `output`, from what the folder holds (read-only: every process of
+    a run may call it).
 
-    A folder holding a finished run (metrics.json) or the files of an unfinished or killed one
-    is refused unless `overwrite`, or `resume` for an unfinished run. A run killed during its
-    export has metrics.json and still its backup (removed last): it is unfinished.
+    A finished run has metrics.json and no backup; a run killed during its export has both (it
+    is unfinished). A folder holding a run is refused unless `overwrite`; `--resume` needs a
+    backup to continue from; `--resume auto` (`resume='auto'`, for schedulers that restart the
+    same command) continues from a backup when there is one, starts afresh when there is none
+    (clearing a killed run's files), and does nothing to a finished run.
 
     Args:
         output: the run's output folder (local or gs://).
-        resume: `--resume` was given.
+        resume: False, True (`--resume`) or 'auto' (`--resume auto`).
         overwrite: `--overwrite` was given.
 
+    Returns:
+        'fresh' (nothing there), 'replace' (clear an earlier run's files first), 'resume' or
+        'finished' (`--resume auto` found a finished run: nothing to do).
+
     Raises:
-        ValueError: the folder holds a run and neither flag allows going on.
+        ValueError: the folder and the flags disagree.
     """
+    if resume not in (False, True, "auto"):
+        raise ValueError(f"resume must be False, True or 'auto', got {resume!r}")
     if resume and overwrite:
         raise ValueError("--resume continues the run in the output folder, --overwrite "
                          "replaces it: give one of them")
     found = [name for name in RUN_FILES if atomic.exists(os.path.join(output, name))]
     finished = "metrics.json" in found and "backup" not in found
-    if overwrite or not found or (resume and not finished):
-        return
+    if overwrite:
+        return "replace"
+    if resume == "auto":
+        return "finished" if finished else "resume" if "backup" in found else \
+            "replace" if found else "fresh"
+    if resume and "backup" in found:
+        return "resume"
     if finished:
         raise ValueError(f"{output} already holds a finished run (metrics.json); pass "
                          f"--overwrite to replace it, or --output for a new folder" +
                          ("" if not resume else " (--resume: there is nothing to continue)"))
+    if resume:
+        raise ValueError(f"--resume: {output} holds no backup to continue from" +
+                         (f" (only {', '.join(found[:4])}: the run stopped before its first "
+                          "backup)" if found else "") + "; --resume auto starts afresh when "
+                         "there is none" + (", --overwrite replaces the run" if found else ""))
+    if not found:
+        return "fresh"
     hint = "--resume continues it, " if "backup" in found else ""
     raise ValueError(f"{output} holds an unfinished run ({', '.join(found[:4])}); {hint}"
                      "--overwrite replaces it, --output starts elsewhere")

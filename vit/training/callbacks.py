@@ -133,16 +133,28 @@ class ResumableBackup(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not self.every_steps:
             return
-        step = self.step_offset + batch + 1
-        global_step = self._epoch * self.steps_per_epoch + step
+        epoch, step = self.position(batch)
         previous = self._last_saved or 0
-        if step < self.steps_per_epoch and global_step // self.every_steps > previous // \
-                self.every_steps:
-            self.save(self._epoch, step)
+        if step < self.steps_per_epoch and self.global_step(epoch, step) // self.every_steps > \
+                previous // self.every_steps:
+            self.save(epoch, step)
+
+    def position(self, batch: int) -> tuple[int, int]:
+        """(epoch, steps done in it) after the `fit` batch index `batch` of this epoch."""
+        return self._epoch, self.step_offset + batch + 1
+
+    def global_step(self, epoch: int, step: int) -> int:
+        """Steps done since the start of the run at `step` steps into `epoch`."""
+        return epoch * self.steps_per_epoch + step
+
+    def save_once(self, epoch: int, step: int) -> None:
+        """`save`, unless the last backup was taken at this very step."""
+        if self._last_saved != self.global_step(epoch, step):
+            self.save(epoch, step)
 
     def save(self, epoch: int, step: int) -> None:
         """Writes a backup taken after `step` steps of epoch `epoch`."""
-        global_step = epoch * self.steps_per_epoch + step
+        global_step = self.global_step(epoch, step)
         self._last_saved = global_step
         if not self.write:
             return

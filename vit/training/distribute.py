@@ -48,10 +48,43 @@ class Placement:
     on_tpu: bool = False
     strategy: tf.distribute.Strategy | None = None
     distribution: object = None
+    _any_worker: object = dataclasses.field(default=None, repr=False)
 
     def scope(self):
         """The context that model and optimizer variables are created in."""
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+    def any_process(self, flag: bool) -> bool:
+        """Whether `flag` is True on any process of the run.
+
+        With several processes this is a collective (a tiny all-gather or all-reduce): every
+        process must call it at the same point of the run, as callbacks at a step's end do.
+        """
+        if self.distribution is not None and _jax_processes() > 1:
+            from vit.training.jax_distribution import any_process
+
+            return any_process(flag)
+        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            if self._any_worker is None:
+                self._any_worker = _any_worker_function(self.strategy)
+            return bool(self._any_worker(tf.constant(int(flag))) > 0)
+        return flag
+
+
+def _jax_processes() -> int:
+    import jax
+
+    return jax.process_count()
+
+
+def _any_worker_function(strategy: tf.distribute.Strategy):
+    """A tf.function summing an int flag over every replica of every worker."""
+    @tf.function
+    def any_worker(flag):
+        per_replica = strategy.run(lambda: tf.identity(flag))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return any_worker
 
 
 def place(backend: str, options) -> Placement:

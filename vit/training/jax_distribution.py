@@ -51,7 +51,20 @@ def initialize_processes(coordinator: str | None = None, num_processes: int | No
         raise ValueError("--coordinator needs --num-processes and --process-id")
     if process_id is not None and num_processes and not 0 <= process_id < num_processes:
         raise ValueError(f"--process-id must be in [0, {num_processes}), got {process_id}")
+    import jax
+
+    # `vit train` stops on SIGTERM itself (vit.training.preemption), all processes at the same
+    # step; JAX's preemption service would install its own SIGTERM handler in its place.
+    jax.config.update("jax_enable_preemption_service", False)
     keras.distribution.initialize(coordinator, num_processes, process_id)
+
+
+def any_process(flag: bool) -> bool:
+    """Whether `flag` is True on any JAX process (a collective: all processes call it)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.int32(flag))))
 
 
 def hide_accelerators_from_tensorflow() -> None:

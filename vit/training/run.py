@@ -26,8 +26,8 @@ import tensorflow as tf
 from vit import console, hardware, outputs
 from vit.data import evaluation, sources, subsets
 from vit.data.source import Source
-from vit.training import (callbacks, distribute, finetune, objectives, pipeline, presets,
-                          recipe)
+from vit.training import (callbacks, distribute, finetune, objectives, pipeline, preemption,
+                          presets, recipe)
 from vit_keras import atomic, keras_compat, lora
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
@@ -122,27 +122,51 @@ class Run:
         self.backup_dir = os.path.join(self.output, "backup")
 
     def execute(self) -> int:
-        """Runs setup, build, fit and finish; returns 0."""
-        self.setup()
-        self.build()
-        state = self.restore()
-        self.fit(state)
-        self.finish(self.evaluate())
+        """Runs setup, build, fit and finish; returns 0.
+
+        Raises:
+            preemption.Preempted: a SIGTERM or Ctrl+C stopped the run (after a backup of the
+                step it reached, when it was training).
+        """
+        # Every process checks (so none goes on to wait for a chief that refused); the chief
+        # alone clears, once all have joined the cluster.
+        self.start = outputs.start_mode(self.output, self.options.resume, self.options.overwrite)
+        if self.start == "finished":
+            log(f"--resume auto: {self.output} holds a finished run (metrics.json); nothing to do")
+            return 0
+        with preemption.SignalWatch() as self.signals:
+            try:
+                self.setup()
+                self.build()
+                state = self.restore()
+                self.fit(state)
+                self.signals.phase = "the final evaluation and export"
+                self.finish(self.evaluate())
+            except preemption.Preempted as stop:
+                stop.resumable = atomic.exists(os.path.join(self.backup_dir,
+                                                            callbacks.STATE_FILE))
+                raise
+            finally:
+                self._remove_scratch()
         return 0
+
+    def _remove_scratch(self) -> None:
+        """A non-chief JAX process's temporary folder (its copies of the collective saves)."""
+        write_dir = getattr(self, "write_dir", self.output)
+        if write_dir != self.output and getattr(self, "strategy", None) is None:
+            shutil.rmtree(write_dir, ignore_errors=True)
 
     # --- setup ----------------------------------------------------------------------------
 
     def setup(self) -> None:
         """Placement, precision, seed, folders, data, batch plan and model config."""
-        # Every process checks (so none goes on to wait for a chief that refused); the
-        # chief alone clears, once all have joined the cluster.
-        outputs.check_output_dir(self.output, self.options.resume, self.options.overwrite)
         self.started = time.perf_counter()
         self.backend = keras.backend.backend()
         self.placement = distribute.place(self.backend, self.options)
+        self.signals.claim()  # a cluster runtime may have taken SIGTERM (JAX's, TensorFlow's)
         self.strategy = self.placement.strategy
         self.on_tpu, self.chief = self.placement.on_tpu, self.placement.chief
-        if self.chief and self.options.overwrite:  # before any data is read
+        if self.chief and self.start == "replace":  # before any data is read
             outputs.clear_run_files(self.output)
         self.policy = resolve_precision(self.preset, self.on_tpu)
         keras.mixed_precision.set_global_policy(self.policy)
@@ -215,16 +239,15 @@ class Run:
 
     def restore(self) -> dict | None:
         """The backup state to continue from (`--resume`), or None for a fresh start."""
-        if not self.options.resume:
+        if self.start != "resume":
             if self.chief and atomic.exists(self.backup_dir):
                 atomic.remove(self.backup_dir)  # a fresh run does not inherit an old backup
             return None
         state = callbacks.restore_backup(self.model, self.backup_dir)
         if state is None:
-            log(f"--resume: no backup in {self.backup_dir}; starting from scratch")
-        else:
-            log(f"--resume: continuing at epoch {state['epoch'] + 1}, step {state['step']} "
-                f"(global step {state['global_step']})")
+            raise ValueError(f"--resume: {self.backup_dir} holds no {callbacks.STATE_FILE}")
+        log(f"--resume: continuing at epoch {state['epoch'] + 1}, step {state['step']} "
+            f"(global step {state['global_step']})")
         return state
 
     # --- fit ------------------------------------------------------------------------------
@@ -269,7 +292,10 @@ class Run:
         # `finite` first: a NaN step is never backed up. The backup last: an epoch's history row
         # and best weights are on disk before its backup marks it done, so a kill in between
         # reruns the epoch on --resume instead of losing them.
+        # The signal stop right after the backup, which it asks for a backup of its step.
         chosen = [finite, self.best, history, backup,
+                  preemption.StopOnSignal(self.signals, backup, self.placement.any_process,
+                                          self.backup_dir),
                   keras.callbacks.TensorBoard(os.path.join(self.write_dir, "logs"))]
         if self.options.verbose == 0 and self.chief:
             chosen.append(callbacks.EpochLog(self.preset.schedule.epochs))
@@ -287,15 +313,19 @@ class Run:
                       verbose=self.options.verbose, shuffle=False)
         started = time.perf_counter()
         epoch = start_epoch
-        if start_step and epoch < preset.schedule.epochs:  # finish the interrupted epoch first
-            self.model.fit(self._train_stream(epoch, start_step), epochs=epoch + 1,
-                           initial_epoch=epoch, steps_per_epoch=plan.steps_per_epoch - start_step,
-                           validation_freq=validation_epochs(preset, epoch, epoch + 1), **common)
-            epoch += 1
-        if epoch < preset.schedule.epochs:
-            self.model.fit(self._train_stream(epoch, 0), epochs=preset.schedule.epochs,
-                           initial_epoch=epoch, steps_per_epoch=plan.steps_per_epoch,
-                           validation_freq=validation_epochs(preset, epoch), **common)
+        self.signals.phase = "training"
+        with self.signals.deferred():  # a signal stops fit at a step's end, with a backup
+            if start_step and epoch < preset.schedule.epochs:  # finish the interrupted epoch
+                self.model.fit(self._train_stream(epoch, start_step), epochs=epoch + 1,
+                               initial_epoch=epoch,
+                               steps_per_epoch=plan.steps_per_epoch - start_step,
+                               validation_freq=validation_epochs(preset, epoch, epoch + 1),
+                               **common)
+                epoch += 1
+            if epoch < preset.schedule.epochs:
+                self.model.fit(self._train_stream(epoch, 0), epochs=preset.schedule.epochs,
+                               initial_epoch=epoch, steps_per_epoch=plan.steps_per_epoch,
+                               validation_freq=validation_epochs(preset, epoch), **common)
         self.train_seconds = time.perf_counter() - started
         done_before = start_epoch * plan.steps_per_epoch + start_step
         self.trained_images = (preset.schedule.epochs * plan.steps_per_epoch - done_before) * \
@@ -311,6 +341,7 @@ class Run:
                                          self.plan.step_batch,
                                          num_classes=self.data.train.num_classes)
         started = time.perf_counter()
+        self.signals.phase = "the linear probe"
         with console.stage(f"probe: features of {self.num_examples} training images, then "
                            "a linear head"):
             self.probe = probe.fit_probe(network, heads, features, self.preset.finetune.probe_l2,
@@ -379,12 +410,10 @@ class Run:
         self._export_and_inspect(classifier)
         metrics["wall_seconds"] = round(console.elapsed(self.started), 2)
         outputs.write_json(os.path.join(output, "metrics.json"), metrics)
-        if self.chief:
+        if self.chief:  # the other JAX processes' scratch folders go in `execute`
             log(outputs.summary_table(summary_rows(metrics, output, self.objective)))
-        if not self.chief:
-            shutil.rmtree(self.write_dir, ignore_errors=True)
-        elif atomic.exists(self.backup_dir):
-            atomic.remove(self.backup_dir)
+            if atomic.exists(self.backup_dir):
+                atomic.remove(self.backup_dir)
 
     def _export_and_inspect(self, classifier) -> None:
         """SavedModel/TFLite export and the attention/embedding analysis, on raw images."""

@@ -11,6 +11,7 @@ Examples:
   vit train --set optim.layer_decay=0.75 --set objective.kind=distill ...
   vit train --data csv:~/photos/tags.csv --set objective.kind=multilabel   # several labels each
   vit train --resume                                # continue a killed run where it stopped
+  vit train --resume auto                           # resume if there is a backup, else start
   vit train --backend jax --model-parallel 2        # JAX: data parallel, each model on 2 devices
   vit train --set optim.lr=3e-3 --set augment.translate=0.1   # override any preset field
   vit train --set model.classifier=map --set model.num_register_tokens=4   # any model option
@@ -24,6 +25,7 @@ inspect/. Every objective (classify, mpp, distill, multilabel) runs through the 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from vit.training import presets
@@ -96,8 +98,11 @@ def add_run_arguments(group) -> None:
     from vit.backend import BACKENDS
 
     group.add_argument("--output", help="output folder (default: saved_models/<preset>)")
-    group.add_argument("--resume", action="store_true",
-                       help="continue from the backup in the output folder")
+    group.add_argument("--resume", nargs="?", const=True, default=False, type=_resume_value,
+                       metavar="auto", help="continue from the backup in the output folder "
+                       "(there must be one); --resume auto: continue when there is a backup, "
+                       "else start afresh, and do nothing to a finished run (for schedulers "
+                       "that restart the same command)")
     group.add_argument("--overwrite", action="store_true",
                        help="replace the output folder of an earlier run (refused otherwise)")
     group.add_argument("--backend", default="auto", choices=BACKENDS,
@@ -124,6 +129,12 @@ def add_run_arguments(group) -> None:
                        help="show every TensorFlow/absl log line, and Keras' progress bar "
                        "(1, the default with --verbose) or its per-epoch line (2); without "
                        "it vit prints one line per epoch")
+
+
+def _resume_value(text: str) -> str:
+    if text != "auto":
+        raise argparse.ArgumentTypeError(f"--resume takes no value, or 'auto'; got {text!r}")
+    return text
 
 
 def _keys_epilog() -> str:
@@ -194,11 +205,20 @@ def check_weight_name(preset: presets.Preset) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs `vit train`; returns the exit status (errors: see `vit.cli`)."""
+    """Runs `vit train`; returns the exit status: 0, or `preemption.EXIT_PREEMPTED` (75) when
+    SIGTERM or Ctrl+C stopped it (errors: see `vit.cli`)."""
     preset = resolve_preset(args)
+    from vit.training import preemption
     from vit.training import run as training_run
 
-    return training_run.train(preset, run_options(args))
+    try:
+        return training_run.train(preset, run_options(args))
+    except preemption.Preempted as stop:
+        argv = getattr(args, "command_line", None) or ["train"]
+        again = (f"resume with: {preemption.resume_command(argv)}" if stop.resumable else
+                 f"nothing was trained yet; run again: vit {shlex.join(argv)}")
+        print(f"vit train: {stop}\n{again}", flush=True)
+        return preemption.EXIT_PREEMPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

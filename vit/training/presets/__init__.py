@@ -131,7 +131,9 @@ class RunOptions:
 
     Attributes:
         output: output folder ('' = saved_models/<preset name>; local or gs://).
-        resume: continue from the backup in the output folder.
+        resume: True: continue from the backup in the output folder (there must be one);
+            'auto': continue when there is one, else start afresh (a finished run: nothing to
+            do); False: start afresh.
         overwrite: replace the output folder of an earlier run.
         strategy: tf.distribute strategy on TensorFlow ('auto', 'default', 'mirrored',
             'multi_worker', 'tpu').
@@ -145,7 +147,7 @@ class RunOptions:
     """
 
     output: str = ""
-    resume: bool = False
+    resume: bool | str = False
     overwrite: bool = False
     strategy: str = "auto"
     tpu: str | None = None

@@ -1,0 +1,218 @@
+"""SIGTERM or Ctrl+C at a random step of a real `vit train`: the backup of that step is on disk
+within seconds, the run exits with status 75 and prints the command that resumes, and `--resume`
+ends with the weights of an uninterrupted run. On one TensorFlow device (fast), MirroredStrategy
+over two logical CPUs, JAX over four simulated devices, and two JAX processes over loopback where
+only one process is signalled (slow). Also: a second Ctrl+C aborts at once, a signal outside
+training stops at once, `--resume auto`.
+"""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from localhost import free_ports
+from runs import read_state, start_vit, vit_env, wait_for_backup
+
+from vit.training import preemption
+
+EPOCHS, BATCH = 3, 32
+STEPS = 1437 // BATCH  # digits' training split
+TINY = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--seed", "4", "--no-export",
+        "--no-inspect", "--set", "model.image_size=8", "--set", "model.patch_size=4",
+        "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
+        "--set", "model.num_heads=2", "--set", "model.num_layers=1",
+        "--set", "loop.eval_every=1", "--set", "loop.backup_every=5"]
+JAX = ["--backend", "jax", "--mixed-precision", "float32"]
+SIGNAL_TO_BACKUP_LIMIT_S = 10
+
+
+def _jax_env(devices):
+    return vit_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                   JAX_PLATFORMS="cpu", KERAS_BACKEND=None)
+
+
+def _start(args, output, env=None, two_cpus=False):
+    return start_vit(["train", *args, "--output", output], output.parent, env, two_cpus,
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(process, timeout=600):
+    log = process.communicate(timeout=timeout)[0]
+    assert process.returncode == 0, log[-4000:]
+    return log
+
+
+def _signal_at_random_step(processes, output, rng, signum=signal.SIGTERM, targets=None):
+    """Sends `signum` to `targets` (default: every process) at a random step of the first two
+    epochs; returns (seconds from the signal to the processes' exit, their logs)."""
+    wait_for_backup(processes[0], output, rng.randint(5, 2 * STEPS - 10), timeout=300)
+    time.sleep(rng.uniform(0.0, 0.05))
+    assert all(process.poll() is None for process in processes), "the run ended first"
+    sent = time.monotonic()
+    for process in targets or processes:
+        process.send_signal(signum)
+    logs = [process.communicate(timeout=60)[0] for process in processes]
+    return time.monotonic() - sent, logs
+
+
+def _stopped_at(log) -> int:
+    """The global step a stopped run says its backup holds."""
+    found = re.search(r"stopped .* at .*\(global step (\d+)\); backup written to (\S+)", log)
+    assert found, log[-3000:]
+    return int(found.group(1))
+
+
+def _weights(output):
+    import keras
+
+    import vit_keras  # noqa: F401  (registers the layers)
+
+    path = os.path.join(output, "model.keras")
+    return keras.saving.load_model(path, safe_mode=True, compile=False).get_weights()
+
+
+def _assert_same_weights(output, reference):
+    for got, want in zip(_weights(output), _weights(reference)):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def _stop_and_resume(tmp_path, args, seed, env=None, two_cpus=False, signum=signal.SIGTERM):
+    """An uninterrupted reference run, and a run signalled at a random step then resumed:
+    both end with the same weights. Returns the seconds from the signal to the exit."""
+    reference = _start(args, tmp_path / "ref", env, two_cpus)
+    output = tmp_path / "victim"
+    victim = _start(args, output, env, two_cpus)
+    seconds, (log,) = _signal_at_random_step([victim], output, random.Random(seed), signum)
+    assert victim.returncode == preemption.EXIT_PREEMPTED, log[-3000:]
+    step = _stopped_at(log)
+    assert read_state(output)["global_step"] == step
+    assert seconds < SIGNAL_TO_BACKUP_LIMIT_S, seconds
+    assert "resume with: vit train " in log and log.rstrip().endswith("--resume")
+    resumed = _finish(_start([*args, "--resume"], output, env, two_cpus))
+    assert f"(global step {step})" in resumed
+    _finish(reference)
+    _assert_same_weights(output, tmp_path / "ref")
+    assert not (output / "backup").exists()
+    print(f"\n{signal.Signals(signum).name} at global step {step}: exited {seconds:.2f} s "
+          "after the signal, with its backup; --resume equals the uninterrupted run")
+    return seconds
+
+
+def test_sigterm_on_one_tensorflow_device_then_resume(tmp_path):
+    _stop_and_resume(tmp_path, TINY, seed=0)
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_mirrored_strategy_over_two_cpus(tmp_path):
+    _stop_and_resume(tmp_path, [*TINY, "--strategy", "mirrored"], seed=1, two_cpus=True,
+                     signum=signal.SIGINT)
+
+
+@pytest.mark.slow
+def test_sigterm_on_four_jax_devices_then_resume(tmp_path):
+    _stop_and_resume(tmp_path, [*TINY, *JAX], seed=2, env=_jax_env(4))
+
+
+def _two_processes(args, output):
+    (port,) = free_ports(1)
+    return [_start([*args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                    "--process-id", str(index)], output, _jax_env(1)) for index in range(2)]
+
+
+@pytest.mark.slow
+def test_two_jax_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path):
+    args = [*TINY, *JAX]
+    reference = [_finish(process) for process in _two_processes(args, tmp_path / "ref")]
+    output = tmp_path / "victim"
+    processes = _two_processes(args, output)
+    # Only process 1 hears the signal; process 0 (the chief) must stop at the same step.
+    seconds, logs = _signal_at_random_step(processes, output, random.Random(3),
+                                           targets=processes[1:])
+    assert [process.returncode for process in processes] == [preemption.EXIT_PREEMPTED] * 2, \
+        logs[0][-2000:] + logs[1][-2000:]
+    steps = [_stopped_at(log) for log in logs]
+    assert steps[0] == steps[1] == read_state(output)["global_step"], steps
+    assert "stopped with the other processes (one of them received a signal)" in logs[0]
+    assert f"backup written to {output / 'backup'}" in logs[1]
+    assert seconds < SIGNAL_TO_BACKUP_LIMIT_S, seconds
+    assert not [name for name in os.listdir(output) if name.startswith(".")]
+    resumed = [_finish(process) for process in _two_processes([*args, "--resume"], output)]
+    assert f"(global step {steps[0]})" in resumed[0] and reference
+    _assert_same_weights(output, tmp_path / "ref")
+
+
+# --- the signal watch alone ------------------------------------------------------------------
+
+WATCH_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    from vit.training.preemption import SignalWatch
+    with SignalWatch() as watch, watch.deferred():
+        for _ in range(int(sys.argv[1])):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+        print("received", watch.received, flush=True)
+        time.sleep(0.5)
+""")
+
+
+def test_first_ctrl_c_is_a_request_and_the_second_aborts_at_once(tmp_path):
+    once = subprocess.run([sys.executable, "-c", WATCH_SCRIPT, "1"], env=vit_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    # The request is kept while training; leaving the block ends the run with Preempted.
+    assert "received SIGINT" in once.stdout and "Preempted: stopped on SIGINT" in once.stderr
+    assert "SIGINT received: finishing this step, then saving a backup; Ctrl+C again aborts" \
+        in once.stderr
+    twice = subprocess.run([sys.executable, "-c", WATCH_SCRIPT, "2"], env=vit_env(),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert twice.returncode == preemption.EXIT_ABORTED, twice.stderr
+    assert "second Ctrl+C: aborting now" in twice.stderr and "received" not in twice.stdout
+
+
+def test_a_signal_outside_training_stops_at_once_and_handlers_come_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(preemption.Preempted, match="stopped on SIGTERM during start-up"):
+        with preemption.SignalWatch(print_fd=os.open(os.devnull, os.O_WRONLY)):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+            pytest.fail("the signal did not stop the run")
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_resume_command_keeps_the_arguments_and_drops_overwrite():
+    assert preemption.resume_command(["train", "--output", "my run", "--overwrite"]) == \
+        "vit train --output 'my run' --resume"
+    assert preemption.resume_command(["train", "--resume", "auto"]) == "vit train --resume auto"
+
+
+def test_a_stop_before_training_prints_the_same_command(tmp_path, capsys, monkeypatch):
+    """SIGTERM during start-up (here: while the data is opened): nothing was trained, exit 75,
+    and the advice is the command itself."""
+    from vit import cli
+    from vit.data import sources
+
+    def preempted_open(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    monkeypatch.setattr(sources, "open_training_data", preempted_open)
+    args = ["train", *TINY, "--output", str(tmp_path / "run")]
+    assert cli.main(args) == preemption.EXIT_PREEMPTED
+    out = capsys.readouterr().out
+    assert "stopped on SIGTERM during start-up" in out and "nothing was trained yet" in out
+
+
+def test_resume_auto_does_nothing_to_a_finished_run(tmp_path, capsys):
+    from vit import cli
+
+    (tmp_path / "metrics.json").write_text("{}")
+    assert cli.main(["train", "--resume", "auto", "--output", str(tmp_path)]) == 0
+    assert "holds a finished run (metrics.json); nothing to do" in capsys.readouterr().out
+    assert cli.main(["train", "--resume", "--output", str(tmp_path / "new")]) == 2
+    assert "holds no backup to continue from" in capsys.readouterr().err
