@@ -216,3 +216,28 @@ def test_resume_auto_does_nothing_to_a_finished_run(tmp_path, capsys):
     assert "holds a finished run (metrics.json); nothing to do" in capsys.readouterr().out
     assert cli.main(["train", "--resume", "--output", str(tmp_path / "new")]) == 2
     assert "holds no backup to continue from" in capsys.readouterr().err
+
+
+def _two_tensorflow_workers(args, output):
+    import json
+
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    return [_start([*args, "--strategy", "multi_worker"], output, vit_env(TF_CONFIG=json.dumps(
+        {"cluster": cluster, "task": {"type": "worker", "index": index}})))
+        for index in range(2)]
+
+
+@pytest.mark.slow
+def test_two_tensorflow_workers_stop_at_the_same_step_when_one_is_signalled(tmp_path):
+    output = tmp_path / "run"
+    workers = _two_tensorflow_workers(TINY, output)
+    seconds, logs = _signal_at_random_step(workers, output, random.Random(5),
+                                           targets=workers[1:])
+    assert [worker.returncode for worker in workers] == [preemption.EXIT_PREEMPTED] * 2, \
+        logs[0][-2000:] + logs[1][-2000:]
+    steps = [_stopped_at(log) for log in logs]
+    assert steps[0] == steps[1] == read_state(output)["global_step"], steps
+    assert seconds < SIGNAL_TO_BACKUP_LIMIT_S, seconds
+    resumed = [_finish(worker) for worker in _two_tensorflow_workers([*TINY, "--resume"], output)]
+    assert f"(global step {steps[0]})" in resumed[0]
+    assert (output / "metrics.json").exists() and not (output / "backup").exists()
