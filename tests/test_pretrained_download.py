@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 
 import pytest
@@ -227,3 +228,58 @@ def test_hub_references_without_huggingface_hub_say_what_to_install(monkeypatch)
     with pytest.raises(ValueError, match=r"need huggingface_hub \(pip install "
                        r"'vit_keras\[hub\]'\)"):
         pretrained.weights_file("hf://google/vit-base-patch16-224")
+
+
+def test_a_killed_download_leaves_a_part_that_the_next_download_removes(mirror):
+    """SIGKILL in the middle of a transfer (the server stalls after half the file): its
+    `<file>.<host>.<pid>.<random>.part` stays; the next download of the file removes it and caches the whole file."""
+    server, release, _, local = mirror
+    server.stalled.add("/vit_models/" + release.path)
+    script = ("from vit_keras import pretrained; "
+              "pretrained.weights_file('imagenet21k', 'B/16', quiet=True)")
+    victim = subprocess.Popen([sys.executable, "-c", script], env=_process_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and victim.poll() is None and not (
+            glob.glob(release.cache_path + ".*.part") and server.gets("/vit_models/" +
+                                                                      release.path)):
+        time.sleep(0.05)
+    time.sleep(0.5)  # the first half of the body is on its way
+    victim.kill()
+    victim.communicate()
+    (part,) = glob.glob(release.cache_path + ".*.part")
+    assert f".{victim.pid}." in part
+    server.stalled.clear()
+    assert pretrained.weights_file(*RELEASE, quiet=True) == release.cache_path
+    assert leftovers(release.cache_path) == [release.cache_path]
+    with open(release.cache_path, "rb") as cached, open(local, "rb") as original:
+        assert cached.read() == original.read()
+
+
+def test_only_the_parts_of_ended_downloads_are_removed(tmp_path):
+    destination = str(tmp_path / "ViT-B_16.npz")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    host = download._part_prefix(destination).split(".")[-3]
+    names = {"live": f"ViT-B_16.npz.{host}.{live.pid}.abc.part",
+             "ended": f"ViT-B_16.npz.{host}.{ended.pid}.def.part",
+             "mine": f"ViT-B_16.npz.{host}.{os.getpid()}.ghi.part",
+             "other host, fresh": "ViT-B_16.npz.elsewhere.123.jkl.part",
+             "other host, old": "ViT-B_16.npz.elsewhere.456.mno.part",
+             "older name, old": "ViT-B_16.npz.pqr.part",
+             "another file": "ViT-B_32.npz.elsewhere.1.stu.part",
+             "not a part": "ViT-B_16.npz.notes"}
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x")
+    hour_ago = time.time() - download.STALE_PART_SECONDS - 60
+    for key in ("other host, old", "older name, old"):
+        os.utime(tmp_path / names[key], (hour_ago, hour_ago))
+    try:
+        removed = download.remove_stale_parts(destination)
+    finally:
+        live.kill()
+        live.wait()
+    gone = {"ended", "other host, old", "older name, old"}
+    assert sorted(removed) == sorted(str(tmp_path / names[key]) for key in gone)
+    assert sorted(os.listdir(tmp_path)) == sorted(names[key] for key in names if key not in gone)

@@ -4,11 +4,9 @@ answers 503, concurrent requests share batches, and every served format agrees."
 
 import base64
 import io
-import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 from helpers import png_bomb, random_pixels, randomize_weights, script_module
 from localhost import free_ports, served
+from runs import start_vit, vit_env
 from PIL import Image
 
 from vit.inference import classifier
@@ -340,12 +339,17 @@ def test_a_model_taking_any_size_serves_any_size(tmp_path):
     assert odd.status_code == 400 and "multiple" in odd.json()["error"], odd.text
 
 
-def test_the_vit_serve_command_serves_until_interrupted(run_folder):
+def _start_serve(run_folder, cwd, *options):
+    """`vit serve` of the run folder's model.keras in a subprocess; (process, port)."""
     port = free_ports(1)[0]
-    command = [sys.executable, "-m", "vit.cli", "serve", "--model",
-               str(run_folder / "model.keras"), "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process = start_vit(["serve", "--model", run_folder / "model.keras", "--port", port,
+                         *options], cwd, vit_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+    return process, port
+
+
+def test_the_vit_serve_command_serves_until_interrupted(run_folder, tmp_path):
+    process, port = _start_serve(run_folder, tmp_path)
     try:
         health = _wait_for(f"http://127.0.0.1:{port}/healthz", process)
         assert health == {"status": "ok", "model": run_folder.name}
@@ -357,8 +361,76 @@ def test_the_vit_serve_command_serves_until_interrupted(run_folder):
         stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     assert f"Serving '{run_folder.name}' (keras, 32x32, 5 classes) on " \
-           f"http://127.0.0.1:{port}/" in stdout
+           f"http://127.0.0.1:{port}/" in stdout and "vit serve: stopped" in stdout
     assert "Traceback" not in stderr
+
+
+def test_sigterm_answers_the_requests_in_flight_then_exits_0(run_folder, tmp_path):
+    """Three requests wait in the batcher (a 3 s batching window) when SIGTERM comes: the
+    server takes no new connection, answers all three, and exits with status 0."""
+    process, port = _start_serve(run_folder, tmp_path, "--batch-timeout-ms", "3000")
+    url = f"http://127.0.0.1:{port}"
+    _wait_for(url + "/healthz", process)
+    body = {"instances": random_pixels(CONFIG, batch=1).tolist()}
+    answers = []
+
+    def ask():
+        answers.append(httpx.post(f"{url}/v1/models/{run_folder.name}:predict", json=body,
+                                  timeout=60))
+
+    clients = [threading.Thread(target=ask) for _ in range(3)]
+    for client in clients:
+        client.start()
+    time.sleep(1.0)  # all three are in flight, inside the batching window
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url + "/healthz", timeout=5)
+    for client in clients:
+        client.join(timeout=60)
+    stdout, stderr = process.communicate(timeout=60)
+    assert [answer.status_code for answer in answers] == [200] * 3
+    assert all(len(answer.json()["predictions"]) == 1 for answer in answers)
+    assert process.returncode == 0, stderr
+    assert "SIGTERM: no new connections; answering the requests in flight" in stderr
+    assert "vit serve: stopped" in stdout and "Traceback" not in stderr
+
+
+def test_the_drain_is_bounded(run_folder, tmp_path):
+    """A request that would wait 60 s in the batcher does not hold the exit past
+    --drain-seconds."""
+    process, port = _start_serve(run_folder, tmp_path, "--batch-timeout-ms", "60000",
+                                 "--drain-seconds", "1")
+    url = f"http://127.0.0.1:{port}"
+    _wait_for(url + "/healthz", process)
+    body = {"instances": random_pixels(CONFIG, batch=1).tolist()}
+    waiting = threading.Thread(target=lambda: httpx.post(
+        f"{url}/v1/models/{run_folder.name}:predict", json=body, timeout=60), daemon=True)
+    waiting.start()
+    time.sleep(1.0)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert time.monotonic() - sent < 10
+    assert "(up to 1 s)" in stderr and "vit serve: stopped" in stdout
+
+
+def test_on_ipv6_loopback_only_loopback_host_headers_are_answered(run_folder, tmp_path):
+    process, port = _start_serve(run_folder, tmp_path, "--host", "::1")
+    url = f"http://[::1]:{port}"
+    try:
+        assert _wait_for(url + "/healthz", process)["status"] == "ok"
+        for host in (f"[::1]:{port}", f"localhost:{port}", "[::1]"):
+            assert httpx.get(url + "/healthz", headers={"host": host}).status_code == 200, host
+        for host in ("attacker.example", f"attacker.example:{port}", "[::2]", "127.0.0.2"):
+            response = httpx.get(url + "/healthz", headers={"host": host})
+            assert response.status_code == 400, host
+    finally:
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert f"on http://[::1]:{port}/" in stdout and "reachable from other machines" not in stdout
 
 
 def _wait_for(url, process, seconds=120):

@@ -1,5 +1,5 @@
 """A loopback HTTP file server for download tests: serves bytes by path, records requests, and
-can misbehave on purpose (truncate a body, hold responses until several clients wait)."""
+can misbehave on purpose (truncate or stall a body, hold responses until several clients wait)."""
 
 import contextlib
 import threading
@@ -16,12 +16,14 @@ class WeightsServer:
         files: path -> bytes served with 200 (anything else is a 404).
         headers: path -> extra response headers.
         truncated: paths whose body is cut in half (Content-Length still announces it whole).
+        stalled: paths whose body stops after half, the connection held open until `stop`.
         barrier: when set, every request waits on it before answering.
         requests: (method, path) of every request, in order.
     """
 
     def __init__(self):
-        self.files, self.headers, self.truncated = {}, {}, set()
+        self.files, self.headers, self.truncated, self.stalled = {}, {}, set(), set()
+        self.stopping = threading.Event()
         self.barrier = None
         self.requests = []
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -44,6 +46,7 @@ class WeightsServer:
         return self
 
     def stop(self):
+        self.stopping.set()
         self._http.shutdown()
         self._http.server_close()
         self._thread.join(timeout=10)
@@ -74,6 +77,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if not with_body:
+            return
+        if path in server.stalled:
+            self.wfile.write(data[:len(data) // 2])
+            self.wfile.flush()
+            server.stopping.wait(WAIT_SECONDS)
+            self.close_connection = True
             return
         if path in server.truncated:
             self.wfile.write(data[:len(data) // 2])

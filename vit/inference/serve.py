@@ -13,7 +13,10 @@ attention maps). Clients of TF Serving call POST /v1/models/NAME:predict with
 {"signature_name": "serve_bytes", "instances": [{"b64": "..."}]} of encoded images.
 
 The server binds to 127.0.0.1 (this machine only) unless --host says otherwise; it has no
-authentication, so put it behind a proxy that has before opening it to a network.
+authentication, so put it behind a proxy that has before opening it to a network. On a
+loopback address (127.0.0.1, localhost, ::1) it answers only Host headers naming one.
+SIGTERM or Ctrl+C stops it: no new connections, the requests in flight are answered (up to
+--drain-seconds), then it exits with status 0.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import os
 import re
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# Host headers a server on 127.0.0.1 answers: a web page elsewhere that re-points its own
-# domain at 127.0.0.1 (DNS rebinding) sends its domain, and is refused.
-LOOPBACK_HOSTS = ["127.0.0.1", "localhost"]
+# Host headers a loopback server (127.0.0.1, localhost or ::1) answers: a web page elsewhere
+# that re-points its own domain at the loopback address (DNS rebinding) sends its domain, and is
+# refused. An IPv6 literal keeps its brackets in a Host header.
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest request body in MB; larger get HTTP 413 (default: 8)")
     parser.add_argument("--max-instances", type=int, default=64,
                         help="most images in one request; more get HTTP 413 (default: 64)")
+    parser.add_argument("--drain-seconds", type=int, default=20,
+                        help="on SIGTERM or Ctrl+C, how long to keep answering the requests "
+                        "in flight before exiting (default: 20, within the usual 30 s grace "
+                        "period)")
 
 
 def model_name(path: str) -> str:
@@ -76,24 +84,24 @@ def options_from(args: argparse.Namespace):
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.batch_timeout_ms < 0:
         raise ValueError(f"--batch-timeout-ms must be >= 0, got {args.batch_timeout_ms}")
+    if args.drain_seconds < 0:
+        raise ValueError(f"--drain-seconds must be >= 0, got {args.drain_seconds}")
     return ServeOptions(max_batch=args.max_batch, batch_timeout_ms=args.batch_timeout_ms,
                         queue_size=args.queue_size, max_instances=args.max_instances,
                         max_request_bytes=int(args.max_request_mb * 2**20))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs `vit serve` until Ctrl+C."""
-    import uvicorn
-
+    """Runs `vit serve` until SIGTERM or Ctrl+C, answers the requests in flight, returns 0."""
     from vit.inference import classifier
-    from vit.inference.server import create_app
+    from vit.inference.server import create_app, running
 
     options = options_from(args)
     name = args.name or model_name(args.model)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"--name may hold letters, digits, '_', '.' and '-', got {name!r}")
     model = classifier.load(args.model, args.weights, args.labels)
-    local = args.host in ("127.0.0.1", "localhost")
+    local = args.host in LOOPBACK
     app = create_app(model, name, options, allowed_hosts=LOOPBACK_HOSTS if local else None)
     host = f"[{args.host}]" if ":" in args.host else args.host
     size = "x".join(map(str, model.image_size)) if model.image_size else "any size"
@@ -103,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK:
         print(f"Note: listening on {args.host}, reachable from other machines; there is no "
               "authentication.", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else
-                "warning", access_log=args.verbose, server_header=False)
+    running.run_until_stopped(app, args.host, args.port, drain_seconds=args.drain_seconds,
+                              verbose=args.verbose)
+    print("vit serve: stopped", flush=True)
     return 0

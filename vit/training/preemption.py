@@ -188,16 +188,20 @@ class StopOnSignal(keras.callbacks.Callback):
 
     def _stop(self, epoch: int, step: int) -> None:
         self.watch.stopped = True
+        writing = time.monotonic()
         self.backup.save_once(epoch, step)
+        written = time.monotonic()
         cause = f"on {self.watch.received}" if self.watch.received else \
             "with the other processes (one of them received a signal)"
-        waited = "" if self.watch.received_at is None else \
-            f" {time.monotonic() - self.watch.received_at:.1f} s after the signal"
         where = (f"at epoch {epoch + 1}, step {step}/{self.backup.steps_per_epoch}" if step
                  else f"at the end of epoch {epoch}")
+        timing = f" (writing it took {written - writing:.1f} s)"
+        if self.watch.received_at is not None:
+            timing = (f" {written - self.watch.received_at:.1f} s after the signal (writing it "
+                      f"took {written - writing:.1f} s)")
         raise Preempted(f"stopped {cause} {where} (global step "
                         f"{self.backup.global_step(epoch, step)}); backup written to "
-                        f"{self.backup_dir}{waited}", self.watch.received or "")
+                        f"{self.backup_dir}{timing}", self.watch.received or "")
 
 
 def resume_command(argv: list[str]) -> str:

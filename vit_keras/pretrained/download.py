@@ -1,10 +1,12 @@
 """Downloads weight files into the Keras cache, whole and verified or not at all.
 
-A file is streamed to a temporary name next to its final one, checked (the length the server
+A file is streamed to a temporary `<name>.<host>.<pid>.<random>.part` next to its final one, checked (the length the server
 announced, the registry's size and sha256 when known, and the file's own structure: every
 member's CRC of an `.npz`, the header and length of a `.safetensors`), and only then renamed into
 place. Two processes downloading the same file at once each write their own temporary file; the
-renames are atomic, so the cache never holds a partial file.
+renames are atomic, so the cache never holds a partial file. A download killed on its way (SIGKILL,
+a preempted VM) leaves its `.part` file; the next download of that file removes it once its
+writer is gone (`remove_stale_parts`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -22,6 +25,9 @@ from vit_keras.checkpoints import io
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_SECONDS = 60  # per socket operation, not for the whole download
+# A `.part` file whose writer cannot be asked (another host, an older name) is left to a
+# download that may still be alive until it has not changed for this long.
+STALE_PART_SECONDS = 3600
 
 
 class DownloadError(ValueError):
@@ -75,14 +81,15 @@ def download(url: str, destination: str, *, size: int | None = None,
             names the URL and where to put the file by hand; no file is left under
             `destination`.
     """
+    remove_stale_parts(destination)
     if os.path.exists(destination):
         _check_cached(destination, size)
         return destination
     by_hand = _by_hand(url, destination, hint)
     try:
         os.makedirs(os.path.dirname(destination), exist_ok=True)
-        handle, temp_path = tempfile.mkstemp(prefix=os.path.basename(destination) + ".",
-                                             suffix=".part", dir=os.path.dirname(destination))
+        handle, temp_path = tempfile.mkstemp(prefix=_part_prefix(destination), suffix=".part",
+                                             dir=os.path.dirname(destination))
     except OSError as error:
         raise DownloadError(f"cannot write into the weights cache: {error}\n  {by_hand}") from None
     try:
@@ -99,6 +106,64 @@ def download(url: str, destination: str, *, size: int | None = None,
         if os.path.exists(temp_path):
             os.remove(temp_path)
     return destination
+
+
+def _part_prefix(destination: str) -> str:
+    """`<name>.<host>.<pid>.`: what tells a later download whether the writer still runs."""
+    host = socket.gethostname().replace(".", "_") or "host"
+    return f"{os.path.basename(destination)}.{host}.{os.getpid()}."
+
+
+def remove_stale_parts(destination: str) -> list[str]:
+    """Removes the `.part` files that killed downloads of `destination` left beside it.
+
+    A part is stale when its writer (host and process id in its name) is this host's and no
+    longer runs, or when it has not changed for `STALE_PART_SECONDS` (its writer on another
+    host sharing the cache, a name without them, a process id used again). Parts of live
+    downloads stay.
+
+    Returns:
+        The paths removed.
+    """
+    folder, name = os.path.split(destination)
+    try:
+        entries = [entry for entry in os.scandir(folder or ".")
+                   if entry.name.startswith(name + ".") and entry.name.endswith(".part")]
+    except OSError:  # no cache folder yet
+        return []
+    removed = []
+    for entry in entries:
+        if _writer_gone(entry, entry.name[len(name) + 1:-len(".part")]):
+            try:
+                os.remove(entry.path)
+                removed.append(entry.path)
+            except OSError:  # removed by another process meanwhile, or not ours to remove
+                pass
+    return removed
+
+
+def _writer_gone(entry: os.DirEntry, middle: str) -> bool:
+    """Whether the download writing the part `entry` (`middle` = '<host>.<pid>.<random>') is
+    over: its process on this host has ended, or the part has not changed for an hour."""
+    try:
+        if time.time() - entry.stat().st_mtime > STALE_PART_SECONDS:
+            return True
+    except OSError:
+        return False
+    fields = middle.rsplit(".", 2)
+    host = socket.gethostname().replace(".", "_") or "host"
+    if len(fields) != 3 or fields[0] != host or not fields[1].isdigit() or os.name != "posix":
+        return False  # its writer cannot be asked
+    pid = int(fields[1])
+    if pid == os.getpid():
+        return False  # another thread of this process may be downloading it
+    try:
+        os.kill(pid, 0)  # signal 0 only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
 
 
 def _move_into_place(temp_path: str, destination: str) -> None:

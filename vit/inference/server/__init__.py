@@ -1,8 +1,9 @@
 """`vit serve`: a local prediction service for a trained ViT.
 
 `app` builds the ASGI application (TF Serving's REST API, the page, health), `tf_serving` reads
-and writes TF Serving's JSON, `batching` queues and batches concurrent requests, and `page/`
-holds the single web page, served as static files.
+and writes TF Serving's JSON, `batching` queues and batches concurrent requests, `running` serves
+until SIGTERM or Ctrl+C and then drains, and `page/` holds the single web page, served as static
+files.
 """
 
 from vit.inference.server.app import ServeOptions, create_app
