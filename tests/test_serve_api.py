@@ -396,6 +396,7 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(run_folder, tmp_pat
     assert "vit serve: stopped" in stdout and "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_the_drain_is_bounded(run_folder, tmp_path):
     """A request that would wait 60 s in the batcher does not hold the exit past
     --drain-seconds."""
