@@ -2,9 +2,9 @@
 
 Starts `vit train` on the digits (resized to the model's resolution), waits until training
 runs (past its first, compiling step), sends SIGTERM at a random instant within the next steps,
-and reads what the run says (`backup written to ... X s after the signal`) and when it exits. A signal waits for the step in
-progress, so the time is up to one step plus the backup write (weights and optimizer state);
-both are printed.
+and reads what the run says (`backup written to ... X s after the signal`) and when it exits.
+A signal waits for the step in progress, so the time is up to one step plus the backup write
+(weights and optimizer state); both are printed.
 
     python benchmarks/preemption.py                       # B/16 at 224 px, batch 8, 3 trials
     python benchmarks/preemption.py --model S/16 --trials 5
@@ -56,7 +56,8 @@ def trial(args: list[str], output: str, delay: float) -> dict:
     if process.returncode != 75 or not found:
         raise RuntimeError(f"exit {process.returncode}:\n{log[-3000:]}")
     return {"step": int(found.group(1)), "to_backup_s": float(found.group(2)),
-            "write_s": float(found.group(3)), "to_exit_s": exited, "backup_mb": backup_megabytes(os.path.join(output, "backup"))}
+            "write_s": float(found.group(3)), "to_exit_s": exited,
+            "backup_mb": backup_megabytes(os.path.join(output, "backup"))}
 
 
 def main() -> None:

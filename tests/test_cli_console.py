@@ -102,18 +102,18 @@ def test_an_earlier_run_is_refused_unless_overwrite(tmp_path):
     assert sorted(os.listdir(run)) == [".worker-1", "notes.txt"]
 
 
-@pytest.mark.parametrize("leftover", ["backup", "logs", "history.csv"])
+@pytest.mark.parametrize("leftover", ["backup/state.json", "backup", "logs", "history.csv"])
 def test_an_unfinished_or_killed_run_is_refused_too(tmp_path, leftover):
     run = tmp_path / "run"
-    os.makedirs(run / leftover if "." not in leftover else run)
+    os.makedirs(run / leftover if "." not in leftover else (run / leftover).parent)
     if "." in leftover:
-        (run / leftover).write_text("epoch")
-    with pytest.raises(ValueError, match=r"holds an unfinished run \(" + leftover):
+        (run / leftover).write_text("{}")
+    with pytest.raises(ValueError, match=r"holds an unfinished run \(" + leftover.split("/")[0]):
         outputs.start_mode(str(run), resume=False, overwrite=False)
-    if leftover == "backup":
+    if leftover == "backup/state.json":
         assert outputs.start_mode(str(run), resume=True, overwrite=False) == "resume"
         assert outputs.start_mode(str(run), resume="auto", overwrite=False) == "resume"
-    else:  # killed before its first backup: --resume has nothing, --resume auto starts afresh
+    else:  # killed before its first backup was whole: nothing to resume, auto starts afresh
         with pytest.raises(ValueError, match="no backup to continue from.*--resume auto"):
             outputs.start_mode(str(run), resume=True, overwrite=False)
         assert outputs.start_mode(str(run), resume="auto", overwrite=False) == "replace"
@@ -125,6 +125,7 @@ def test_a_run_killed_during_its_export_is_unfinished_and_resumes(tmp_path):
     run = tmp_path / "run"
     _finished_run(run)
     os.makedirs(run / "backup")
+    (run / "backup" / "state.json").write_text("{}")
     with pytest.raises(ValueError, match=r"holds an unfinished run .*--resume continues it"):
         outputs.start_mode(str(run), resume=False, overwrite=False)
     assert outputs.start_mode(str(run), resume=True, overwrite=False) == "resume"

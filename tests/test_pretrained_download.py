@@ -232,7 +232,8 @@ def test_hub_references_without_huggingface_hub_say_what_to_install(monkeypatch)
 
 def test_a_killed_download_leaves_a_part_that_the_next_download_removes(mirror):
     """SIGKILL in the middle of a transfer (the server stalls after half the file): its
-    `<file>.<host>.<pid>.<random>.part` stays; the next download of the file removes it and caches the whole file."""
+    `<file>.<writer>.<pid>.<random>.part` stays; the next download of the file removes it and
+    caches the whole file."""
     server, release, _, local = mirror
     server.stalled.add("/vit_models/" + release.path)
     script = ("from vit_keras import pretrained; "
@@ -261,7 +262,7 @@ def test_only_the_parts_of_ended_downloads_are_removed(tmp_path):
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    host = download._part_prefix(destination).split(".")[-3]
+    host = download._writer()
     names = {"live": f"ViT-B_16.npz.{host}.{live.pid}.abc.part",
              "ended": f"ViT-B_16.npz.{host}.{ended.pid}.def.part",
              "mine": f"ViT-B_16.npz.{host}.{os.getpid()}.ghi.part",

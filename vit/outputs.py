@@ -95,11 +95,16 @@ def summary_table(rows: list[tuple[str, str]]) -> str:
 
 
 # What a run writes into its output folder (export and analysis included): `--overwrite`
-# removes these and nothing else.
-RUN_FILES = ("model.keras", "labels.txt", "metrics.json", "history.csv", "curves.png",
-             "config.json", "best.weights.h5", "final.weights.h5", "encoder.npz", "logs",
-             "backup", "inspect", "saved_model", "model.tflite", "model_fp16.tflite",
+# removes these and nothing else, the backup first (a kill while clearing must not leave an
+# old backup beside a half-cleared run).
+RUN_FILES = ("backup", "model.keras", "labels.txt", "metrics.json", "history.csv",
+             "curves.png", "config.json", "best.weights.h5", "final.weights.h5", "encoder.npz",
+             "logs", "inspect", "saved_model", "model.tflite", "model_fp16.tflite",
              "model_dynamic_int8.tflite", "model_int8.tflite", "export.json")
+
+
+# The file that makes a backup folder a backup: `vit.training.callbacks` writes it last.
+BACKUP_STATE_FILE = "state.json"
 
 
 def start_mode(output: str, resume: bool | str, overwrite: bool) -> str:
@@ -107,10 +112,12 @@ def start_mode(output: str, resume: bool | str, overwrite: bool) -> str:
     a run may call it).
 
     A finished run has metrics.json and no backup; a run killed during its export has both (it
-    is unfinished). A folder holding a run is refused unless `overwrite`; `--resume` needs a
-    backup to continue from; `--resume auto` (`resume='auto'`, for schedulers that restart the
-    same command) continues from a backup when there is one, starts afresh when there is none
-    (clearing a killed run's files), and does nothing to a finished run.
+    is unfinished). A backup is a `backup/` folder with its state.json (a folder without it was
+    killed while writing its first backup: there is nothing to resume). A folder holding a run
+    is refused unless `overwrite`; `--resume` needs a backup to continue from; `--resume auto`
+    (`resume='auto'`, for schedulers that restart the same command) continues from a backup
+    when there is one, starts afresh when there is none (clearing a killed run's files), and
+    does nothing to a finished run.
 
     Args:
         output: the run's output folder (local or gs://).
@@ -131,13 +138,15 @@ def start_mode(output: str, resume: bool | str, overwrite: bool) -> str:
                          "replaces it: give one of them")
     found = [name for name in RUN_FILES if atomic.exists(os.path.join(output, name))]
     finished = "metrics.json" in found and "backup" not in found
+    resumable = atomic.exists(os.path.join(output, "backup", BACKUP_STATE_FILE))
     if overwrite:
         return "replace"
-    if resume == "auto":
-        return "finished" if finished else "resume" if "backup" in found else \
-            "replace" if found else "fresh"
-    if resume and "backup" in found:
+    if resume == "auto" and finished:
+        return "finished"
+    if resume and resumable:
         return "resume"
+    if resume == "auto":
+        return "replace" if found else "fresh"
     if finished:
         raise ValueError(f"{output} already holds a finished run (metrics.json); pass "
                          f"--overwrite to replace it, or --output for a new folder" +
@@ -149,7 +158,7 @@ def start_mode(output: str, resume: bool | str, overwrite: bool) -> str:
                          "there is none" + (", --overwrite replaces the run" if found else ""))
     if not found:
         return "fresh"
-    hint = "--resume continues it, " if "backup" in found else ""
+    hint = "--resume continues it, " if resumable else ""
     raise ValueError(f"{output} holds an unfinished run ({', '.join(found[:4])}); {hint}"
                      "--overwrite replaces it, --output starts elsewhere")
 

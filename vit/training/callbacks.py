@@ -20,9 +20,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from vit import outputs
 from vit_keras import atomic
 
-STATE_FILE = "state.json"
+STATE_FILE = outputs.BACKUP_STATE_FILE
 
 
 def rng_variables(model: keras.Model) -> list:
@@ -140,15 +141,41 @@ class ResumableBackup(keras.callbacks.Callback):
             self.save(epoch, step)
 
     def position(self, batch: int) -> tuple[int, int]:
-        """(epoch, steps done in it) after the `fit` batch index `batch` of this epoch."""
+        """Where the run is after a batch.
+
+        Args:
+            batch: the batch index Keras passes to `on_train_batch_end` in this `fit`.
+
+        Returns:
+            (epoch index, steps done in that epoch), counting the steps a resumed run did
+            before this `fit`.
+        """
         return self._epoch, self.step_offset + batch + 1
 
     def global_step(self, epoch: int, step: int) -> int:
-        """Steps done since the start of the run at `step` steps into `epoch`."""
+        """Steps done since the start of the run.
+
+        Args:
+            epoch: epoch index.
+            step: steps done inside it.
+
+        Returns:
+            epoch x steps per epoch + step.
+        """
         return epoch * self.steps_per_epoch + step
 
+    @property
+    def saved_any(self) -> bool:
+        """Whether this callback has taken a backup (written it, on a process that writes)."""
+        return self._last_saved is not None
+
     def save_once(self, epoch: int, step: int) -> None:
-        """`save`, unless the last backup was taken at this very step."""
+        """`save`, unless the last backup was taken at this very step.
+
+        Args:
+            epoch: epochs done before this one (0-based index of the current epoch).
+            step: steps done inside it.
+        """
         if self._last_saved != self.global_step(epoch, step):
             self.save(epoch, step)
 

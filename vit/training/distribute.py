@@ -39,6 +39,7 @@ class Placement:
         on_tpu: the run computes on TPUs.
         strategy: the tf.distribute strategy (TensorFlow backend), else None.
         distribution: the keras.distribution in effect (JAX backend), else None.
+        processes: processes in the run (JAX processes, TensorFlow workers).
     """
 
     name: str
@@ -48,6 +49,7 @@ class Placement:
     on_tpu: bool = False
     strategy: tf.distribute.Strategy | None = None
     distribution: object = None
+    processes: int = 1
     _any_worker: object = dataclasses.field(default=None, repr=False)
 
     def scope(self):
@@ -55,26 +57,26 @@ class Placement:
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
 
     def any_process(self, flag: bool) -> bool:
-        """Whether `flag` is True on any process of the run.
+        """Whether a flag is set on any process of the run.
 
         With several processes this is a collective (a tiny all-gather or all-reduce): every
         process must call it at the same point of the run, as callbacks at a step's end do.
+
+        Args:
+            flag: this process's value.
+
+        Returns:
+            True when `flag` is True on at least one process.
         """
-        if self.distribution is not None and _jax_processes() > 1:
+        if self.processes == 1:
+            return flag
+        if self.distribution is not None:
             from vit.training.jax_distribution import any_process
 
             return any_process(flag)
-        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            if self._any_worker is None:
-                self._any_worker = _any_worker_function(self.strategy)
-            return bool(self._any_worker(tf.constant(int(flag))) > 0)
-        return flag
-
-
-def _jax_processes() -> int:
-    import jax
-
-    return jax.process_count()
+        if self._any_worker is None:
+            self._any_worker = _any_worker_function(self.strategy)
+        return bool(self._any_worker(tf.constant(int(flag))) > 0)
 
 
 def _any_worker_function(strategy: tf.distribute.Strategy):
@@ -113,8 +115,10 @@ def place(backend: str, options) -> Placement:
     resolver = getattr(chosen, "cluster_resolver", None)
     worker_id = (resolver.task_id or 0) if isinstance(
         chosen, tf.distribute.MultiWorkerMirroredStrategy) else 0
+    workers = max(tf_config_tasks(), 1) if isinstance(
+        chosen, tf.distribute.MultiWorkerMirroredStrategy) else 1
     return Placement(strategy_name(chosen), chosen.num_replicas_in_sync, is_chief(chosen),
-                     worker_id, is_tpu(chosen), strategy=chosen)
+                     worker_id, is_tpu(chosen), strategy=chosen, processes=workers)
 
 
 def _place_on_jax(model_parallel, coordinator, num_processes, process_id) -> Placement:
@@ -135,7 +139,8 @@ def _place_on_jax(model_parallel, coordinator, num_processes, process_id) -> Pla
     return Placement(f"{jax_distribution.describe(distribution)} on {len(devices)} {platform} "
                      "devices", distribution.device_mesh.shape[0],
                      chief=jax.process_index() == 0, worker_id=jax.process_index(),
-                     on_tpu=platform == "tpu", distribution=distribution)
+                     on_tpu=platform == "tpu", distribution=distribution,
+                     processes=jax.process_count())
 
 
 def tf_config_tasks() -> int:

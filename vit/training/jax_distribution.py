@@ -60,7 +60,14 @@ def initialize_processes(coordinator: str | None = None, num_processes: int | No
 
 
 def any_process(flag: bool) -> bool:
-    """Whether `flag` is True on any JAX process (a collective: all processes call it)."""
+    """Whether a flag is set on any JAX process (a collective: all processes call it).
+
+    Args:
+        flag: this process's value.
+
+    Returns:
+        True when `flag` is True on at least one process.
+    """
     import numpy as np
     from jax.experimental import multihost_utils
 

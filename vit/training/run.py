@@ -120,6 +120,7 @@ class Run:
         self.objective = objectives.get_objective(preset)  # fails fast on a bad objective
         self.output = options.output or os.path.join("saved_models", preset.name)
         self.backup_dir = os.path.join(self.output, "backup")
+        self.backup_callback = None
 
     def execute(self) -> int:
         """Runs setup, build, fit and finish; returns 0.
@@ -137,18 +138,33 @@ class Run:
         with preemption.SignalWatch() as self.signals:
             try:
                 self.setup()
+                self._may_stop()
                 self.build()
                 state = self.restore()
+                self._may_stop()
                 self.fit(state)
                 self.signals.phase = "the final evaluation and export"
-                self.finish(self.evaluate())
+                metrics = self.evaluate()
+                self._may_stop()
+                self.finish(metrics)
+                self.signals.phase = None  # done: a late signal changes nothing
             except preemption.Preempted as stop:
-                stop.resumable = atomic.exists(os.path.join(self.backup_dir,
-                                                            callbacks.STATE_FILE))
+                stop.resumable = self._has_backup()
                 raise
             finally:
                 self._remove_scratch()
         return 0
+
+    def _may_stop(self) -> None:
+        """Where every process stops together when one of them received a signal."""
+        self.signals.checkpoint(self.placement.any_process)
+
+    def _has_backup(self) -> bool:
+        """Whether the output folder holds this run's backup (a resumed one's, or one it wrote;
+        not the backup of an earlier run that --overwrite was about to remove)."""
+        wrote = self.backup_callback is not None and self.backup_callback.saved_any
+        return (self.start == "resume" or wrote) and atomic.exists(
+            os.path.join(self.backup_dir, callbacks.STATE_FILE))
 
     def _remove_scratch(self) -> None:
         """A non-chief JAX process's temporary folder (its copies of the collective saves)."""
@@ -164,6 +180,7 @@ class Run:
         self.backend = keras.backend.backend()
         self.placement = distribute.place(self.backend, self.options)
         self.signals.claim()  # a cluster runtime may have taken SIGTERM (JAX's, TensorFlow's)
+        self.signals.hold = self.placement.processes > 1  # all stop together, at agreed points
         self.strategy = self.placement.strategy
         self.on_tpu, self.chief = self.placement.on_tpu, self.placement.chief
         if self.chief and self.start == "replace":  # before any data is read
@@ -292,13 +309,14 @@ class Run:
         # `finite` first: a NaN step is never backed up. The backup last: an epoch's history row
         # and best weights are on disk before its backup marks it done, so a kill in between
         # reruns the epoch on --resume instead of losing them.
-        # The signal stop right after the backup, which it asks for a backup of its step.
         chosen = [finite, self.best, history, backup,
-                  preemption.StopOnSignal(self.signals, backup, self.placement.any_process,
-                                          self.backup_dir),
                   keras.callbacks.TensorBoard(os.path.join(self.write_dir, "logs"))]
         if self.options.verbose == 0 and self.chief:
             chosen.append(callbacks.EpochLog(self.preset.schedule.epochs))
+        # Last: an epoch's end is logged and backed up before a signal stops the run there.
+        chosen.append(preemption.StopOnSignal(self.signals, backup, self.placement.any_process,
+                                              self.backup_dir))
+        self.backup_callback = backup
         return chosen
 
     def fit(self, state: dict | None) -> None:
@@ -314,7 +332,8 @@ class Run:
         started = time.perf_counter()
         epoch = start_epoch
         self.signals.phase = "training"
-        with self.signals.deferred():  # a signal stops fit at a step's end, with a backup
+        # A signal stops fit at a step's end, with a backup.
+        with self.signals.deferred(self.placement.any_process):
             if start_step and epoch < preset.schedule.epochs:  # finish the interrupted epoch
                 self.model.fit(self._train_stream(epoch, start_step), epochs=epoch + 1,
                                initial_epoch=epoch,

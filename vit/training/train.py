@@ -205,8 +205,8 @@ def check_weight_name(preset: presets.Preset) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs `vit train`; returns the exit status: 0, or `preemption.EXIT_PREEMPTED` (75) when
-    SIGTERM or Ctrl+C stopped it (errors: see `vit.cli`)."""
+    """Runs `vit train`; returns the exit status: 0; 75 (`preemption.EXIT_PREEMPTED`) when
+    SIGTERM stopped it, 130 when Ctrl+C did (errors: see `vit.cli`)."""
     preset = resolve_preset(args)
     from vit.training import preemption
     from vit.training import run as training_run
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         again = (f"resume with: {preemption.resume_command(argv)}" if stop.resumable else
                  f"nothing was trained yet; run again: vit {shlex.join(argv)}")
         print(f"vit train: {stop}\n{again}", flush=True)
-        return preemption.EXIT_PREEMPTED
+        return stop.exit_status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,12 +1,12 @@
 """Downloads weight files into the Keras cache, whole and verified or not at all.
 
-A file is streamed to a temporary `<name>.<host>.<pid>.<random>.part` next to its final one, checked (the length the server
-announced, the registry's size and sha256 when known, and the file's own structure: every
-member's CRC of an `.npz`, the header and length of a `.safetensors`), and only then renamed into
-place. Two processes downloading the same file at once each write their own temporary file; the
-renames are atomic, so the cache never holds a partial file. A download killed on its way (SIGKILL,
-a preempted VM) leaves its `.part` file; the next download of that file removes it once its
-writer is gone (`remove_stale_parts`).
+A file is streamed to a temporary `<name>.<writer>.<pid>.<random>.part` next to its final one,
+checked (the length the server announced, the registry's size and sha256 when known, and the
+file's own structure: every member's CRC of an `.npz`, the header and length of a
+`.safetensors`), and only then renamed into place. Two processes downloading the same file at
+once each write their own temporary file; the renames are atomic, so the cache never holds a
+partial file. A download killed on its way (SIGKILL, a preempted VM) leaves its `.part` file;
+the next download of that file removes it once its writer is gone (`remove_stale_parts`).
 """
 
 from __future__ import annotations
@@ -108,19 +108,30 @@ def download(url: str, destination: str, *, size: int | None = None,
     return destination
 
 
+def _writer() -> str:
+    """This host and process-id namespace (containers may share a host name), dot-free."""
+    host = (socket.gethostname().replace(".", "_") or "host")[:64]
+    try:
+        return f"{host}_{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return host
+
+
 def _part_prefix(destination: str) -> str:
-    """`<name>.<host>.<pid>.`: what tells a later download whether the writer still runs."""
-    host = socket.gethostname().replace(".", "_") or "host"
-    return f"{os.path.basename(destination)}.{host}.{os.getpid()}."
+    """`<name>.<writer>.<pid>.`: what tells a later download whether the writer still runs."""
+    return f"{os.path.basename(destination)}.{_writer()}.{os.getpid()}."
 
 
 def remove_stale_parts(destination: str) -> list[str]:
     """Removes the `.part` files that killed downloads of `destination` left beside it.
 
-    A part is stale when its writer (host and process id in its name) is this host's and no
-    longer runs, or when it has not changed for `STALE_PART_SECONDS` (its writer on another
-    host sharing the cache, a name without them, a process id used again). Parts of live
-    downloads stay.
+    A part is stale when its writer (host, process-id namespace and process id in its name)
+    is here and no longer runs, or when it has not changed for `STALE_PART_SECONDS` (its writer
+    on another host or in another container sharing the cache, a name without them, a process
+    id used again). Parts of live downloads stay.
+
+    Args:
+        destination: the downloaded file's final path.
 
     Returns:
         The paths removed.
@@ -143,16 +154,16 @@ def remove_stale_parts(destination: str) -> list[str]:
 
 
 def _writer_gone(entry: os.DirEntry, middle: str) -> bool:
-    """Whether the download writing the part `entry` (`middle` = '<host>.<pid>.<random>') is
-    over: its process on this host has ended, or the part has not changed for an hour."""
+    """Whether the download writing the part `entry` (`middle` = '<writer>.<pid>.<random>') is
+    over: its process here has ended, or the part has not changed for an hour."""
     try:
         if time.time() - entry.stat().st_mtime > STALE_PART_SECONDS:
             return True
     except OSError:
         return False
     fields = middle.rsplit(".", 2)
-    host = socket.gethostname().replace(".", "_") or "host"
-    if len(fields) != 3 or fields[0] != host or not fields[1].isdigit() or os.name != "posix":
+    if len(fields) != 3 or fields[0] != _writer() or not fields[1].isdigit() or \
+            os.name != "posix":
         return False  # its writer cannot be asked
     pid = int(fields[1])
     if pid == os.getpid():

@@ -4,7 +4,8 @@ foreground.
 On the first SIGTERM or Ctrl+C the server stops accepting connections, answers the requests
 already in flight for up to `drain_seconds`, stops the batcher and returns, so that `vit serve`
 exits with status 0 (a Kubernetes pod or a systemd unit being stopped sees a clean exit). A
-second signal cuts the wait short.
+second signal stops waiting for the requests (Python 3.12's asyncio still waits for their
+connections to close; `drain_seconds` bounds the wait in any case).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class DrainingServer(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self):
+        """Handles SIGTERM and SIGINT while the server runs (main thread only), then puts the
+        previous handlers back, without sending the signal again."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -61,7 +64,8 @@ def run_until_stopped(app, host: str, port: int, *, drain_seconds: int,
 
     Args:
         app: the ASGI application (`create_app`).
-        host, port: where to listen.
+        host: the address to listen on.
+        port: the TCP port.
         drain_seconds: the longest wait for requests in flight after the signal.
         verbose: uvicorn's info log and access log.
     """
