@@ -181,6 +181,7 @@ class Run:
         self.placement = distribute.place(self.backend, self.options)
         self.signals.claim()  # a cluster runtime may have taken SIGTERM (JAX's, TensorFlow's)
         self.signals.hold = self.placement.processes > 1  # all stop together, at agreed points
+        self._check_same_start()
         self.strategy = self.placement.strategy
         self.on_tpu, self.chief = self.placement.on_tpu, self.placement.chief
         if self.chief and self.start == "replace":  # before any data is read
@@ -211,6 +212,21 @@ class Run:
 
             check_model_parallel(self.config, self.options.model_parallel)
         self._log_header()
+
+    def _check_same_start(self) -> None:
+        """Every process must resume, or none (each read the output folder on its own).
+
+        Raises:
+            ValueError: on every process, when some found a backup and others did not.
+        """
+        if self.placement.processes == 1:
+            return
+        some = self.placement.any_process(self.start == "resume")
+        every = not self.placement.any_process(self.start != "resume")
+        if some != every:
+            raise ValueError(f"some processes found a backup in {self.output} and others did "
+                             "not: every process must see the same output folder (a shared "
+                             "file system or gs://)")
 
     def _log_header(self) -> None:
         preset, plan, data = self.preset, self.plan, self.data
