@@ -82,6 +82,22 @@ def _stopped_at(log) -> int:
     return int(found.group(1))
 
 
+def _stopped_together(processes, output, rng, what):
+    """Signals the second of two processes at a random step; asserts that both stop at the same
+    step, in time, with the backup of that step; returns that step and their logs."""
+    seconds, exited, logs = _signal_at_random_step(processes, output, rng,
+                                                   targets=processes[1:])
+    assert [process.returncode for process in processes] == [preemption.EXIT_PREEMPTED] * 2, \
+        logs[0][-2000:] + logs[1][-2000:]
+    steps = [_stopped_at(log) for log in logs]
+    assert steps[0] == steps[1] == read_state(output)["global_step"], steps
+    assert seconds < SIGNAL_TO_BACKUP_LIMIT_S and exited < SIGNAL_TO_EXIT_LIMIT_S, \
+        (seconds, exited)
+    print(f"\n{what}, SIGTERM to the second: both stopped at global step {steps[0]}, backup "
+          f"on disk {seconds:.2f} s and both ended {exited:.2f} s after the signal")
+    return steps[0], logs
+
+
 def _weights(output):
     import keras
 
@@ -150,21 +166,12 @@ def test_two_jax_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path)
     output = tmp_path / "victim"
     processes = _two_processes(args, output)
     # Only process 1 hears the signal; process 0 (the chief) must stop at the same step.
-    seconds, exited, logs = _signal_at_random_step(processes, output, random.Random(3),
-                                                   targets=processes[1:])
-    assert [process.returncode for process in processes] == [preemption.EXIT_PREEMPTED] * 2, \
-        logs[0][-2000:] + logs[1][-2000:]
-    steps = [_stopped_at(log) for log in logs]
-    assert steps[0] == steps[1] == read_state(output)["global_step"], steps
+    step, logs = _stopped_together(processes, output, random.Random(3), "two JAX processes")
     assert "stopped with the other processes (one of them received a signal)" in logs[0]
     assert f"backup written to {output / 'backup'}" in logs[1]
-    assert seconds < SIGNAL_TO_BACKUP_LIMIT_S and exited < SIGNAL_TO_EXIT_LIMIT_S, \
-        (seconds, exited)
-    print(f"\ntwo JAX processes, SIGTERM to process 1: both stopped at global step {steps[0]}, "
-          f"backup on disk {seconds:.2f} s and both ended {exited:.2f} s after the signal")
     assert not [name for name in os.listdir(output) if name.startswith(".")]
     resumed = [_finish(process) for process in _two_processes([*args, "--resume"], output)]
-    assert f"(global step {steps[0]})" in resumed[0]
+    assert f"(global step {step})" in resumed[0]
     _assert_same_weights(output, tmp_path / "ref")
 
 
@@ -302,19 +309,9 @@ def _two_tensorflow_workers(args, output):
 def test_two_tensorflow_workers_stop_at_the_same_step_when_one_is_signalled(tmp_path):
     output = tmp_path / "run"
     workers = _two_tensorflow_workers(TINY, output)
-    seconds, exited, logs = _signal_at_random_step(workers, output, random.Random(5),
-                                                   targets=workers[1:])
-    assert [worker.returncode for worker in workers] == [preemption.EXIT_PREEMPTED] * 2, \
-        logs[0][-2000:] + logs[1][-2000:]
-    steps = [_stopped_at(log) for log in logs]
-    assert steps[0] == steps[1] == read_state(output)["global_step"], steps
-    assert seconds < SIGNAL_TO_BACKUP_LIMIT_S and exited < SIGNAL_TO_EXIT_LIMIT_S, \
-        (seconds, exited)
-    print(f"\ntwo TensorFlow workers, SIGTERM to worker 1: both stopped at global step "
-          f"{steps[0]}, backup on disk {seconds:.2f} s and both ended {exited:.2f} s after "
-          "the signal")
+    step, _ = _stopped_together(workers, output, random.Random(5), "two TensorFlow workers")
     resumed = [_finish(worker) for worker in _two_tensorflow_workers([*TINY, "--resume"], output)]
-    assert f"(global step {steps[0]})" in resumed[0]
+    assert f"(global step {step})" in resumed[0]
     assert (output / "metrics.json").exists() and not (output / "backup").exists()
 
 
