@@ -89,7 +89,8 @@ def randomize_weights(target, seed=0, stddev=0.1, mean=0.0):
     weight handling; random values make every output depend on every weight.
 
     Args:
-        target: a layer or model (all its weights) or an iterable of variables.
+        target: a layer or model (all its weights) or an iterable of variables. A
+            BatchNorm's `moving_variance` gets 1 + |normal| (a variance is positive).
 
     Returns:
         `target`.
@@ -97,7 +98,10 @@ def randomize_weights(target, seed=0, stddev=0.1, mean=0.0):
     variables = target.weights if isinstance(target, keras.layers.Layer) else target
     rng = np.random.default_rng(seed)
     for variable in variables:
-        variable.assign(rng.normal(mean, stddev, variable.shape).astype(variable.dtype))
+        values = rng.normal(mean, stddev, variable.shape)
+        if variable.path.endswith("moving_variance"):  # BatchNorm's stays a variance
+            values = 1.0 + np.abs(values)
+        variable.assign(values.astype(variable.dtype))
     return target
 
 

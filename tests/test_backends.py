@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # prediction, weight decay, the memory savers (patch dropout, remat), and that an any-size
 # model compiles once per size (its equalities compile per size: TensorFlow only).
 LIBRARY_TESTS = ["test_layers.py", "test_model.py", "test_checkpoints.py", "test_finetune.py",
-                 "test_quantization_lora.py", "test_checkpoints_parity.py", "test_attention.py", "test_options.py",
+                 "test_quantization_lora.py", "test_checkpoints_parity.py", "test_attention.py", "test_options.py", "test_locality.py",
                  "test_hybrid.py", "test_deit.py", "test_mpp.py", "test_weight_decay.py",
                  "test_memory_savers.py", "test_dynamic_size.py::test_a_new_size_is_traced_once"]
 
@@ -121,6 +121,8 @@ CROSS_BACKEND_MODELS = {
     "options": dict(classifier="map", posemb="sincos2d", layer_scale_init=0.5,
                     num_register_tokens=2, drop_path_rate=0.1),
     "hybrid_deit": dict(resnet_layers=(1,), patch_size=1, distilled=True, posemb="learn2d"),
+    "locality": dict(stem="conv", locality_attention=True),
+    "shifted_patches": dict(stem="shifted_patches"),
 }
 
 LOAD_SCRIPT = """

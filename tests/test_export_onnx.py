@@ -18,6 +18,8 @@ OPTIONS = {
     "deit": dict(distilled=True),
     "learn2d_pre_logits": dict(posemb="learn2d", representation_size=16),
     "hybrid": dict(resnet_layers=(1,), patch_size=1),
+    "conv_stem_locality": dict(stem="conv", locality_attention=True),
+    "shifted_patches_locality": dict(stem="shifted_patches", locality_attention=True),
 }
 
 
@@ -40,9 +42,11 @@ def test_every_option_exports(name, tiny_config, tmp_path):
     path = str(tmp_path / "model.onnx")
     report = export.onnx(model, path, verify_images=pixels)
     assert report["max_abs_logit_diff"] <= 1e-4 and report["top1_agreement"] == 1.0
+    # The MAP head has one more; the shifted-patch stem's norm of 4-D patches stays spelled out.
     assert report["fused_layer_norms"] == 2 * config.num_layers + 1 + (name == "map_registers")
+    # The ResNet's GroupNorms and the shifted-patch stem's norm stay spelled out.
     assert "LayerNormalization" in report["ops"] and "Reciprocal" not in report["ops"] or \
-        name == "hybrid"  # the ResNet's GroupNorms stay spelled out
+        name in ("hybrid", "shifted_patches_locality")
     expected = _keras_logits(model, pixels)
     runner = export.ONNXModel(path)
     assert runner.input_shape == (32, 32, 3) and runner.num_classes == config.num_classes

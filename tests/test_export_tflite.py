@@ -170,7 +170,10 @@ def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tm
     {"layer_scale_init": 0.1, "posemb": "sincos2d", "classifier": "gap", "drop_path_rate": 0.1},
     {"resnet_layers": (), "resnet_width": 1},
     {"distilled": True},
-], ids=["map_registers", "layerscale_sincos_gap", "hybrid", "deit"])
+    {"stem": "conv", "locality_attention": True},
+    {"stem": "shifted_patches", "locality_attention": True, "classifier": "gap"},
+], ids=["map_registers", "layerscale_sincos_gap", "hybrid", "deit", "conv_stem_locality",
+        "shifted_patches_locality"])
 @pytest.mark.slow
 def test_models_with_options_export_to_builtin_tflite(tiny_config, tmp_path, options):
     import dataclasses

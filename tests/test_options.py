@@ -12,7 +12,7 @@ from vit_keras.core.layers import DropPath
 from vit_keras.core.posemb import sincos2d
 
 OFF = dict(drop_path_rate=0.0, posemb="learn", layer_scale_init=None, num_register_tokens=0,
-           distilled=False, resnet_layers=None)
+           distilled=False, resnet_layers=None, stem="patchify", locality_attention=False)
 ON = {
     "drop_path_rate": dict(drop_path_rate=0.5),
     "posemb_sincos2d": dict(posemb="sincos2d"),
@@ -21,6 +21,9 @@ ON = {
     "num_register_tokens": dict(num_register_tokens=2),
     "classifier_map": dict(classifier="map"),
     "distilled": dict(distilled=True),
+    "stem_conv": dict(stem="conv"),
+    "stem_shifted_patches": dict(stem="shifted_patches"),
+    "locality_attention": dict(locality_attention=True),
 }
 
 
@@ -109,6 +112,8 @@ ROUND_TRIP = {
         drop_path_rate=0.1),
     "hybrid_deit_learn2d": dict(resnet_layers=(), patch_size=2, distilled=True,
                                 posemb="learn2d", gelu_approximate=False),
+    "conv_stem_locality_gap": dict(stem="conv", locality_attention=True, classifier="gap"),
+    "shifted_patches_locality_token": dict(stem="shifted_patches", locality_attention=True),
 }
 
 
@@ -157,7 +162,8 @@ def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_confi
 
     options = [dict(distilled=True), dict(posemb="sincos2d"), dict(posemb="learn2d"),
                dict(classifier="map", num_register_tokens=1), dict(resnet_layers=(1,),
-                                                                  patch_size=1)]
+                                                                  patch_size=1),
+               dict(stem="conv", locality_attention=True), dict(stem="shifted_patches")]
     for index, option in enumerate(options):
         vit_keras.VisionTransformer(tiny_config.replace(**option)).save(tmp_path / f"{index}.keras")
     script = ("import glob, sys, keras, vit_keras\n"
@@ -171,7 +177,9 @@ def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_confi
 
 
 @pytest.mark.parametrize("name, policy", [("map_sincos_scale_registers_droppath", "float32"),
-                                          ("hybrid_deit_learn2d", "mixed_bfloat16")])
+                                          ("hybrid_deit_learn2d", "mixed_bfloat16"),
+                                          ("conv_stem_locality_gap", "mixed_bfloat16"),
+                                          ("shifted_patches_locality_token", "mixed_bfloat16")])
 @pytest.mark.slow
 def test_option_models_train_with_fit(tiny_config, name, policy):
     """Every option trains through the backend's compiled `fit` step, also in mixed precision."""

@@ -16,6 +16,7 @@ from vit_keras.core.heads import MAPHead
 from vit_keras.core.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbedding,
                                    PositionEmbedding, TokenPooling)
 from vit_keras.core.model import VisionTransformer, config_from_model
+from vit_keras.core.stems import ConvStem, ShiftedPatchEmbedding
 from vit_keras.checkpoints import resample_patch_embedding
 from vit_keras.lora import load_lora_weights, merge_lora, save_lora_weights
 from vit_keras.pretrained import decode_predictions
@@ -29,7 +30,8 @@ __version__ = "0.2.0"
 
 __all__ = [
     "VARIANTS", "ViTConfig", "get_variant", "ClassToken", "EncoderBlock", "MLPBlock",
-    "MultiHeadSelfAttention", "MAPHead", "PatchEmbedding", "PositionEmbedding", "TokenPooling",
+    "MultiHeadSelfAttention", "MAPHead", "PatchEmbedding", "ConvStem", "ShiftedPatchEmbedding",
+    "PositionEmbedding", "TokenPooling",
     "VisionTransformer", "config_from_model", "preprocess_input", "ViTTi16", "ViTS16", "ViTS32",
     "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
     "ViTRTi16", "ViTR26S32", "ViTR26B32", "ViTR50B16", "ViTR50L32", "HYBRID_VARIANTS",

@@ -12,6 +12,7 @@ from typing import Any
 
 CLASSIFIERS = ("token", "gap", "map")
 POSEMB_KINDS = ("learn", "sincos2d", "learn2d")
+STEMS = ("patchify", "conv", "shifted_patches")
 # The fields a variant name ('B/16', 'R50+B/16') fixes: the shape of the network. The others
 # (image size, classes, pooling, regularisation, extras) are choices made around a variant.
 ARCHITECTURE_FIELDS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
@@ -87,6 +88,18 @@ class ViTConfig:
             activations are recomputed in the backward pass instead of kept (the blocks'
             forward pass runs twice), trading compute for memory. Same outputs and gradients,
             dropout included.
+        stem: how pixels become patch tokens. 'patchify' (official): one linear projection of
+            each PxP patch. 'conv': Xiao et al. 2021 ("Early Convolutions Help Transformers See
+            Better"): log2(P) 3x3 stride-2 convolutions with BatchNorm and ReLU, widths
+            doubling up to D (D/8, D/4, D/2, D for P=16), then a 1x1 convolution to D; P must
+            be a power of two >= 2. 'shifted_patches': shifted patch tokenization (Lee et al.
+            2021, "Vision Transformer for Small-Size Datasets"): the image and its four
+            diagonal shifts by P/2 are concatenated along channels, each patch of the five is
+            flattened, layer-normed and projected to D; P must be even. The two locality stems
+            need a plain ViT (no `resnet_layers`).
+        locality_attention: locality self-attention (Lee et al. 2021): every block's
+            attention has a learned temperature per head (initialised to 1/sqrt(head_dim),
+            replacing the fixed scale) and masks each token's attention to itself.
     """
 
     image_size: int | tuple[int, int] = 224
@@ -114,6 +127,8 @@ class ViTConfig:
     dynamic_image_pad: bool = False
     patch_drop_rate: float = 0.0
     remat: bool = False
+    stem: str = "patchify"
+    locality_attention: bool = False
 
     def __post_init__(self):
         hw = _as_hw(self.image_size)
@@ -156,9 +171,35 @@ class ViTConfig:
                              f"{self.representation_size!r}")
         if not isinstance(self.remat, bool):
             raise ValueError(f"remat must be True or False, got {self.remat!r}")
+        if not isinstance(self.locality_attention, bool):
+            raise ValueError(f"locality_attention must be True or False, got "
+                             f"{self.locality_attention!r}")
+        self._check_stem()
         if self.dynamic_image_pad and not self.dynamic_image_size:
             raise ValueError("dynamic_image_pad=True needs dynamic_image_size=True (a fixed-size "
                              "model has nothing to pad)")
+
+    def _check_stem(self):
+        if self.stem not in STEMS:
+            raise ValueError(f"stem must be one of {STEMS}, got {self.stem!r}")
+        if self.stem == "patchify":
+            return
+        if self.resnet_layers is not None:
+            raise ValueError(f"stem={self.stem!r} replaces the patch projection of a plain ViT; "
+                             f"a hybrid (resnet_layers={self.resnet_layers!r}) has its ResNet")
+        patch = self.patch_size
+        if self.stem == "conv":
+            convs = patch.bit_length() - 1
+            if patch < 2 or patch & (patch - 1):
+                raise ValueError(f"stem='conv' needs a patch_size that is a power of two >= 2 "
+                                 f"(one stride-2 convolution per halving), got {patch}")
+            if self.hidden_size % 2 ** (convs - 1):
+                raise ValueError(f"stem='conv' with patch_size {patch} halves hidden_size "
+                                 f"{convs - 1} times for its first convolutions: expected a "
+                                 f"multiple of {2 ** (convs - 1)}, got {self.hidden_size}")
+        elif patch % 2:
+            raise ValueError(f"stem='shifted_patches' shifts by half a patch: expected an even "
+                             f"patch_size, got {patch}")
 
     def _check_positive_ints(self):
         names = ["patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
@@ -375,6 +416,8 @@ def variant_of(config: ViTConfig) -> str | None:
     def architecture(candidate: ViTConfig) -> tuple:
         return tuple(getattr(candidate, field) for field in ARCHITECTURE_FIELDS)
 
+    if config.stem != "patchify":  # no release has another stem
+        return None
     for name, candidate in {**VARIANTS, **HYBRID_VARIANTS}.items():
         if architecture(candidate) == architecture(config):
             return name

@@ -87,7 +87,11 @@ def _option_fields(model, layer_names, num_layers) -> dict:
     last_block = model.get_layer(f"encoderblock_{num_layers - 1}")
     fields.update(drop_path_rate=last_block.drop_path_rate if num_layers > 1 else 0.0,
                   layer_scale_init=last_block.layer_scale_init,
-                  distilled="dist" in layer_names)
+                  distilled="dist" in layer_names,
+                  locality_attention=getattr(last_block, "locality", False))
+    stem = model.get_layer("embedding").__class__.__name__
+    fields["stem"] = {"ConvStem": "conv", "ShiftedPatchEmbedding": "shifted_patches"}.get(
+        stem, "patchify")
     posemb = model.get_layer("posembed_input").__class__.__name__
     fields["posemb"] = {"SinCosPositionEmbedding": "sincos2d",
                         "Learned2DPositionEmbedding": "learn2d"}.get(posemb, "learn")

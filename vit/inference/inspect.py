@@ -114,9 +114,7 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     rollout, distances = _attention_figures_data(model, config, inputs, discard_ratio,
                                                  head_fusion)
     similarity = analysis.position_embedding_similarity(model)
-    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").projection.kernel)
-    limit = min(config.hidden_size, config.patch_size ** 2 * config.channels)
-    filters, explained = analysis.principal_filters(kernel, k=min(28, limit))
+    filters, explained = _patch_filters(model, config)
     outputs = keras.ops.convert_to_numpy(model(inputs, training=False))
 
     predicted = outputs.argmax(axis=-1).tolist() if outputs.ndim == 2 else None
@@ -129,7 +127,10 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     plots.plot_attention_distance(distances, figures["attention_distance"],
                                   image_size=config.image_hw)
     plots.plot_position_similarity(similarity, figures["position_similarity"])
-    plots.plot_filters(filters, figures["filters"])
+    if filters is None:  # a conv stem has no per-patch linear filters to draw
+        del figures["filters"]
+    else:
+        plots.plot_filters(filters, figures["filters"])
 
     summary = {
         "config": config.to_dict(),
@@ -139,14 +140,24 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
                     "maps": rollout.round(5).tolist()},
         "mean_attention_distance_px": _distance_summary(distances),
         "position_embedding_similarity": _similarity_summary(similarity),
-        "embedding_filters": {"components": len(filters),
-                              "explained_variance": explained.round(5).tolist()},
+        "embedding_filters": None if filters is None else {
+            "components": len(filters), "explained_variance": explained.round(5).tolist()},
         "complexity": complexity.estimate(config).to_dict(),
         "figures": figures,
     }
     json_path = os.path.join(output_dir, "inspect.json")
     write_json(json_path, summary)
     return dict(summary, json=json_path)
+
+
+def _patch_filters(model, config):
+    """(principal patch filters, explained variance), or (None, None) for a conv stem."""
+    from vit_keras import analysis
+
+    if config.stem == "conv":
+        return None, None
+    limit = min(config.hidden_size, config.patch_size ** 2 * config.channels)
+    return analysis.principal_filters(analysis.patch_filter_kernel(model), k=min(28, limit))
 
 
 def _distance_summary(distances) -> dict:

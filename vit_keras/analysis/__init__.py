@@ -11,7 +11,8 @@ from vit_keras.analysis.looking_inside import (HEAD_FUSIONS, AttentionProbe, att
                                                feature_extractor, few_shot,
                                                few_shot_from_features, mean_attention_distance,
                                                mean_attention_distance_from_attention, overlay,
-                                               patch_centre_distances, patch_token_slice,
+                                               patch_centre_distances, patch_filter_kernel,
+                                               patch_token_slice,
                                                position_embedding_similarity,
                                                principal_filters, rollout_from_attention,
                                                upsample_map)
@@ -19,5 +20,5 @@ from vit_keras.analysis.looking_inside import (HEAD_FUSIONS, AttentionProbe, att
 __all__ = ["HEAD_FUSIONS", "AttentionProbe", "attention_maps", "attention_rollout",
            "embedding_filters", "feature_extractor", "few_shot", "few_shot_from_features",
            "mean_attention_distance", "mean_attention_distance_from_attention", "overlay",
-           "patch_centre_distances", "patch_token_slice", "position_embedding_similarity",
+           "patch_centre_distances", "patch_filter_kernel", "patch_token_slice", "position_embedding_similarity",
            "principal_filters", "rollout_from_attention", "upsample_map"]

@@ -333,8 +333,28 @@ def embedding_filters(model: keras.Model, k: int = 28) -> np.ndarray:
     Returns:
         [k, P, P, C] float32 components, strongest first (sign is arbitrary).
     """
+    return principal_filters(patch_filter_kernel(model), k)[0]
+
+
+def patch_filter_kernel(model: keras.Model) -> np.ndarray:
+    """The (P, P, C, D) linear filters that map each patch's pixels to its embedding.
+
+    For `stem='shifted_patches'` these are the weights on the unshifted image's pixels (the
+    other four fifths of the projection see the shifted copies).
+
+    Raises:
+        ValueError: a `stem='conv'` model, whose convolutions have no per-patch linear filters.
+    """
+    config = config_from_model(model)
+    if config.stem == "conv":
+        raise ValueError("a convolutional stem has no linear patch filters (its 3x3 "
+                         "convolutions see across patches); patch filters need stem "
+                         "'patchify' or 'shifted_patches'")
     kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").projection.kernel)
-    return principal_filters(kernel, k)[0]
+    if config.stem == "shifted_patches":
+        patch = config.patch_size
+        kernel = kernel.reshape(patch, patch, 5, config.channels, -1)[:, :, 0]
+    return kernel
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,8 +73,26 @@ def _block(prefix, block):
     names.update(_layer_norm(f"{prefix}LayerNorm_2/", block.layer_norm_2))
     names.update(_dense(f"{prefix}{MLP}/Dense_0/", block.mlp.dense_0))
     names.update(_dense(f"{prefix}{MLP}/Dense_1/", block.mlp.dense_1))
+    if block.attention.locality:
+        names[f"{prefix}{ATTENTION}/temperature"] = block.attention.temperature
     for index, scale in enumerate(block.layer_scales or []):
         names[f"{prefix}LayerScale_{index}/scale"] = scale.scale
+    return names
+
+
+def _stem(layer):
+    """The patch embedding: the released `embedding/{kernel,bias}` for the official stem; the
+    locality stems' layers under `embedding/<layer name>/` (no release has them)."""
+    if not hasattr(layer, "convs") and not hasattr(layer, "norm"):
+        return _dense("embedding/", layer.projection)
+    names = _dense("embedding/projection/", layer.projection)
+    if hasattr(layer, "norm"):
+        names.update(_layer_norm(f"embedding/{layer.norm.name}/", layer.norm))
+    for conv, norm in zip(getattr(layer, "convs", ()), getattr(layer, "norms", ())):
+        names[f"embedding/{conv.name}/kernel"] = conv.kernel
+        names.update({f"embedding/{norm.name}/{key}": getattr(norm, attribute) for key, attribute
+                      in (("scale", "gamma"), ("bias", "beta"), ("mean", "moving_mean"),
+                          ("var", "moving_variance"))})
     return names
 
 
@@ -142,7 +160,7 @@ def model_variables(model) -> dict:
     names = {}
     if "resnet" in layers:
         names.update(_resnet(layers["resnet"]))
-    names.update(_dense("embedding/", layers["embedding"].projection))
+    names.update(_stem(layers["embedding"]))
     if CLS in layers:
         names[CLS] = layers[CLS].cls
     if hasattr(layers["posembed_input"], "pos_embedding"):  # sincos2d has no weights

@@ -33,8 +33,10 @@ _SCANNED = "Transformer/encoderblock/"
 
 
 def looks_official(tensors) -> bool:
-    """True when the names are those of an official / big_vision checkpoint."""
-    return any(name == "embedding/kernel" or name.endswith("/embedding/kernel")
+    """True when the names are those of an official / big_vision checkpoint (or of
+    `save_npz`, whose locality stems keep their layers under `embedding/<layer>/`)."""
+    kernels = ("embedding/kernel", "embedding/projection/kernel")
+    return any(name in kernels or name.endswith(tuple("/" + kernel for kernel in kernels))
                for name in tensors)
 
 

@@ -43,12 +43,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Args:
         num_heads: number of attention heads; must divide the input width.
         dropout_rate: dropout on the attention probabilities.
+        locality: locality self-attention (Lee et al. 2021): a learned temperature per head
+            (weight `temperature` (heads,), initialised to 1/sqrt(head_dim)) replaces the
+            fixed scale, and no token attends to itself (the diagonal of the logits is
+            masked). Self-attention only.
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, **kwargs):
+    def __init__(self, num_heads, dropout_rate=0.0, locality=False, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.dropout_rate = dropout_rate
+        self.locality = locality
         self.attention_dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -65,6 +70,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         for projection in (self.query, self.key, self.value):
             projection.build(input_shape)
         self.out.build((*input_shape[:-1], self.num_heads, head_dim))
+        if self.locality:
+            self.temperature = self.add_weight(
+                name="temperature", shape=(self.num_heads,),
+                initializer=keras.initializers.Constant(1.0 / math.sqrt(head_dim)))
 
     def no_weight_decay(self):
         """The (heads, head_dim) biases, which the 1-D rule of `vit_keras.no_weight_decay`
@@ -93,6 +102,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query = project(self.query, queries)
         key, value = project(self.key, context), project(self.value, context)
         scale = 1.0 / math.sqrt(inputs.shape[-1] // self.num_heads)
+        if self.locality:
+            return self._attend_locally(query, key, value, context is not inputs, training,
+                                        return_attention_scores)
         if not return_attention_scores:
             attended = fast_paths.attention(
                 query, key, value, scale,
@@ -111,14 +123,34 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
         return ops.einsum("bnts,bsnh->btnh", weights, value), probs
 
+    def _attend_locally(self, query, key, value, cross, training, return_attention_scores):
+        """Locality self-attention: per-head learned temperature, no token attending to
+        itself (query i is token i: the queries are the first tokens of the keys)."""
+        if cross:
+            raise ValueError("locality attention masks each token's attention to itself: it "
+                             "needs self-attention, got a separate context")
+        temperature = ops.cast(self.temperature, query.dtype)[:, None]
+        logits = ops.cast(ops.einsum("btnh,bsnh->bnts", query * temperature, key), "float32")
+        own = ops.eye(ops.shape(query)[1], ops.shape(key)[1], dtype="bool")
+        probs = ops.softmax(ops.where(own, ops.cast(-1e9, "float32"), logits), axis=-1)
+        weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
+        outputs = project(self.out, ops.einsum("bnts,bsnh->btnh", weights, value))
+        return (outputs, probs) if return_attention_scores else outputs
+
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def load_own_variables(self, store):
-        # Its weights live in its EinsumDense sublayers; the earlier release kept them here.
-        legacy.refuse_legacy_variables(self, store)
+        # Its projections live in its EinsumDense sublayers; the earlier release kept them
+        # here. Its own weight now is the locality temperature.
+        if self.locality:
+            super().load_own_variables(store)
+        else:
+            legacy.refuse_legacy_variables(self, store)
 
     def get_config(self):
         config = super().get_config()
         config.update(num_heads=self.num_heads, dropout_rate=self.dropout_rate)
+        if self.locality:
+            config.update(locality=True)
         return config

@@ -91,15 +91,18 @@ class PatchEmbedding(keras.layers.Layer):
         _, height, width, channels = ops.shape(images)
         return ops.reshape(images, (-1, height // patch, patch, width // patch, patch, channels))
 
-    def call(self, images):
-        images = self._pad_or_check(images)
-        patches = fast_paths.patch_projection(self.projection, images, self.patch_size)
-        if patches is None:
-            patches = self.projection(self._patches(images))
+    def call(self, images, training=None):
+        patches = self.embed(self._pad_or_check(images), training=training)
         if not self.flatten:
             return patches
         rows, cols = patches.shape[1], patches.shape[2]
         return ops.reshape(patches, (-1, rows * cols, self.hidden_size))
+
+    def embed(self, images, training=None):
+        """[batch, H, W, C] images with sides multiples of P -> the [batch, rows, cols, D]
+        grid of patch embeddings (the part a locality stem replaces)."""
+        patches = fast_paths.patch_projection(self.projection, images, self.patch_size)
+        return self.projection(self._patches(images)) if patches is None else patches
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
@@ -289,10 +292,12 @@ class EncoderBlock(keras.layers.Layer):
             example during training (0 = off, no extra layer).
         layer_scale_init: initial value of a learned per-channel scale on each residual
             branch (None = off, no extra weights).
+        locality: locality self-attention (see `MultiHeadSelfAttention`).
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 gelu_approximate=True, drop_path_rate=0.0, layer_scale_init=None, **kwargs):
+                 gelu_approximate=True, drop_path_rate=0.0, layer_scale_init=None,
+                 locality=False, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
@@ -301,11 +306,13 @@ class EncoderBlock(keras.layers.Layer):
         self.gelu_approximate = gelu_approximate
         self.drop_path_rate = drop_path_rate
         self.layer_scale_init = layer_scale_init
+        self.locality = locality
         self.input_spec = keras.layers.InputSpec(ndim=3)
         policy = self.dtype_policy
         self.layer_norm_0 = _layer_norm("LayerNorm_0", policy)
         self.attention = MultiHeadSelfAttention(
-            num_heads, attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy)
+            num_heads, attention_dropout_rate, locality, name="MultiHeadDotProductAttention_1",
+            dtype=policy)
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
         self.layer_norm_2 = _layer_norm("LayerNorm_2", policy)
         self.mlp = MLPBlock(mlp_dim, dropout_rate, gelu_approximate, name="MlpBlock_3",
@@ -372,6 +379,8 @@ class EncoderBlock(keras.layers.Layer):
             config.update(drop_path_rate=self.drop_path_rate)
         if self.layer_scale_init is not None:
             config.update(layer_scale_init=self.layer_scale_init)
+        if self.locality:
+            config.update(locality=True)
         return config
 
 

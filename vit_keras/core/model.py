@@ -33,9 +33,17 @@ def patch_tokens(config: ViTConfig, images, dtype=None):
 
         features = ResNetStem(config.resnet_layers, config.resnet_width, name="resnet",
                               dtype=dtype)(images)
-    return vit_layers.PatchEmbedding(
+    return _stem_class(config.stem)(
         config.hidden_size, config.patch_size, flatten=not config.dynamic_image_size,
         pad=config.dynamic_image_pad, name="embedding", dtype=dtype)(features)
+
+
+def _stem_class(stem: str):
+    if stem == "patchify":
+        return vit_layers.PatchEmbedding
+    from vit_keras.core import stems
+
+    return stems.ConvStem if stem == "conv" else stems.ShiftedPatchEmbedding
 
 
 def _add_positions(config: ViTConfig, patches, dtype=None):
@@ -118,7 +126,8 @@ def _encoder_block(config: ViTConfig, index: int, dtype=None):
         num_heads=config.num_heads, mlp_dim=config.mlp_dim, dropout_rate=config.dropout_rate,
         attention_dropout_rate=config.attention_dropout_rate,
         gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
-        layer_scale_init=config.layer_scale_init, name=f"encoderblock_{index}", dtype=dtype)
+        layer_scale_init=config.layer_scale_init, locality=config.locality_attention,
+        name=f"encoderblock_{index}", dtype=dtype)
 
 
 def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtype=None):
