@@ -114,10 +114,12 @@ def test_every_model_option_is_settable_and_typed():
     assert apply_overrides(preset, ["model.representation_size=none"]).model \
         .representation_size is None
     hybrid = apply_overrides(preset, ["model.resnet_layers=1,1", "model.patch_size=1",
-                                      "model.image_size=16"])
+                                      "model.image_size=16", "model.stem=patchify"])
     assert hybrid.model.resnet_layers == (1, 1)
+    with pytest.raises(ValueError, match="stem='conv' replaces the patch projection"):
+        apply_overrides(preset, ["model.resnet_layers=1,1", "model.patch_size=1"])
     stem_only = apply_overrides(preset, ["model.resnet_layers=", "model.patch_size=1",
-                                         "model.image_size=16"])
+                                         "model.image_size=16", "model.stem=patchify"])
     assert stem_only.model.resnet_layers == ()                  # the hybrid's stem alone
     with pytest.raises(ValueError, match="model option: write --set model.hidden_size"):
         apply_overrides(preset, ["hidden_size=32"])

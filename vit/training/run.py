@@ -26,8 +26,8 @@ import tensorflow as tf
 from vit import console, hardware, outputs
 from vit.data import evaluation, sources, subsets
 from vit.data.source import Source
-from vit.training import (callbacks, distribute, finetune, objectives, pipeline, preemption,
-                          presets, recipe)
+from vit.training import (adapt, callbacks, distribute, finetune, objectives, pipeline,
+                          preemption, presets, recipe)
 from vit_keras import atomic, keras_compat, lora
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
@@ -103,7 +103,10 @@ def describe_model(config) -> str:
     name = variant_of(config) or (f"custom patch {config.patch_size} D={config.hidden_size} "
                                   f"L={config.num_layers} heads={config.num_heads}")
     height, width = config.image_hw
-    return f"{name} {height}x{width}px, {config.classifier} pooling, posemb {config.posemb}"
+    locality = [f"{config.stem} stem"] if config.stem != "patchify" else []
+    locality += ["locality attention"] if config.locality_attention else []
+    return ", ".join([f"{name} {height}x{width}px", *locality, f"{config.classifier} pooling",
+                      f"posemb {config.posemb}"])
 
 
 class Run:
@@ -205,6 +208,8 @@ class Run:
                                        preset.seed, self.options.data_dir), preset.data.classes)
         self.objective.check_data(self.data)
         self.num_examples = count_examples(self.data.train)
+        self._adapt_to_data()
+        preset = self.preset
         self.plan = make_plan(preset, self.num_examples, self.placement.replicas)
         self.config = self.objective.model_config(self.data.train.num_classes)
         if self.options.model_parallel > 1:
@@ -212,6 +217,15 @@ class Run:
 
             check_model_parallel(self.config, self.options.model_parallel)
         self._log_header()
+
+    def _adapt_to_data(self) -> None:
+        """The small-data rule (`data.adapt` presets): the recipe fitted to the data."""
+        self.adaptation = None
+        if self.preset.data.adapt:
+            native_hw = adapt.typical_image_size(self.data.train)
+            self.preset, self.adaptation = adapt.adapt(self.preset, native_hw,
+                                                       self.num_examples)
+            self.objective = objectives.get_objective(self.preset)
 
     def _check_same_start(self) -> None:
         """Every process must resume, or none (each read the output folder on its own).
@@ -235,6 +249,8 @@ class Run:
             f"{describe_model(self.config)}, {self.backend}: {self.placement.name} "
             f"x{plan.replicas}, batch {plan.global_batch}{accumulated}, "
             f"{preset.schedule.epochs} epochs x {plan.steps_per_epoch} steps, {self.policy}")
+        if self.adaptation:
+            log(self.adaptation)
         validation = "none" if data.val is None else (
             f"{data.val.num_examples or 'uncounted'} examples")
         log(f"data: train {self.num_examples} examples of {preset.data.train} "

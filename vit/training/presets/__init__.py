@@ -52,6 +52,8 @@ class Preset:
             model.FIELD=...`, take a named variant's shape with `--model S/16`); `num_classes`
             comes from the data.
         data, optim, schedule, augment, objective, finetune, loop: the sections.
+        pinned: the 'SECTION.FIELD' keys set on top of the preset's module (`--set`, the
+            flags, `--model`, `--image-size`): the small-data rule (`data.adapt`) leaves them.
     """
 
     name: str = "custom"
@@ -64,6 +66,7 @@ class Preset:
     objective: Objective = Objective()
     finetune: Finetune = Finetune()
     loop: Loop = Loop()
+    pinned: tuple[str, ...] = ()
 
     def replace(self, **changes) -> "Preset":
         """A copy with `changes` applied: `name`, `seed`, `model` or a whole section by its
@@ -75,7 +78,8 @@ class Preset:
         """
         whole, fields = {}, {}
         for key, value in changes.items():
-            if key in ("name", "seed", "model") or isinstance(value, SECTIONS.get(key, ())):
+            if key in ("name", "seed", "model", "pinned") or \
+                    isinstance(value, SECTIONS.get(key, ())):
                 whole[key] = value
             elif key in flat_keys():
                 fields[flat_keys()[key]] = value
@@ -101,11 +105,15 @@ class Preset:
                 problems.append(str(error))
         if problems:
             raise ValueError("; ".join(problems))
-        return dataclasses.replace(self, **changed)
+        return dataclasses.replace(self, pinned=self._pin(values), **changed)
 
     def replace_model(self, **changes) -> "Preset":
         """A copy whose `model` has `changes` applied (validated by `ViTConfig`)."""
-        return dataclasses.replace(self, model=self.model.replace(**changes))
+        return dataclasses.replace(self, model=self.model.replace(**changes),
+                                   pinned=self._pin(f"model.{name}" for name in changes))
+
+    def _pin(self, keys) -> tuple[str, ...]:
+        return tuple(sorted(set(self.pinned) | set(keys)))
 
     def with_variant(self, name: str) -> "Preset":
         """A copy whose model takes the architecture of the variant `name` ('S/16', 'B/16',
@@ -122,6 +130,7 @@ class Preset:
         `ViTConfig.to_dict`)."""
         data = {"name": self.name, "seed": self.seed, "model": self.model.to_dict()}
         data.update({name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS})
+        data["pinned"] = list(self.pinned)
         return data
 
 

@@ -3,8 +3,12 @@
 The 1797 digits are split 80/20 (stratified, fixed seed); 'val' is the 20% test split. A plain
 ViT without augmentation reaches about 95% here; 1-pixel shifts and 5% zoom (no flips or
 rotations: digits are not symmetric and strong jitter underfits in this budget), stochastic
-depth 0.1, label smoothing 0.1, AdamW (lr 3e-3) with warmup + cosine and mean pooling close
-the gap to an RBF SVM (98.9%).
+depth 0.1, label smoothing 0.1, AdamW (lr 3e-3) with warmup + cosine and mean pooling reach an
+RBF SVM (98.9%); the convolutional stem (Xiao et al. 2021) and locality self-attention (Lee
+et al. 2021) make that hold over seeds and splits.
+
+It is the small-data rule's recipe for the digits (`data.adapt`, `vit.training.adapt`): given
+other images (`--data folder:...`), it adapts image size, patch size, width and epochs to them.
 """
 
 from vit.training.presets import Preset
@@ -14,9 +18,10 @@ from vit_keras import ViTConfig
 PRESET = Preset(
     name="digits_tiny",
     model=ViTConfig(image_size=16, patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4,
-                    num_layers=4, num_classes=10, classifier="gap", drop_path_rate=0.1),
+                    num_layers=4, num_classes=10, classifier="gap", drop_path_rate=0.1,
+                    stem="conv", locality_attention=True),
     seed=0,
-    data=Data(train="digits"),
+    data=Data(train="digits", adapt=True),
     optim=Optim(
         optimizer="adamw",
         lr=3e-3,

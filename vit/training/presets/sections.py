@@ -68,6 +68,10 @@ class Data(Section):
         classes: comma-separated class names to keep (the others' examples are dropped from
             the training and validation data); '' = every class.
         shuffle_buffer: tf.data shuffle buffer (elements) of streamed sources.
+        adapt: fit the model (image size, patch size, stem, width) and the epochs to the
+            training data by the small-data rule (`vit.training.adapt`) where they differ
+            from what it gives; fields set on the command line stay. For presets made to
+            train from scratch on small data (`digits_tiny`).
     """
 
     NAME = "data"
@@ -78,6 +82,7 @@ class Data(Section):
     val_split: float = 0.1
     classes: str = ""
     shuffle_buffer: int = 10_000
+    adapt: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

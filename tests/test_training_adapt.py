@@ -1,0 +1,68 @@
+"""The small-data rule: `digits_tiny` is its recipe for the digits, other image folders get
+their own image size, patch size, width and epochs, and what the command line sets stays."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit.training import adapt
+from vit.training.presets import get_preset
+from vit.training.presets.overrides import apply_overrides
+
+
+def test_the_rule_gives_digits_tiny_for_the_digits():
+    preset = get_preset("digits_tiny")
+    assert preset.data.adapt and preset.model.stem == "conv" and preset.model.locality_attention
+    adapted, message = adapt.adapt(preset, (8, 8), 1437)
+    assert adapted == preset and message is None
+
+
+@pytest.mark.parametrize("native, count, size, patch, width, epochs", [
+    ((28, 28), 2250, 28, 4, 64, 50),          # MNIST-like grey glyphs
+    ((32, 32), 3000, 32, 4, 64, 40),          # CIFAR-sized
+    ((64, 48), 8000, (64, 48), 8, 128, 20),   # larger, non-square: 8x8 patches, wider
+    ((200, 300), 1000, (40, 64), 8, 64, 100),  # reduced to 64 px, aspect kept
+    ((10, 10), 500, 20, 4, 64, 100),           # enlarged by a whole factor to >= 16 px
+])
+def test_the_rule_for_other_data(native, count, size, patch, width, epochs):
+    preset, message = adapt.adapt(get_preset("digits_tiny"), native, count)
+    model = preset.model
+    assert (model.image_size, model.patch_size, model.hidden_size, model.mlp_dim) == \
+        (size, patch, width, 2 * width)
+    assert model.stem == "conv" and model.locality_attention and preset.schedule.epochs == epochs
+    assert not preset.augment.flip and preset.pinned == ()
+    assert message.startswith(f"recipe: digits_tiny adapted to {count} images of "
+                              f"{native[0]}x{native[1]} px: image_size 16 -> ")
+
+
+def test_fields_set_on_the_command_line_stay():
+    preset = apply_overrides(get_preset("digits_tiny"), ["schedule.epochs=7",
+                                                         "model.patch_size=2"])
+    preset = preset.replace_model(image_size=24)  # as --image-size does
+    assert set(preset.pinned) == {"schedule.epochs", "model.patch_size", "model.image_size"}
+    adapted, message = adapt.adapt(preset, (32, 32), 8000)
+    assert (adapted.schedule.epochs, adapted.model.patch_size, adapted.model.image_size) == \
+        (7, 2, 24)
+    assert message.endswith(": hidden_size 64 -> 128, mlp_dim 128 -> 256 (the small-data "
+                            "rule, docs/training.md; --set pins a field)")
+    assert adapted.pinned == preset.pinned
+    assert adapt.adapt(preset, (32, 32), 3000) == (preset, None)  # nothing left to change
+
+
+def test_presets_without_adapt_and_fine_tuning_are_left_alone():
+    cifar = get_preset("cifar10_scratch")
+    assert adapt.adapt(cifar, (28, 28), 500) == (cifar, None)
+    finetune = get_preset("digits_tiny").replace(weights="model.keras")
+    assert adapt.adapt(finetune, (28, 28), 500) == (finetune, None)
+
+
+def test_typical_image_size_reads_a_folder(tmp_path):
+    from vit.data import sources
+
+    for index, size in enumerate([(20, 30), (20, 30), (24, 30), (20, 31), (19, 30)]):
+        folder = tmp_path / str(index % 2)
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(np.zeros((*size, 3), np.uint8)).save(folder / f"{index}.png")
+    source = sources.load_source(f"folder:{tmp_path}", "train", val_split=0.0)
+    assert adapt.typical_image_size(source) == (20, 30)
+    assert adapt.typical_image_size(sources.load_source("digits", "train")) == (8, 8)

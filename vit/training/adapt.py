@@ -1,0 +1,117 @@
+"""The small-data rule: a from-scratch preset (`data.adapt`, as `digits_tiny`) fits its model and
+schedule to the training data it is given.
+
+From the data's typical image size and its number of training examples:
+
+- image size: the images' own size, enlarged by a whole factor to at least 16 px or reduced to
+  at most 64 px (keeping the aspect), rounded to a multiple of the patch size;
+- patch size 4 up to 32 px, 8 above (a grid of 4x4 to 8x8 tokens), with the convolutional stem
+  (Xiao et al. 2021) and locality self-attention (Lee et al. 2021), which give a small ViT the
+  locality a small data set cannot teach it;
+- width 64 (4 heads, MLP 128) below 5000 examples, 128 (4 heads, MLP 256) from 5000;
+- epochs: about 115,000 images seen in all (80 epochs of the 1437 digits), at least 20 and
+  at most 100, rounded to 5;
+- augmentation: the preset's relative shifts and zoom (they scale with the image); never flips,
+  which the rule cannot know to keep a label (`--set augment.flip=true` when they do).
+
+The digits are the data `digits_tiny` was made for: the rule gives that preset unchanged. A
+field set on the command line (`--set`, `--epochs`, `--image-size`, `--model`, ...) is never
+changed, and a run starting from pre-trained weights (`--weights`) is not adapted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+MIN_SIDE, MAX_SIDE = 16, 64
+LARGE_PATCH_ABOVE = 32          # sides above this get 8x8 patches
+WIDE_FROM_EXAMPLES = 5000
+IMAGES_SEEN = 115_000           # the digits' 80 epochs x 1437 images
+MIN_EPOCHS, MAX_EPOCHS = 20, 100
+SAMPLED_IMAGES = 64
+
+
+def image_size(native_hw: tuple[int, int]) -> tuple[tuple[int, int], int]:
+    """(training (height, width), patch size) for images of `native_hw`."""
+    longest = max(native_hw)
+    if longest < MIN_SIDE:
+        factor = math.ceil(MIN_SIDE / longest)
+    else:
+        factor = min(1.0, MAX_SIDE / longest)
+    scaled = [side * factor for side in native_hw]
+    patch = 4 if max(scaled) <= LARGE_PATCH_ABOVE else 8
+    return tuple(max(patch, int(round(side / patch)) * patch) for side in scaled), patch
+
+
+def epochs(num_examples: int) -> int:
+    """Passes over `num_examples` images that see about `IMAGES_SEEN` images."""
+    passes = IMAGES_SEEN / max(num_examples, 1)
+    return int(min(MAX_EPOCHS, max(MIN_EPOCHS, round(passes / 5) * 5)))
+
+
+def rule(native_hw: tuple[int, int], num_examples: int) -> dict:
+    """The rule's choices as {'SECTION.FIELD': value} for data of this shape."""
+    (height, width), patch = image_size(native_hw)
+    wide = num_examples >= WIDE_FROM_EXAMPLES
+    return {"model.image_size": height if height == width else (height, width),
+            "model.patch_size": patch, "model.stem": "conv", "model.locality_attention": True,
+            "model.hidden_size": 128 if wide else 64, "model.mlp_dim": 256 if wide else 128,
+            "model.num_heads": 4, "schedule.epochs": epochs(num_examples),
+            "augment.flip": False}
+
+
+def adapt(preset, native_hw: tuple[int, int], num_examples: int):
+    """`preset` fitted to the data by the rule, leaving its pinned fields alone.
+
+    Args:
+        preset: a `Preset`; nothing changes unless `preset.data.adapt` and it trains from
+            scratch (no `finetune.weights`).
+        native_hw: the training images' typical (height, width).
+        num_examples: training examples.
+
+    Returns:
+        (the preset, a 'recipe: ...' line naming each change, or None when nothing changed).
+    """
+    if not preset.data.adapt or preset.finetune.weights:  # pre-trained weights fix the model
+        return preset, None
+    current = _values(preset)
+    changes = {key: value for key, value in rule(native_hw, num_examples).items()
+               if key not in preset.pinned and current[key] != value}
+    if not changes:
+        return preset, None
+    adapted = preset.with_values(changes)
+    adapted = adapted.replace(pinned=preset.pinned)  # the rule's choices are not the user's
+    listing = ", ".join(f"{key.split('.', 1)[1]} {current[key]} -> {value}"
+                        for key, value in changes.items())
+    size = "x".join(str(side) for side in native_hw)
+    return adapted, (f"recipe: {preset.name} adapted to {num_examples} images of {size} px: "
+                     f"{listing} (the small-data rule, docs/training.md; --set pins a field)")
+
+
+def _values(preset) -> dict:
+    model = preset.model
+    values = {f"model.{name}": getattr(model, name) for name in
+              ("image_size", "patch_size", "stem", "locality_attention", "hidden_size",
+               "mlp_dim", "num_heads")}
+    values.update({"schedule.epochs": preset.schedule.epochs,
+                   "augment.flip": preset.augment.flip})
+    return values
+
+
+def typical_image_size(source) -> tuple[int, int]:
+    """The median (height, width) of up to 64 images spread over `source`."""
+    import tensorflow as tf
+
+    if source.arrays is not None:
+        records = source.arrays[0]
+        picks = np.linspace(0, len(records) - 1, min(SAMPLED_IMAGES, len(records))).astype(int)
+        samples = [records[index] for index in picks]
+    else:
+        samples = [record for record, _ in source.records().take(SAMPLED_IMAGES)]
+    shapes = [tuple(tf.shape(source.decode(tf.convert_to_tensor(sample)))[:2].numpy())
+              for sample in samples]
+    if not shapes:
+        raise ValueError(f"training data {source.spec!r} holds no images")
+    return tuple(int(side) for side in np.median(np.array(shapes), axis=0))
