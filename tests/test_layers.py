@@ -9,7 +9,8 @@ from helpers import random_images, run_layer_test, to_numpy
 from keras import ops
 
 from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding, VisionTransformer
-from vit_keras.core import deit, heads, layers, masked_patch, normalization, posemb, resnet
+from vit_keras.core import (deit, heads, layers, masked_patch, normalization, posemb, resnet,
+                            stems)
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
 
@@ -102,6 +103,11 @@ LAYER_CASES = [
     # (class, init kwargs, input, output shape(s), trainable weights, extra run_layer_test args)
     pytest.param(layers.PatchEmbedding, dict(hidden_size=8, patch_size=4),
                  random_images((8, 12)), (2, 6, 8), 2, {}, id="PatchEmbedding"),
+    # Two conv + BatchNorm pairs (their moving statistics are the 4 non-trainable weights).
+    pytest.param(stems.ConvStem, dict(hidden_size=8, patch_size=4), random_images((8, 12)),
+                 (2, 6, 8), 8, dict(expected_num_non_trainable_weights=4), id="ConvStem"),
+    pytest.param(stems.ShiftedPatchEmbedding, dict(hidden_size=8, patch_size=4),
+                 random_images((8, 12)), (2, 6, 8), 4, {}, id="ShiftedPatchEmbedding"),
     pytest.param(layers.ClassToken, {}, TOKENS, (2, 6, 8), 1, {}, id="ClassToken"),
     pytest.param(layers.PositionEmbedding, {}, TOKENS, (2, 5, 8), 1, {}, id="PositionEmbedding"),
     pytest.param(layers.MLPBlock, dict(mlp_dim=16, dropout_rate=0.1, gelu_approximate=False),
@@ -117,6 +123,11 @@ LAYER_CASES = [
                       gelu_approximate=False, drop_path_rate=0.2, layer_scale_init=0.1),
                  TOKENS, (2, 1, 8), 18, dict(call_kwargs=dict(output_tokens=1)),
                  id="EncoderBlock-options"),
+    pytest.param(layers.EncoderBlock, dict(num_heads=2, mlp_dim=16, locality=True), TOKENS,
+                 [(2, 5, 8), (2, 2, 5, 5)], 17,
+                 dict(call_kwargs=dict(return_attention_scores=True),
+                      expected_mixed_output_dtype=["bfloat16", "float32"]),
+                 id="EncoderBlock-locality"),
     pytest.param(RematEncoderBlock, dict(num_heads=2, mlp_dim=16, dropout_rate=0.1,
                                          drop_path_rate=0.2), TOKENS, (2, 5, 8), 16, {},
                  id="RematEncoderBlock"),
@@ -164,9 +175,11 @@ NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer}
                          LAYER_CASES)
 def test_layer_contract(layer_cls, init_kwargs, input_data, output_shape, trainable, extra,
                         tmp_path):
+    extra = dict(extra)
+    non_trainable = extra.pop("expected_num_non_trainable_weights", 0)
     run_layer_test(layer_cls, init_kwargs, input_data, expected_output_shape=output_shape,
                    expected_num_trainable_weights=trainable,
-                   expected_num_non_trainable_weights=0, tmp_path=tmp_path, **extra)
+                   expected_num_non_trainable_weights=non_trainable, tmp_path=tmp_path, **extra)
 
 
 def test_every_registered_layer_has_a_contract_case():

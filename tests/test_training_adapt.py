@@ -66,3 +66,31 @@ def test_typical_image_size_reads_a_folder(tmp_path):
     source = sources.load_source(f"folder:{tmp_path}", "train", val_split=0.0)
     assert adapt.typical_image_size(source) == (20, 30)
     assert adapt.typical_image_size(sources.load_source("digits", "train")) == (8, 8)
+
+
+def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):
+    import json
+
+    from vit import cli
+
+    rng = np.random.default_rng(0)
+    for part, count in (("train", 6), ("test", 2)):
+        for label in ("a", "b"):
+            folder = tmp_path / part / label
+            folder.mkdir(parents=True)
+            for index in range(count):
+                pixels = rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{index}.png")
+    output = tmp_path / "run"
+    assert cli.main(["train", "--data", f"folder:{tmp_path / 'train'}", "--val-data",
+                     f"folder:{tmp_path / 'test'}", "--epochs", "1", "--batch-size", "4", "--no-export",
+                     "--no-inspect", "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert ("recipe: digits_tiny adapted to 12 images of 12x12 px: image_size 16 -> 24 (the "
+            "small-data rule") in printed
+    assert "24x24px, conv stem, locality attention" in printed
+    with open(output / "config.json") as handle:
+        saved = json.load(handle)
+    assert saved["model"]["image_size"] == 24 and saved["preset"]["schedule"]["epochs"] == 1
+    assert saved["preset"]["pinned"] == ["data.train", "data.val", "schedule.batch_size",
+                                         "schedule.epochs"]

@@ -16,7 +16,7 @@ STEMS = ("patchify", "conv", "shifted_patches")
 # The fields a variant name ('B/16', 'R50+B/16') fixes: the shape of the network. The others
 # (image size, classes, pooling, regularisation, extras) are choices made around a variant.
 ARCHITECTURE_FIELDS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
-                       "resnet_layers", "resnet_width", "stem")
+                       "resnet_layers", "resnet_width", "stem", "locality_attention")
 RESNET_STEM_STRIDE = 4  # the hybrid's root: a stride-2 conv, then a stride-2 max pool
 
 
