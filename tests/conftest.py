@@ -6,7 +6,15 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import signal  # noqa: E402
+
 import pytest  # noqa: E402
+
+# A shell without job control starts background jobs (`.ci/run &`) with SIGINT ignored, which
+# `vit train` respects (as `nohup` wants) and every child would inherit: the Ctrl+C tests need
+# the disposition an interactive run has. Children exec'd from here then start with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from vit import console  # noqa: E402
 
