@@ -31,7 +31,9 @@ def conv_stem_widths(hidden_size: int, patch_size: int) -> list[int]:
 class ConvStem(PatchEmbedding):
     """The convolutional stem of Xiao et al. 2021 ("Early Convolutions Help Transformers See
     Better"): 3x3 convolutions of stride 2 (SAME padding, no bias), each followed by BatchNorm
-    and ReLU, until the image is down-sampled by P, then a 1x1 projection to D (`Dense`).
+    and ReLU, until the image is down-sampled by P, then a 1x1 projection to D (`Dense`). The
+    BatchNorms use the whole global batch's statistics on several replicas (`synchronized`), so
+    a distributed run equals a one-device run with the same global batch.
 
     Takes `PatchEmbedding`'s arguments; P must be a power of two >= 2.
     """
@@ -46,8 +48,13 @@ class ConvStem(PatchEmbedding):
             conv = keras.layers.Conv2D(width, 3, strides=2, padding="same", use_bias=False,
                                        kernel_initializer="he_normal", name=f"conv_{index}",
                                        dtype=policy)
+            # Synchronised under a tf.distribute strategy: the statistics are the global
+            # batch's, as on one device, so every replica keeps the same moving averages (JAX
+            # computes them over the whole sharded batch by itself; Keras accepts the flag on
+            # TensorFlow only).
             norm = keras.layers.BatchNormalization(
-                momentum=BATCH_NORM_MOMENTUM, epsilon=BATCH_NORM_EPSILON, name=f"bn_{index}",
+                momentum=BATCH_NORM_MOMENTUM, epsilon=BATCH_NORM_EPSILON,
+                synchronized=keras.backend.backend() == "tensorflow", name=f"bn_{index}",
                 dtype=policy)
             conv.build(shape)
             shape = conv.compute_output_shape(shape)
