@@ -76,28 +76,23 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int):
     """
     if not preset.data.adapt or preset.finetune.weights:  # pre-trained weights fix the model
         return preset, None
-    current = _values(preset)
     changes = {key: value for key, value in rule(native_hw, num_examples).items()
-               if key not in preset.pinned and current[key] != value}
+               if key not in preset.pinned and _value(preset, key) != value}
     if not changes:
         return preset, None
     adapted = preset.with_values(changes)
     adapted = adapted.replace(pinned=preset.pinned)  # the rule's choices are not the user's
-    listing = ", ".join(f"{key.split('.', 1)[1]} {current[key]} -> {value}"
+    listing = ", ".join(f"{key.split('.', 1)[1]} {_value(preset, key)} -> {value}"
                         for key, value in changes.items())
     size = "x".join(str(side) for side in native_hw)
     return adapted, (f"recipe: {preset.name} adapted to {num_examples} images of {size} px: "
                      f"{listing} (the small-data rule, docs/training.md; --set pins a field)")
 
 
-def _values(preset) -> dict:
-    model = preset.model
-    values = {f"model.{name}": getattr(model, name) for name in
-              ("image_size", "patch_size", "stem", "locality_attention", "hidden_size",
-               "mlp_dim", "num_heads")}
-    values.update({"schedule.epochs": preset.schedule.epochs,
-                   "augment.flip": preset.augment.flip})
-    return values
+def _value(preset, key: str):
+    """The value of 'SECTION.FIELD' (`model.FIELD` included) in `preset`."""
+    section, field = key.split(".", 1)
+    return getattr(getattr(preset, section), field)
 
 
 def typical_image_size(source) -> tuple[int, int]:
