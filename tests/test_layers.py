@@ -11,6 +11,7 @@ from keras import ops
 from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding, VisionTransformer
 from vit_keras.core import (deit, heads, layers, masked_patch, normalization, posemb, resnet,
                             stems)
+from vit_keras.intermediates import ClassTokenOf, SplitTokens
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
 
@@ -112,6 +113,16 @@ LAYER_CASES = [
     pytest.param(layers.PositionEmbedding, {}, TOKENS, (2, 5, 8), 1, {}, id="PositionEmbedding"),
     pytest.param(layers.MLPBlock, dict(mlp_dim=16, dropout_rate=0.1, gelu_approximate=False),
                  TOKENS, (2, 5, 8), 4, {}, id="MLPBlock"),
+    pytest.param(layers.MLPBlock, dict(mlp_dim=16, activation="swiglu"), TOKENS, (2, 5, 8), 4,
+                 {}, id="MLPBlock-swiglu"),
+    pytest.param(layers.EncoderBlock, dict(num_heads=2, mlp_dim=16, activation="quick_gelu",
+                                           layer_norm_epsilon=1e-5), TOKENS, (2, 5, 8), 16, {},
+                 id="EncoderBlock-quick_gelu"),
+    # Prefix = the class token and the 2 registers; the 2 patches as a 1x2 grid.
+    pytest.param(SplitTokens, dict(num_prefix_tokens=1, num_register_tokens=2,
+                                            grid_size=(1, 2)), TOKENS,
+                 [(2, 1, 2, 8), (2, 3, 8)], 0, {}, id="SplitTokens"),
+    pytest.param(ClassTokenOf, {}, TOKENS, (2, 8), 0, {}, id="ClassTokenOf"),
     # 2 LayerNorms (2 each), attention (q, k, v, out: kernel and bias each), MLP (4).
     pytest.param(layers.EncoderBlock, dict(num_heads=2, mlp_dim=16), TOKENS,
                  [(2, 5, 8), (2, 2, 5, 5)], 16,
@@ -190,4 +201,4 @@ def test_every_registered_layer_has_a_contract_case():
     assert covered <= registered
     missing = registered - covered - NOT_COVERED_HERE
     assert not missing, f"registered layers without a run_layer_test case: {missing}"
-    assert len(registered) >= 19  # the import above registered every module's layers
+    assert len(registered) >= 20  # the import above registered every module's layers

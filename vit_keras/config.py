@@ -10,13 +10,17 @@ import dataclasses
 import numbers
 from typing import Any
 
+from vit_keras.preprocessing import OFFICIAL, Preprocessing
+
 CLASSIFIERS = ("token", "gap", "map")
 POSEMB_KINDS = ("learn", "sincos2d", "learn2d")
 STEMS = ("patchify", "conv", "shifted_patches")
+ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 # The fields a variant name ('B/16', 'R50+B/16') fixes: the shape of the network. The others
 # (image size, classes, pooling, regularisation, extras) are choices made around a variant.
 ARCHITECTURE_FIELDS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
-                       "resnet_layers", "resnet_width", "stem", "locality_attention")
+                       "resnet_layers", "resnet_width", "stem", "locality_attention",
+                       "activation", "pre_norm", "pooled_norm", "layer_norm_epsilon")
 RESNET_STEM_STRIDE = 4  # the hybrid's root: a stride-2 conv, then a stride-2 max pool
 
 
@@ -100,6 +104,20 @@ class ViTConfig:
         locality_attention: locality self-attention (Lee et al. 2021): every block's
             attention has a learned temperature per head (initialised to 1/sqrt(head_dim),
             replacing the fixed scale) and masks each token's attention to itself.
+        activation: the MLP's nonlinearity: 'gelu' (official; tanh-approximated unless
+            `gelu_approximate` is False), 'quick_gelu' (OpenAI CLIP: x * sigmoid(1.702 x)) or
+            'swiglu' (DINOv2-g: SiLU(a) * b over the two halves of the first projection, so
+            `mlp_dim` is their packed width, timm's `SwiGLUPacked`).
+        pre_norm: a LayerNorm on the tokens before the first block (CLIP's `ln_pre`, timm's
+            `norm_pre`).
+        pooled_norm: the final LayerNorm normalises the pooled vector instead of every token
+            (timm's `fc_norm`, e.g. for mean pooling); the token outputs are then un-normed.
+        layer_norm_epsilon: of every LayerNorm (1e-6 official; 1e-5 in OpenAI CLIP).
+        projection_size: a bias-free linear projection of the pooled vector to this width
+            (CLIP's image projection, named `projection`); None = none.
+        preprocessing: how images become this model's inputs (mean, std, interpolation, crop;
+            see `vit_keras.preprocessing`); the official [-1, 1] by default. It travels with
+            the weights: loaders set it from the weights' own configuration.
     """
 
     image_size: int | tuple[int, int] = 224
@@ -129,12 +147,19 @@ class ViTConfig:
     remat: bool = False
     stem: str = "patchify"
     locality_attention: bool = False
+    activation: str = "gelu"
+    pre_norm: bool = False
+    pooled_norm: bool = False
+    layer_norm_epsilon: float = 1e-6
+    projection_size: int | None = None
+    preprocessing: Preprocessing = OFFICIAL
 
     def __post_init__(self):
         hw = _as_hw(self.image_size)
         object.__setattr__(self, "image_size", hw[0] if hw[0] == hw[1] else hw)
         if self.resnet_layers is not None:
             object.__setattr__(self, "resnet_layers", _as_block_counts(self.resnet_layers))
+        object.__setattr__(self, "preprocessing", Preprocessing.from_dict(self.preprocessing))
         self._check_positive_ints()
         self._check_divisibility(hw)
         if self.classifier not in CLASSIFIERS:
@@ -175,9 +200,24 @@ class ViTConfig:
             raise ValueError(f"locality_attention must be True or False, got "
                              f"{self.locality_attention!r}")
         self._check_stem()
+        self._check_families()
         if self.dynamic_image_pad and not self.dynamic_image_size:
             raise ValueError("dynamic_image_pad=True needs dynamic_image_size=True (a fixed-size "
                              "model has nothing to pad)")
+
+    def _check_families(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.activation == "swiglu" and self.mlp_dim % 2:
+            raise ValueError(f"activation='swiglu' splits the MLP's first projection in two "
+                             f"halves: expected an even mlp_dim, got {self.mlp_dim}")
+        epsilon = self.layer_norm_epsilon
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or \
+                not 0.0 < epsilon < 1.0:
+            raise ValueError(f"layer_norm_epsilon must be in (0, 1), got {epsilon!r}")
+        for name in ("pre_norm", "pooled_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def _check_stem(self):
         if self.stem not in STEMS:
@@ -204,8 +244,9 @@ class ViTConfig:
     def _check_positive_ints(self):
         names = ["patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
                  "num_classes", "channels", "resnet_width"]
-        if self.representation_size is not None:
-            names.append("representation_size")
+        for optional in ("representation_size", "projection_size"):
+            if getattr(self, optional) is not None:
+                names.append(optional)
         for name in names:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -284,6 +325,7 @@ class ViTConfig:
     def to_dict(self) -> dict:
         """A JSON-friendly dict; `ViTConfig.from_dict` inverts it."""
         data = dataclasses.asdict(self)
+        data["preprocessing"] = self.preprocessing.to_dict()
         for name in ("image_size", "resnet_layers"):
             if isinstance(data[name], tuple):
                 data[name] = list(data[name])

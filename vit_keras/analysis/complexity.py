@@ -70,15 +70,19 @@ def count_params(config: ViTConfig) -> int:
     class_token = width if config.classifier == "token" else 0
     position = config.seq_len * width
     attention = 4 * (width * width + width)               # q, k, v, out kernels and biases
-    block = 2 * 2 * width + attention + 2 * width * mlp + mlp + width  # 2 LayerNorms + MLP
-    encoder_norm = 2 * width
+    mlp_out = mlp // 2 if config.activation == "swiglu" else mlp
+    block = 2 * 2 * width + attention + width * mlp + mlp + mlp_out * width + width
+    norms = 2 * width * (2 if config.pre_norm else 1)
     features = width
     pre_logits = 0
     if config.representation_size is not None:
         pre_logits = width * config.representation_size + config.representation_size
         features = config.representation_size
+    if config.projection_size is not None:
+        pre_logits += features * config.projection_size
+        features = config.projection_size
     head = features * config.num_classes + config.num_classes
-    return (embedding + class_token + position + config.num_layers * block + encoder_norm
+    return (embedding + class_token + position + config.num_layers * block + norms
             + pre_logits + head)
 
 

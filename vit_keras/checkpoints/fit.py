@@ -26,6 +26,7 @@ def fit_checkpoint(checkpoint: keys.Checkpoint, targets: dict, grid, skip_head=N
     Returns:
         (fitted tensors, the targets they are for, the names left out, why or None).
     """
+    _fit_projection(checkpoint.tensors, targets)
     skipped, reason = _head_names_to_skip(checkpoint.tensors, targets, skip_head)
     tensors = {name: value for name, value in checkpoint.tensors.items() if name not in skipped}
     targets = {name: value for name, value in targets.items() if name not in skipped}
@@ -34,6 +35,19 @@ def fit_checkpoint(checkpoint: keys.Checkpoint, targets: dict, grid, skip_head=N
     _fit_position_embedding(checkpoint, targets, grid)
     _fit_2d_position_embedding(tensors, targets)
     return tensors, targets, skipped, reason
+
+
+def _fit_projection(tensors, targets) -> None:
+    """timm stores CLIP's image projection as its head (with a zero bias): a model with a
+    projection and no such head takes it as the projection."""
+    kernel, bias = tensors.get("head/kernel"), tensors.get("head/bias")
+    target = targets.get(keys.PROJECTION)
+    if (target is None or keys.PROJECTION in tensors or kernel is None
+            or tuple(kernel.shape) != tuple(target.shape) or "head/kernel" in targets
+            or (bias is not None and np.any(bias))):
+        return
+    tensors[keys.PROJECTION] = tensors.pop("head/kernel")
+    tensors.pop("head/bias", None)
 
 
 def _is_head(name: str) -> bool:
@@ -108,7 +122,8 @@ def _fit_position_embedding(checkpoint, targets, grid):
         logger.info("Resizing the position embedding from %s to %s (grid %s)", posemb.shape,
                     expected, grid)
         posemb = resize.resize_position_embedding(posemb, grid, has_cls,
-                                                  num_prefix_tokens=prefix)
+                                                  num_prefix_tokens=prefix,
+                                                  method=checkpoint.posemb_method)
     tensors[keys.POSEMB] = posemb
 
 

@@ -26,6 +26,8 @@ POSEMB_ROW = "Transformer/posembed_input/row_embedding"
 POSEMB_COL = "Transformer/posembed_input/col_embedding"
 PRE_LOGITS_PREFIX = "pre_logits/"
 MAP_PREFIX = "MAPHead_0/"      # big_vision's multihead attention pooling head
+PRE_NORM_PREFIX = "Transformer/pre_norm/"  # CLIP's ln_pre
+PROJECTION = "projection/kernel"            # CLIP's image projection (no bias)
 
 
 def block_prefix(index: int) -> str:
@@ -43,11 +45,14 @@ class Checkpoint:
         posemb_has_cls_row: whether the position embedding holds a class-token row when the
             file has a class token: True / False when the layout says so, None when only the
             row count can tell (big_vision, timm).
+        posemb_method: how its position embedding is resized to another grid: 'official'
+            (the official aligned-corners rule) or 'bicubic' (timm's, for files made with it).
     """
 
     tensors: dict[str, np.ndarray]
     layout: str
     posemb_has_cls_row: bool | None = True
+    posemb_method: str = "official"
 
 
 def _layer_norm(prefix, layer):
@@ -171,9 +176,13 @@ def model_variables(model) -> dict:
         names.update(_block(block_prefix(index), layers[f"encoderblock_{index}"]))
         index += 1
     names.update(_layer_norm("Transformer/encoder_norm/", layers["encoder_norm"]))
+    if "pre_norm" in layers:
+        names.update(_layer_norm(PRE_NORM_PREFIX, layers["pre_norm"]))
     for optional in ("pre_logits", "head", "head_dist"):
         if optional in layers:
             names.update(_dense(f"{optional}/", layers[optional]))
+    if "projection" in layers:
+        names[PROJECTION] = layers["projection"].kernel
     return names
 
 

@@ -1,7 +1,11 @@
 """timm `VisionTransformer` state dicts (`.safetensors`): `blocks.N.*` names, fused `qkv`.
 
 torch `Linear` weights are (out, in), so kernels are transposed; the fused `qkv` projection
-stacks query, key and value along its output axis, each ordered head by head.
+stacks query, key and value along its output axis, each ordered head by head. The same layout
+holds timm's DeiT, DeiT-III, DINOv2 (with registers), SigLIP and CLIP image towers: layer
+scales (`ls1.gamma`), `norm_pre`, `fc_norm` and the attention-pooling head (`attn_pool.*`)
+map to the options of `ViTConfig`. A file of those families loaded by name (`vit_keras.families`)
+has its position embedding resized as timm does (antialiased bicubic).
 """
 
 from __future__ import annotations
@@ -30,12 +34,18 @@ _TOP_LEVEL = {
     "dist_token": keys.DIST,
     "reg_token": keys.REGISTERS,
     "pre_logits.fc.bias": "pre_logits/bias",
+    "norm_pre.weight": keys.PRE_NORM_PREFIX + "scale",
+    "norm_pre.bias": keys.PRE_NORM_PREFIX + "bias",
+    # timm's fc_norm replaces the token norm (then Identity) after the pooling.
+    "fc_norm.weight": "Transformer/encoder_norm/scale",
+    "fc_norm.bias": "Transformer/encoder_norm/bias",
 }
 _BLOCK_SIMPLE = {
     "norm1.weight": "LayerNorm_0/scale", "norm1.bias": "LayerNorm_0/bias",
     "norm2.weight": "LayerNorm_2/scale", "norm2.bias": "LayerNorm_2/bias",
     "mlp.fc1.bias": f"{keys.MLP}/Dense_0/bias", "mlp.fc2.bias": f"{keys.MLP}/Dense_1/bias",
     "attn.proj.bias": f"{keys.ATTENTION}/out/bias",
+    "ls1.gamma": "LayerScale_0/scale", "ls2.gamma": "LayerScale_1/scale",
 }
 _BLOCK_LINEAR = {"mlp.fc1.weight": f"{keys.MLP}/Dense_0/kernel",
                  "mlp.fc2.weight": f"{keys.MLP}/Dense_1/kernel"}
@@ -83,6 +93,35 @@ def _block(part: str, value: np.ndarray, heads: int) -> dict:
     return {}
 
 
+def _attention_pool(part: str, value: np.ndarray, heads: int) -> dict:
+    """timm's `AttentionPoolLatent` under big_vision's `MAPHead_0` names (empty when unknown)."""
+    prefix = keys.MAP_PREFIX
+    attention = f"{prefix}MultiHeadDotProductAttention_0/"
+    if part == "latent":
+        return {prefix + "probe": value}
+    if part.startswith(("norm.", "mlp.")):
+        converted = _block(part.replace("norm.", "norm2.", 1), value, heads)
+        return {name.replace(f"{keys.MLP}/", f"{prefix}MlpBlock_0/")
+                    .replace("LayerNorm_2/", f"{prefix}LayerNorm_0/"): array
+                for name, array in converted.items()}
+    layer, _, kind = part.partition(".")
+    if layer == "proj":
+        return {attention + name[len(keys.ATTENTION) + 1:]: array
+                for name, array in _block(f"attn.proj.{kind}", value, heads).items()}
+    if layer not in ("q", "kv") or kind not in ("weight", "bias"):
+        return {}
+    names = ("query",) if layer == "q" else ("key", "value")
+    if value.shape[0] % len(names):
+        return {}
+    result = {}
+    for name, chunk in zip(names, np.split(value, len(names), axis=0)):
+        if kind == "weight":  # (D_out, D_in) -> (D_in, heads, head_dim)
+            result[f"{attention}{name}/kernel"] = keys.split_heads(chunk.T, heads, -1)
+        else:
+            result[f"{attention}{name}/bias"] = keys.split_heads(chunk, heads, -1)
+    return result
+
+
 def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
     """Converts a timm ViT state dict to canonical names.
 
@@ -102,7 +141,8 @@ def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
             prefix = keys.block_prefix(int(block.group(1)))
             converted = {prefix + key: array
                          for key, array in _block(block.group(2), value, num_heads).items()}
-        elif name in _TOP_LEVEL:
+        elif name in _TOP_LEVEL and not (name.startswith("fc_norm.") and "norm.weight" in tensors):
+            # fc_norm stands for the final norm only where `norm` is timm's Identity.
             converted = {_TOP_LEVEL[name]: value}
         elif name == "patch_embed.proj.weight" and value.ndim == 4:
             converted = {"embedding/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
@@ -110,7 +150,13 @@ def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
             converted = {name.split(".")[0] + "/kernel": value.T}
         elif name.startswith(_BACKBONE):
             converted = _backbone(name, value)
+        elif name.startswith("attn_pool."):
+            converted = _attention_pool(name[len("attn_pool."):], value, num_heads)
         result.update(converted or {name: value})
+    weight = tensors.get("patch_embed.proj.weight")
+    if "patch_embed.proj.bias" not in tensors and weight is not None:
+        # CLIP's patch projection has no bias: a zero bias is the same function.
+        result["embedding/bias"] = np.zeros(weight.shape[0], weight.dtype)
     layout = "timm safetensors"
     if "dist_token" in tensors:
         # DeiT: the posemb has class- and distillation-token rows (original timm layout).

@@ -4,23 +4,30 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from vit_keras.config import get_variant
 from vit_keras.core.model import VisionTransformer
 
 
-def preprocess_input(images):
-    """Maps RGB pixel values in 0..255 to [-1, 1], the range the official models were trained on.
+def preprocess_input(images, model=None, preprocessing=None):
+    """Maps RGB pixel values in 0..255 to a model's inputs: (pixels / 255 - mean) / std.
+
+    The official models take [-1, 1] ((pixels - 127.5) / 127.5, the default); weights of other
+    families (DeiT, DINOv2, CLIP) expect their own mean and std, which their model carries.
 
     Args:
-        images: array or tensor of any shape, values in [0, 255].
+        images: array or tensor [..., 3], values in [0, 255], already at the model's size.
+        model: a `VisionTransformer`: its `config.preprocessing` is used.
+        preprocessing: a `vit_keras.preprocessing.Preprocessing` (instead of `model`).
 
     Returns:
-        float32 tensor, (images - 127.5) / 127.5.
+        float32 tensor of the same shape.
     """
-    images = ops.cast(images, "float32")
-    return (images - 127.5) / 127.5
+    from vit_keras import preprocessing as rules
+
+    if model is not None and preprocessing is None:
+        preprocessing = rules.of_model(model)
+    return rules.normalize(images, preprocessing or rules.OFFICIAL)
 
 
 DEFAULT_CLASSES = 1000  # ImageNet-1k, as keras.applications
@@ -100,16 +107,24 @@ APPLICATIONS = {"Ti/16": ViTTi16, "S/16": ViTS16, "S/32": ViTS32, "B/8": ViTB8, 
 
 
 def create_model(variant: str, **kwargs) -> keras.Model:
-    """Builds an official variant by name, as its `ViT*` constructor does.
+    """Builds an official variant by name, as its `ViT*` constructor does, or a model of the
+    DeiT-III, DINOv2, SigLIP and CLIP families by timm's name (see `vit_keras.families` and
+    `create_family_model`).
 
     Args:
-        variant: 'B/16', 'R50+B/16', or an official spelling ('ViT-B_16').
+        variant: 'B/16', 'R50+B/16', or an official spelling ('ViT-B_16'); or a family model
+            ('vit_small_patch14_dinov2', 'vit_base_patch16_siglip_224.v2_webli').
         **kwargs: the constructor's arguments (weights, input_shape, classes, ...).
 
     Returns:
         The model.
     """
+    from vit_keras import families
     from vit_keras.config import variant_name
 
+    if families.is_family_name(variant):
+        from vit_keras.core.family_models import create_family_model
+
+        return create_family_model(variant, **kwargs)
     key = variant_name(variant)
     return (APPLICATIONS.get(key) or _application(key, "vit"))(**kwargs)

@@ -23,18 +23,24 @@ class MAPHead(keras.layers.Layer):
         num_heads: attention heads (must divide D).
         mlp_dim: hidden width of the MLP.
         gelu_approximate: tanh-approximated GELU in the MLP.
+        activation: the MLP's nonlinearity (see `MLPBlock`).
+        layer_norm_epsilon: of its LayerNorm.
     """
 
-    def __init__(self, num_heads, mlp_dim, gelu_approximate=True, **kwargs):
+    def __init__(self, num_heads, mlp_dim, gelu_approximate=True, activation="gelu",
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.gelu_approximate = gelu_approximate
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
         policy = self.dtype_policy
         self.attention = MultiHeadSelfAttention(
             num_heads, name="MultiHeadDotProductAttention_0", dtype=policy)
-        self.layer_norm = LayerNorm(epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy)
-        self.mlp = MLPBlock(mlp_dim, 0.0, gelu_approximate, name="MlpBlock_0", dtype=policy)
+        self.layer_norm = LayerNorm(epsilon=layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
+        self.mlp = MLPBlock(mlp_dim, 0.0, gelu_approximate, activation, name="MlpBlock_0",
+                            dtype=policy)
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -61,4 +67,8 @@ class MAPHead(keras.layers.Layer):
         config = super().get_config()
         config.update(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
                       gelu_approximate=self.gelu_approximate)
+        if self.activation != "gelu":
+            config.update(activation=self.activation)
+        if self.layer_norm_epsilon != LAYER_NORM_EPSILON:
+            config.update(layer_norm_epsilon=self.layer_norm_epsilon)
         return config

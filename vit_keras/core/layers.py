@@ -23,8 +23,33 @@ def gelu(inputs, approximate=True, training=None):
     return ops.gelu(inputs, approximate=approximate) if fast is None else fast
 
 
-def _layer_norm(name, dtype_policy):
-    return LayerNorm(epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype_policy)
+ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
+
+
+def activate(hidden, activation="gelu", gelu_approximate=True, training=None):
+    """The MLP's nonlinearity.
+
+    Args:
+        hidden: the first projection's output [..., M].
+        activation: 'gelu' (tanh-approximated or exact, by `gelu_approximate`), 'quick_gelu'
+            (OpenAI CLIP's x * sigmoid(1.702 x)) or 'swiglu' (SiLU(a) * b of the two halves
+            a, b of the last axis, as timm's packed SwiGLU: [..., M] -> [..., M / 2]).
+        gelu_approximate: for 'gelu' only.
+        training: whether the fused training kernels may run.
+
+    Returns:
+        The activations ([..., M / 2] for 'swiglu').
+    """
+    if activation == "quick_gelu":
+        return hidden * ops.sigmoid(1.702 * hidden)
+    if activation == "swiglu":
+        gate, values = ops.split(hidden, 2, axis=-1)
+        return ops.silu(gate) * values
+    return gelu(hidden, gelu_approximate, training)
+
+
+def _layer_norm(name, dtype_policy, epsilon=LAYER_NORM_EPSILON):
+    return LayerNorm(epsilon=epsilon, name=name, dtype=dtype_policy)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -235,16 +260,22 @@ class MLPBlock(keras.layers.Layer):
     Kernels are xavier-uniform and biases normal(1e-6), as in the official model.
 
     Args:
-        mlp_dim: hidden width M.
+        mlp_dim: hidden width M (for 'swiglu': the packed width of both halves; the second
+            Dense then reads M / 2).
         dropout_rate: dropout after each Dense.
         gelu_approximate: tanh approximation (official) or exact erf GELU.
+        activation: 'gelu' (official), 'quick_gelu' or 'swiglu' (see `activate`).
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu",
+                 **kwargs):
         super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
         self.gelu_approximate = gelu_approximate
+        self.activation = activation
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -255,7 +286,8 @@ class MLPBlock(keras.layers.Layer):
         self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
         self.dense_1 = keras.layers.Dense(width, name="Dense_1", **dense)
         self.dense_0.build((None, width))
-        self.dense_1.build((None, self.mlp_dim))
+        self.dense_1.build((None, self.mlp_dim // 2 if self.activation == "swiglu"
+                            else self.mlp_dim))
 
     def call(self, inputs, training=None):
         # All tokens as one [N, D] matrix: a rank-3 input would be a broadcast BatchMatMul on
@@ -263,7 +295,7 @@ class MLPBlock(keras.layers.Layer):
         # slower forward + backward on CPU than one MatMul).
         width = inputs.shape[-1]
         hidden = fast_paths.project(self.dense_0, ops.reshape(inputs, (-1, width)))
-        hidden = gelu(hidden, self.gelu_approximate, training)
+        hidden = activate(hidden, self.activation, self.gelu_approximate, training)
         hidden = self.dropout(hidden, training=training)
         outputs = self.dropout(fast_paths.project(self.dense_1, hidden), training=training)
         return ops.reshape(outputs, (-1, *ops.shape(inputs)[1:-1], width))
@@ -275,6 +307,8 @@ class MLPBlock(keras.layers.Layer):
         config = super().get_config()
         config.update(mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate,
                       gelu_approximate=self.gelu_approximate)
+        if self.activation != "gelu":
+            config.update(activation=self.activation)
         return config
 
 
@@ -293,11 +327,14 @@ class EncoderBlock(keras.layers.Layer):
         layer_scale_init: initial value of a learned per-channel scale on each residual
             branch (None = off, no extra weights).
         locality: locality self-attention (see `MultiHeadSelfAttention`).
+        activation: the MLP's nonlinearity (see `MLPBlock`).
+        layer_norm_epsilon: of both LayerNorms (1e-6 official; OpenAI CLIP's 1e-5).
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
                  gelu_approximate=True, drop_path_rate=0.0, layer_scale_init=None,
-                 locality=False, **kwargs):
+                 locality=False, activation="gelu", layer_norm_epsilon=LAYER_NORM_EPSILON,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
@@ -307,16 +344,18 @@ class EncoderBlock(keras.layers.Layer):
         self.drop_path_rate = drop_path_rate
         self.layer_scale_init = layer_scale_init
         self.locality = locality
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
         self.input_spec = keras.layers.InputSpec(ndim=3)
         policy = self.dtype_policy
-        self.layer_norm_0 = _layer_norm("LayerNorm_0", policy)
+        self.layer_norm_0 = _layer_norm("LayerNorm_0", policy, layer_norm_epsilon)
         self.attention = MultiHeadSelfAttention(
             num_heads, attention_dropout_rate, locality, name="MultiHeadDotProductAttention_1",
             dtype=policy)
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
-        self.layer_norm_2 = _layer_norm("LayerNorm_2", policy)
-        self.mlp = MLPBlock(mlp_dim, dropout_rate, gelu_approximate, name="MlpBlock_3",
-                            dtype=policy)
+        self.layer_norm_2 = _layer_norm("LayerNorm_2", policy, layer_norm_epsilon)
+        self.mlp = MLPBlock(mlp_dim, dropout_rate, gelu_approximate, activation,
+                            name="MlpBlock_3", dtype=policy)
         # Optional extras exist only when enabled, so the default block is the official one.
         self.drop_path = DropPath(drop_path_rate, dtype=policy) if drop_path_rate else None
         self.layer_scales = None
@@ -381,6 +420,10 @@ class EncoderBlock(keras.layers.Layer):
             config.update(layer_scale_init=self.layer_scale_init)
         if self.locality:
             config.update(locality=True)
+        if self.activation != "gelu":
+            config.update(activation=self.activation)
+        if self.layer_norm_epsilon != LAYER_NORM_EPSILON:
+            config.update(layer_norm_epsilon=self.layer_norm_epsilon)
         return config
 
 

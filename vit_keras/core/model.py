@@ -97,7 +97,8 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, d
         dtype: as in `patch_tokens`.
 
     Returns:
-        [batch, tokens or output_tokens, D].
+        [batch, tokens or output_tokens, D]; not normed for `config.pooled_norm` (the final
+        norm then follows the pooling).
     """
     tokens = _add_positions(config, tokens, dtype)
     tokens = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout",
@@ -108,13 +109,18 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, d
     if config.num_register_tokens:
         tokens = vit_layers.RegisterTokens(config.num_register_tokens, name="registers",
                                            dtype=dtype)(tokens)
+    if config.pre_norm:
+        tokens = _final_norm(config, "pre_norm", dtype)(tokens)
     for index in range(config.num_layers):
         last = index == config.num_layers - 1
         block = _encoder_block(config, index, dtype)
         tokens = block(tokens, output_tokens=output_tokens) if last and output_tokens else \
             block(tokens)
-    return LayerNorm(epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm",
-                     dtype=dtype)(tokens)
+    return tokens if config.pooled_norm else _final_norm(config, "encoder_norm", dtype)(tokens)
+
+
+def _final_norm(config: ViTConfig, name: str, dtype=None):
+    return LayerNorm(epsilon=config.layer_norm_epsilon, name=name, dtype=dtype)
 
 
 def _encoder_block(config: ViTConfig, index: int, dtype=None):
@@ -127,6 +133,7 @@ def _encoder_block(config: ViTConfig, index: int, dtype=None):
         attention_dropout_rate=config.attention_dropout_rate,
         gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
         layer_scale_init=config.layer_scale_init, locality=config.locality_attention,
+        activation=config.activation, layer_norm_epsilon=config.layer_norm_epsilon,
         name=f"encoderblock_{index}", dtype=dtype)
 
 
@@ -134,8 +141,9 @@ def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtyp
     if mode == "map":
         from vit_keras.core.heads import MAPHead
 
-        return MAPHead(config.num_heads, config.mlp_dim, config.gelu_approximate, name=name,
-                       dtype=dtype)
+        return MAPHead(config.num_heads, config.mlp_dim, config.gelu_approximate,
+                       activation=config.activation,
+                       layer_norm_epsilon=config.layer_norm_epsilon, name=name, dtype=dtype)
     if mode == "token":
         return vit_layers.TokenPooling("token", start=index, name=name, dtype=dtype)
     # Registers (appended last) are left out of the mean; the rest is averaged as officially.
@@ -144,11 +152,17 @@ def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtyp
 
 
 def _pool(config: ViTConfig, tokens, mode: str, dtype=None):
-    """Token sequence -> one vector per image, through pre_logits when configured."""
+    """Token sequence -> one vector per image, through the pooled norm, pre_logits and the
+    projection when configured."""
     pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, "pool", dtype=dtype)(tokens)
+    if config.pooled_norm:
+        pooled = _final_norm(config, "encoder_norm", dtype)(pooled)
     if config.representation_size is not None:
         pooled = keras.layers.Dense(config.representation_size, activation="tanh",
                                     name="pre_logits", dtype=dtype)(pooled)
+    if config.projection_size is not None:
+        pooled = keras.layers.Dense(config.projection_size, use_bias=False, name="projection",
+                                    dtype=dtype)(pooled)
     return pooled
 
 

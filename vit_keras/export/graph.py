@@ -55,7 +55,16 @@ def float32_model(model: keras.Model) -> keras.Model:
 
     clone = keras.models.clone_model(model, clone_function=clone_layer)
     clone.set_weights(model.get_weights())
-    return clone
+    return keep_preprocessing(model, clone)
+
+
+def keep_preprocessing(model: keras.Model, derived: keras.Model) -> keras.Model:
+    """Marks `derived` (a view or copy of `model`) with `model`'s preprocessing, which a plain
+    functional model does not carry (`vit_keras.preprocessing.of_model` reads the mark)."""
+    from vit_keras import preprocessing as rules
+
+    derived.vit_preprocessing = rules.of_model(model)
+    return derived
 
 
 def _float32_config(value):
@@ -96,7 +105,7 @@ def split_activation(model: keras.Model, activation=None):
                              f"{activation!r} was asked for: expected a model giving logits, "
                              "or the same activation")
         logits_model = keras.Model(model.inputs[0], last.input, name=f"{model.name}_logits")
-        return logits_model, last.activation
+        return keep_preprocessing(model, logits_model), last.activation
     return model, keras.activations.get(activation or "softmax")
 
 
@@ -149,7 +158,8 @@ def at_image_size(model: keras.Model, size=None) -> keras.Model:
         return model
     height, width = input_image_size(model) if size is None else size
     images = keras.Input((height, width, 3), name=model.inputs[0].name)
-    return keras.models.clone_model(model, input_tensors=images, clone_function=_share_weights)
+    return keep_preprocessing(model, keras.models.clone_model(
+        model, input_tensors=images, clone_function=_share_weights))
 
 
 def _share_weights(layer):
@@ -160,17 +170,24 @@ def _share_weights(layer):
     return layer
 
 
-def logits_function(logits_model: keras.Model, include_preprocessing: bool = True):
+def logits_function(logits_model: keras.Model, include_preprocessing: bool = True,
+                    preprocessing=None):
     """A Python function: float32 pixels in 0..255 (NHWC) -> float32 logits.
 
     Args:
         logits_model: the float32 model returning logits.
-        include_preprocessing: map 0..255 to [-1, 1] first (False: the model takes 0..255 itself).
+        include_preprocessing: normalise 0..255 as the weights expect first (False: the model
+            takes 0..255 itself).
+        preprocessing: the weights' `Preprocessing`; default: the model's own (see
+            `vit_keras.preprocessing.of_model`), [-1, 1] for a model that carries none.
     """
+    from vit_keras import preprocessing as rules
+
+    rule = preprocessing or rules.of_model(logits_model)
 
     def logits(images):
         if include_preprocessing:
-            images = preprocess_input(images)
+            images = preprocess_input(images, preprocessing=rule)
         return tf.cast(logits_model(images, training=False), tf.float32)
 
     return logits

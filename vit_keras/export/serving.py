@@ -56,11 +56,15 @@ class _ServingFunctions:
 
     def __init__(self, model: keras.Model, include_preprocessing: bool, image_size=None,
                  activation=None):
+        from vit_keras import preprocessing as rules
+
+        self.preprocessing = rules.of_model(model)
         if image_size is not None or not graph.takes_any_size(model):
             model = graph.at_image_size(model, image_size)
         self.model = graph.float32_model(model)
         logits_model, self._activation = graph.split_activation(self.model, activation)
-        self._logits = graph.logits_function(logits_model, include_preprocessing)
+        self._logits = graph.logits_function(logits_model, include_preprocessing,
+                                             self.preprocessing)
         # serve_bytes resizes to the training size; serving_default of an any-size model
         # takes any size.
         self.height, self.width = input_image_size(self.model)
@@ -101,9 +105,9 @@ class _ServingFunctions:
         with tf.control_dependencies([small_enough]):  # check before allocating
             image = tf.io.decode_image(encoded, channels=3, expand_animations=False,
                                        dtype=tf.uint8)
-        image = tf.image.resize(tf.cast(image, tf.float32), (self.height, self.width),
-                                method="bilinear", antialias=True)
-        return tf.clip_by_value(image, 0.0, 255.0)
+        from vit_keras import preprocessing as rules
+
+        return rules.resize_image(image, (self.height, self.width), self.preprocessing)
 
 
 def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = True,
@@ -116,8 +120,9 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
       (`dynamic_image_size`) takes [batch, any height, any width, 3] here, unless
       `image_size` fixes it.
     - `serve_bytes`: `image_bytes` string [batch] of encoded JPEG, PNG, BMP or GIF files
-      (grayscale and RGBA become RGB; GIFs use their first frame), resized to H x W
-      (bilinear, antialiased) inside the graph -> the same outputs. H x W is the model's
+      (grayscale and RGBA become RGB; GIFs use their first frame), resized (and cropped) to
+      H x W by the weights' rule (`config.preprocessing`: the official bilinear squash, or
+      e.g. timm's bicubic resize and centre crop) inside the graph -> the same outputs. H x W is the model's
       input size: for a model taking any size, `image_size` or else its training size.
 
     Args:
@@ -127,7 +132,8 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
             output gives `probabilities`.
         path: destination directory (local or gs://). Written to a temporary sibling and renamed,
             so a failed export leaves nothing under `path`.
-        include_preprocessing: map 0..255 to [-1, 1] inside the graph (the ViT input range).
+        include_preprocessing: normalise 0..255 inside the graph as the weights expect
+            (`config.preprocessing`: [-1, 1] for the official ones).
             False when the model already takes 0..255 pixels.
         image_size: (height, width) fixing both signatures' size; only for a model taking any
             size (None: any size in `serving_default`).

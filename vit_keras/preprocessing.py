@@ -1,0 +1,261 @@
+"""How images become model inputs for a set of weights: `Preprocessing` travels with the weights.
+
+Every release was trained on pixels prepared one way: the official ViTs and SigLIP on [-1, 1]
+(mean = std = 0.5), DeiT and DINOv2 on ImageNet statistics, CLIP on its own. A model carries its
+`Preprocessing` in its `ViTConfig`; `preprocess_input(images, model=...)`, `vit predict`,
+`vit serve`, `vit evaluate`, `vit train` and the exported graphs all read it there.
+
+The resize rule of each crop mode, for a model input of (height, width):
+- 'squash' (the official evaluation): the whole image is resized to (height, width).
+- 'center' (timm's evaluation transform): the shorter side is resized to
+  floor(side / crop_fraction), the longer one keeping the aspect ratio, then the centre
+  (height, width) is cut out.
+Means and standard deviations apply to pixels scaled to [0, 1].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+CROP_MODES = ("squash", "center")
+
+
+def _triple(name: str, values) -> tuple[float, float, float]:
+    if isinstance(values, numbers.Real) and not isinstance(values, bool):
+        values = (values,) * 3
+    try:
+        result = tuple(float(value) for value in values)
+    except (TypeError, ValueError):
+        result = ()
+    if len(result) != 3:
+        raise ValueError(f"preprocessing {name} must be a number or 3 numbers (R, G, B), got "
+                         f"{values!r}")
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """The input preparation a set of weights was trained with.
+
+    Attributes:
+        mean: per-channel (R, G, B) mean of pixels scaled to [0, 1].
+        std: per-channel standard deviation, all positive.
+        interpolation: 'bilinear' (official), 'bicubic' (timm, CLIP, DINOv2) or 'nearest'.
+            Downscaling is antialiased, as PIL does.
+        crop_fraction: 'center' mode: the fraction of the resized shorter side kept (timm's
+            `crop_pct`, e.g. 0.875); 1.0 keeps all of it.
+        crop_mode: 'squash' (resize the whole image to the model's size) or 'center' (resize
+            the shorter side, then cut out the centre); see the module docstring.
+    """
+
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    interpolation: str = "bilinear"
+    crop_fraction: float = 1.0
+    crop_mode: str = "squash"
+
+    def __post_init__(self):
+        object.__setattr__(self, "mean", _triple("mean", self.mean))
+        object.__setattr__(self, "std", _triple("std", self.std))
+        if min(self.std) <= 0:
+            raise ValueError(f"preprocessing std must be positive, got {self.std}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"preprocessing interpolation must be one of {INTERPOLATIONS}, got "
+                             f"{self.interpolation!r}")
+        if self.crop_mode not in CROP_MODES:
+            raise ValueError(f"preprocessing crop_mode must be one of {CROP_MODES}, got "
+                             f"{self.crop_mode!r}")
+        fraction = self.crop_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or \
+                not 0.0 < fraction <= 1.0:
+            raise ValueError(f"preprocessing crop_fraction must be in (0, 1], got {fraction!r}")
+        object.__setattr__(self, "crop_fraction", float(fraction))
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly dict; `Preprocessing.from_dict` inverts it."""
+        data = dataclasses.asdict(self)
+        data.update(mean=list(self.mean), std=list(self.std))
+        return data
+
+    @classmethod
+    def from_dict(cls, data) -> "Preprocessing":
+        """Builds one from `to_dict` output (or returns a `Preprocessing` as it is)."""
+        if isinstance(data, cls):
+            return data
+        if not isinstance(data, dict):
+            raise ValueError(f"preprocessing must be a Preprocessing or a dict of its fields, got "
+                             f"{data!r}")
+        fields = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ValueError(f"unknown preprocessing field(s) {unknown}; expected some of "
+                             f"{sorted(fields)}")
+        return cls(**data)
+
+    def describe(self) -> str:
+        """A short human-readable summary, e.g. 'mean 0.5, std 0.5, bilinear, squash'."""
+        def numbers_of(values):
+            return (f"{values[0]:g}" if len(set(values)) == 1
+                    else "(" + ", ".join(f"{value:g}" for value in values) + ")")
+
+        crop = (f"centre crop {self.crop_fraction:g}" if self.crop_mode == "center"
+                else "squash")
+        return f"mean {numbers_of(self.mean)}, std {numbers_of(self.std)}, " \
+               f"{self.interpolation}, {crop}"
+
+
+OFFICIAL = Preprocessing()
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def of_model(model) -> Preprocessing:
+    """The preprocessing a model's weights expect: its `ViTConfig`'s (or that of the model an
+    export view was made from), else the official one (any other Keras model is assumed to
+    take [-1, 1] inputs, as every model here did)."""
+    from vit_keras.config import ViTConfig
+
+    config = getattr(model, "config", None)
+    if isinstance(config, ViTConfig):
+        return config.preprocessing
+    marked = getattr(model, "vit_preprocessing", None)
+    return marked if isinstance(marked, Preprocessing) else OFFICIAL
+
+
+def from_timm_config(pretrained_cfg: dict) -> Preprocessing:
+    """The preprocessing of a timm `pretrained_cfg` (its `config.json` on the Hub).
+
+    Args:
+        pretrained_cfg: with `mean`, `std` and optionally `interpolation` (default bicubic),
+            `crop_pct` (default 0.875, timm's) and `crop_mode` (default 'center').
+
+    Returns:
+        The `Preprocessing`.
+    """
+    interpolation = pretrained_cfg.get("interpolation") or "bicubic"
+    return Preprocessing(mean=pretrained_cfg.get("mean", IMAGENET_MEAN),
+                         std=pretrained_cfg.get("std", IMAGENET_STD),
+                         interpolation=interpolation if interpolation in INTERPOLATIONS
+                         else "bicubic",
+                         crop_fraction=pretrained_cfg.get("crop_pct") or 0.875,
+                         crop_mode="squash" if pretrained_cfg.get("crop_mode") == "squash"
+                         else "center")
+
+
+def resize_plan(height: int, width: int, target, preprocessing: Preprocessing):
+    """Where an image of (height, width) is resized to and cropped, for a model input `target`.
+
+    Args:
+        height, width: the decoded image's size.
+        target: the model's (height, width).
+        preprocessing: the weights' rule.
+
+    Returns:
+        ((resized height, resized width), (top, left)) of the crop of size `target`.
+    """
+    out_h, out_w = target
+    fraction = preprocessing.crop_fraction
+    resized = (math.floor(out_h / fraction), math.floor(out_w / fraction))
+    if _keeps_aspect(target, preprocessing):
+        # timm (torchvision's Resize(int)): the shorter side to floor(size / crop_pct), the
+        # longer one truncated so the aspect ratio is kept.
+        short = resized[0]
+        resized = ((short, int(short * width / height)) if height <= width
+                   else (int(short * height / width), short))
+    return resized, (int(round((resized[0] - out_h) / 2.0)),
+                     int(round((resized[1] - out_w) / 2.0)))
+
+
+def _keeps_aspect(target, preprocessing: Preprocessing) -> bool:
+    """'center' mode on a square input keeps the aspect ratio; on a non-square input timm
+    resizes both sides (by the crop fraction), as 'squash' does, then crops."""
+    return preprocessing.crop_mode == "center" and target[0] == target[1]
+
+
+def normalize(images, preprocessing: Preprocessing = OFFICIAL):
+    """RGB pixels in 0..255 -> model inputs: (pixels / 255 - mean) / std, float32.
+
+    Args:
+        images: array or tensor [..., 3] (any leading shape), values in [0, 255].
+        preprocessing: the weights' rule (default: the official [-1, 1]).
+
+    Returns:
+        float32 tensor of the same shape.
+    """
+    from keras import ops
+
+    images = ops.cast(images, "float32")
+    if preprocessing.mean == OFFICIAL.mean and preprocessing.std == OFFICIAL.std:
+        return (images - 127.5) / 127.5  # [-1, 1], bit for bit as before
+    mean = ops.convert_to_tensor([255.0 * value for value in preprocessing.mean], "float32")
+    scale = ops.convert_to_tensor([1.0 / (255.0 * value) for value in preprocessing.std],
+                                  "float32")
+    return (images - mean) * scale
+
+
+def resize_image(image, size, preprocessing: Preprocessing = OFFICIAL):
+    """One decoded image [h, w, c] -> float32 [height, width, c] in 0..255, by the rule of
+    `preprocessing` (TensorFlow ops: it runs in tf.data and in exported graphs).
+
+    Args:
+        image: uint8 or float tensor [h, w, c]; its size may be unknown until run time.
+        size: the model's (height, width).
+        preprocessing: the weights' rule.
+
+    Returns:
+        The resized (and cropped) image, clipped to [0, 255].
+    """
+    import tensorflow as tf
+
+    out_h, out_w = size
+    image = tf.cast(image, tf.float32)
+    cropped = not (preprocessing.crop_mode == "squash" and preprocessing.crop_fraction == 1.0)
+    resized_hw, offsets = (out_h, out_w), None
+    if cropped:
+        resized_hw, offsets = _dynamic_plan(tf.shape(image)[0], tf.shape(image)[1], size,
+                                            preprocessing)
+    if preprocessing.interpolation == "bicubic":
+        image = _resize_as_pil(image, resized_hw)
+    else:
+        image = tf.image.resize(image, resized_hw, method=preprocessing.interpolation,
+                                antialias=preprocessing.interpolation != "nearest")
+    if cropped:
+        image = tf.slice(image, [offsets[0], offsets[1], 0], [out_h, out_w, -1])
+        image = tf.ensure_shape(image, [out_h, out_w, None])
+    return tf.clip_by_value(image, 0.0, 255.0)
+
+
+def _resize_as_pil(image, size):
+    """Bicubic resize as PIL does it (what timm's transforms run): the width first, then the
+    height, each pass rounded and clipped to 0..255 as PIL's 8-bit images are. A one-pass
+    float resize differs from it by up to 5 grey levels where the cubic overshoots an edge."""
+    import tensorflow as tf
+
+    def one_pass(values, height, width):
+        values = tf.image.resize(values, (height, width), method="bicubic", antialias=True)
+        return tf.round(tf.clip_by_value(values, 0.0, 255.0))
+
+    image = one_pass(image, tf.shape(image)[0], size[1])
+    return one_pass(image, size[0], size[1])
+
+
+def _dynamic_plan(height, width, size, preprocessing: Preprocessing):
+    """`resize_plan` with the image size as run-time int32 tensors."""
+    import tensorflow as tf
+
+    (fixed_h, fixed_w), _ = resize_plan(1, 1, size, preprocessing)
+    if _keeps_aspect(size, preprocessing):
+        short = tf.constant(fixed_h, tf.float64)
+        h, w = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
+        resized = tf.cast(tf.stack([tf.where(h <= w, short, tf.floor(short * h / w)),
+                                    tf.where(h <= w, tf.floor(short * w / h), short)]), tf.int32)
+    else:
+        resized = tf.constant([fixed_h, fixed_w], tf.int32)
+    excess = tf.cast(resized - tf.constant(list(size), tf.int32), tf.float64)
+    offsets = tf.cast(tf.round(excess / 2.0), tf.int32)
+    return resized, (offsets[0], offsets[1])
