@@ -2,10 +2,13 @@
 pipeline, evaluation, `vit predict`, `vit serve` and `vit inspect` alike.
 
 The resize rule, everywhere: decode to RGB uint8 (grayscale and RGBA become RGB, a GIF gives its
-first frame), then bilinear, antialiased, half-pixel-centre resize to the model's (height,
-width) in float32 0..255 (`tf.image.resize(..., antialias=True)`, clipped), then scale to the
-model's [-1, 1]. The SavedModel's `serve_bytes` signature decodes and resizes the same way in its
-graph (`vit_keras.export.serving`), with the same pixel limit.
+first frame), then resize to the model's (height, width) in float32 0..255 by the rule its
+weights were made with (`vit_keras.preprocessing.resize_image`: for the official weights a
+bilinear, antialiased, half-pixel-centre resize of the whole image; for timm's DeiT-III, DINOv2,
+SigLIP and CLIP files a bicubic resize of the shorter side and a centre crop), then normalise
+by the weights' mean and std ([-1, 1] for the official ones). The SavedModel's `serve_bytes`
+signature decodes and resizes the same way in its graph (`vit_keras.export.serving`), with the
+same pixel limit.
 
 A file that cannot be used raises `ImageError`, whose `reason` says why in a word a caller can
 act on (`vit serve` answers 413 for `too_large`, 400 for the others).
@@ -22,6 +25,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from vit_keras import preprocessing as rules
 from vit_keras.export.serving import MAX_IMAGE_PIXELS
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -155,25 +159,28 @@ def image_hw(size) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
-def resize(image: tf.Tensor, size) -> tf.Tensor:
-    """Any uint8/float image [h, w, c] -> float32 [height, width, c] in 0..255: bilinear,
-    antialiased, half-pixel centres.
+def resize(image: tf.Tensor, size, preprocessing=rules.OFFICIAL) -> tf.Tensor:
+    """Any uint8/float image [h, w, c] -> float32 [height, width, c] in 0..255, by the weights'
+    rule (default: the official bilinear, antialiased, half-pixel-centre resize).
 
     Args:
         image: [h, w, c].
         size: the output size, an int (square) or (height, width).
+        preprocessing: the weights' `Preprocessing`.
     """
-    image = tf.image.resize(tf.cast(image, tf.float32), image_hw(size), method="bilinear",
-                            antialias=True)
-    return tf.clip_by_value(image, 0.0, 255.0)
+    return rules.resize_image(image, image_hw(size), preprocessing)
 
 
-def scale(images):
-    """0..255 -> [-1, 1], the ViT input range."""
-    return images / 127.5 - 1.0
+def scale(images, preprocessing=rules.OFFICIAL):
+    """0..255 -> model inputs: (pixels / 255 - mean) / std ([-1, 1] for the official
+    weights)."""
+    if preprocessing.mean == rules.OFFICIAL.mean and preprocessing.std == rules.OFFICIAL.std:
+        return images / 127.5 - 1.0
+    return rules.normalize(images, preprocessing)
 
 
-def read_images(files, size, channels: int = 3, names=None) -> np.ndarray:
+def read_images(files, size, channels: int = 3, names=None,
+                preprocessing=rules.OFFICIAL) -> np.ndarray:
     """Encoded image files -> float32 [n, height, width, channels] in 0..255, each checked,
     decoded and resized by the rule above.
 
@@ -182,6 +189,7 @@ def read_images(files, size, channels: int = 3, names=None) -> np.ndarray:
         size: (height, width) (or an int) to resize to.
         channels: 3 (RGB) or 1 (grey: ITU-R 601 luma of the RGB image).
         names: what errors call each file (its path, "instance 3:"); default "image <i>".
+        preprocessing: the weights' rule for the resize (and crop).
 
     Returns:
         The images, in the order of `files`.
@@ -192,15 +200,17 @@ def read_images(files, size, channels: int = 3, names=None) -> np.ndarray:
     names = names if names is not None else [f"image {index}" for index in range(len(files))]
     for data, name in zip(files, names):
         check(data, name)
-    return decode_checked(files, size, channels, names)
+    return decode_checked(files, size, channels, names, preprocessing)
 
 
-def load_files(paths, size, channels: int = 3) -> np.ndarray:
+def load_files(paths, size, channels: int = 3, preprocessing=rules.OFFICIAL) -> np.ndarray:
     """`read_images` of image files given by path (errors name the file)."""
-    return decode_checked([read_file(path) for path in paths], size, channels, list(paths))
+    return decode_checked([read_file(path) for path in paths], size, channels, list(paths),
+                          preprocessing)
 
 
-def decode_checked(files, size, channels: int = 3, names=None) -> np.ndarray:
+def decode_checked(files, size, channels: int = 3, names=None,
+                   preprocessing=rules.OFFICIAL) -> np.ndarray:
     """`read_images` for files that already passed `check` (a server checks each request's
     files as it parses them)."""
     if channels not in (1, 3):
@@ -209,7 +219,7 @@ def decode_checked(files, size, channels: int = 3, names=None) -> np.ndarray:
     images = []
     for index, data in enumerate(files):
         try:
-            image = resize(decode(tf.constant(data)), size)
+            image = resize(decode(tf.constant(data)), size, preprocessing)
         except tf.errors.OpError as error:  # a file PIL accepts but TensorFlow cannot decode
             name = names[index] if names is not None else f"image {index}"
             raise ImageError(f"{name} cannot be decoded ({error.message})", "corrupt") from None

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from vit.data.source import Source
 from vit.images import image_hw, resize, scale
+from vit_keras.preprocessing import OFFICIAL
 
 
 def targets(labels: tf.Tensor, depth: int, multilabel: bool) -> tf.Tensor:
@@ -23,11 +24,12 @@ def with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def eval_images(source: Source, image_size) -> tf.data.Dataset:
-    """Unbatched `(image float32 0..255 [height, width, 3], label)` plain-resized to
-    `image_size` (an int or (height, width)), in source order."""
+def eval_images(source: Source, image_size, preprocessing=OFFICIAL) -> tf.data.Dataset:
+    """Unbatched `(image float32 0..255 [height, width, 3], label)` resized to `image_size`
+    (an int or (height, width)) by the weights' rule (`preprocessing`), in source order."""
     dataset = source.records().map(lambda record, label: (resize(source.decode(record),
-                                                                 image_size), label),
+                                                                 image_size, preprocessing),
+                                                          label),
                                    num_parallel_calls=tf.data.AUTOTUNE)
     if source.ignore_errors:
         dataset = dataset.ignore_errors(log_warning=True)
@@ -36,30 +38,33 @@ def eval_images(source: Source, image_size) -> tf.data.Dataset:
 
 def eval_dataset(source: Source, image_size, batch_size: int,
                  num_classes: int | None = None, drop_remainder: bool = False,
-                 max_examples: int | None = None) -> tf.data.Dataset:
-    """Evaluation batches `(images in [-1, 1], targets)`: plain resize, no shuffling; the
-    targets are one-hot, or multi-hot for a multi-label source.
+                 max_examples: int | None = None, preprocessing=OFFICIAL) -> tf.data.Dataset:
+    """Evaluation batches `(model inputs, targets)`: resized and normalised as the weights
+    expect (`preprocessing`; [-1, 1] for the official ones), no shuffling; the targets are
+    one-hot, or multi-hot for a multi-label source.
 
     Args:
         drop_remainder: drop a last partial batch (TPUs and multi-process runs need full ones).
         max_examples: evaluate only the first examples (None: all).
     """
     depth = num_classes or source.num_classes
-    dataset = eval_images(source, image_size)
+    dataset = eval_images(source, image_size, preprocessing)
     if max_examples is not None:
         dataset = dataset.take(max_examples)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    dataset = dataset.map(lambda images, labels: (scale(images),
+    dataset = dataset.map(lambda images, labels: (scale(images, preprocessing),
                                                   targets(labels, depth, source.multilabel)),
                           num_parallel_calls=tf.data.AUTOTUNE)
     return with_options(dataset.prefetch(tf.data.AUTOTUNE))
 
 
-def take_raw_images(source: Source, image_size, count: int) -> tuple[np.ndarray, np.ndarray]:
+def take_raw_images(source: Source, image_size, count: int,
+                    preprocessing=OFFICIAL) -> tuple[np.ndarray, np.ndarray]:
     """Up to `count` eval-resized images as float32 NHWC 0..255 numpy + their labels (for
     export): int64 class ids, or multi-hot float32 [n, classes] for a multi-label source."""
     images, labels = [], []
-    for image, label in eval_images(source, image_size).take(count).as_numpy_iterator():
+    for image, label in eval_images(source, image_size,
+                                    preprocessing).take(count).as_numpy_iterator():
         images.append(image)
         labels.append(label)
     dtype, label_shape = (np.float32, (source.num_classes,)) if source.multilabel else \

@@ -21,8 +21,9 @@ from typing import Callable
 import numpy as np
 
 from vit.images import decode_checked
+from vit_keras.preprocessing import OFFICIAL, Preprocessing, of_model
 from vit.inference.model_files import (ACTIVATIONS, activation_beside, labels_beside,
-                                       load_model)
+                                       load_model, preprocessing_beside)
 
 IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (multi-label)
 FORMATS = ("keras", "saved_model", "tflite", "onnx", "pretrained")
@@ -47,6 +48,8 @@ class Classifier:
         activation: 'sigmoid' when the scores are independent per class (a multi-label
             model), 'softmax' when they sum to 1, None when not recorded (then as
             `scores_from_logits` chooses).
+        preprocessing: how encoded images are resized for it (the weights' rule; the
+            normalisation is inside `run_outputs`).
     """
 
     path: str
@@ -59,6 +62,7 @@ class Classifier:
     takes_any_size: bool = False
     run_encoded: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
     activation: str | None = None
+    preprocessing: Preprocessing = OFFICIAL
 
     @property
     def class_names(self) -> list[str]:
@@ -108,7 +112,8 @@ class Classifier:
         """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`."""
         if self.run_encoded is not None:
             return self.run_encoded(np.asarray(files, dtype=object))
-        return self.predict(decode_checked(files, self.image_size))
+        return self.predict(decode_checked(files, self.image_size,
+                                           preprocessing=self.preprocessing))
 
     def attention_rollout(self, images) -> np.ndarray:
         """Where the model looks: [batch, grid rows, grid cols] rollout weights in [0, 1].
@@ -121,7 +126,8 @@ class Classifier:
                              "file")
         from vit_keras import analysis, preprocess_input
 
-        maps = analysis.attention_rollout(self.keras_model, preprocess_input(images))
+        maps = analysis.attention_rollout(self.keras_model,
+                                          preprocess_input(images, model=self.keras_model))
         peaks = maps.reshape(len(maps), -1).max(axis=1).reshape(-1, 1, 1)
         return (maps / np.maximum(peaks, 1e-12)).astype(np.float32)
 
@@ -209,12 +215,13 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None,
     from vit_keras.core.model import input_image_size
 
     def run_logits(images):  # the compiled predict function (tf.function / jax.jit)
-        return np.asarray(model.predict_on_batch(preprocess_input(images)))
+        return np.asarray(model.predict_on_batch(preprocess_input(images, model=model)))
 
     return Classifier(path=path, format=format, image_size=input_image_size(model),
                       num_classes=int(model.output_shape[-1]), labels=labels,
                       run_outputs=outputs_from_logits(run_logits, activation), keras_model=model,
-                      takes_any_size=graph.takes_any_size(model), activation=activation)
+                      takes_any_size=graph.takes_any_size(model), activation=activation,
+                      preprocessing=of_model(model))
 
 
 def _keras(path: str, labels_path: str | None) -> Classifier:
@@ -240,7 +247,8 @@ def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
                       image_size=tuple(runner.input_shape[:2]),
                       num_classes=int(runner.num_classes),
                       labels=labels_beside(path, labels_path),
-                      run_outputs=outputs_from_logits(runner, activation), activation=activation)
+                      run_outputs=outputs_from_logits(runner, activation), activation=activation,
+                      preprocessing=preprocessing_beside(path))
 
 
 def _saved_model(path: str, labels_path: str | None) -> Classifier:

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the paper's few-shot linear evaluation (ridge regression "
                         "on frozen pre-logit features) with N training examples per class "
                         "(default: 1 5 10 25); shots are drawn from the data's training split")
+    parser.add_argument("--block", type=int, metavar="I", default=None,
+                        help="with --few-shot: probe encoder block I instead (negative counts "
+                             "from the end): its final-normed class token, or its patch mean")
 
 
 def class_names_for(model_path: str, labels_path: str | None, fallback: list[str]) -> list[str]:
@@ -87,11 +90,13 @@ def _logits_and_labels(model, source, batch_size: int, image_size):
 
     from vit.data import evaluation
     from vit.images import scale
+    from vit_keras.preprocessing import of_model
 
     size = evaluation_size(model, image_size)
+    rule = of_model(model)
     logits, labels = [], []
-    for images, batch_labels in evaluation.eval_images(source, size).batch(batch_size):
-        logits.append(np.asarray(model(scale(images), training=False), np.float64))
+    for images, batch_labels in evaluation.eval_images(source, size, rule).batch(batch_size):
+        logits.append(np.asarray(model(scale(images, rule), training=False), np.float64))
         labels.append(batch_labels.numpy())
     if not logits:
         raise ValueError(f"{source.spec} holds no images to evaluate")
@@ -160,19 +165,24 @@ def evaluation_size(model, image_size=None) -> tuple[int, int]:
     return image_size
 
 
-def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=None) -> dict:
+def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=None,
+                    block: int | None = None) -> dict:
     """Few-shot accuracy per shot count: shots from `spec`'s training split, tested on
     `test_source` (for folder/tfrecord data both are the same images)."""
     from vit.data import evaluation, sources
     from vit.images import scale
     from vit_keras import analysis
+    from vit_keras.preprocessing import of_model
 
     size = evaluation_size(model, image_size)
+    rule = of_model(model)
     train_source = sources.load_source(spec, "train", data_dir, val_split=0.0)
-    train_images, train_labels = evaluation.take_raw_images(train_source, size, FEW_SHOT_POOL)
-    test_images, test_labels = evaluation.take_raw_images(test_source, size, FEW_SHOT_POOL)
-    accuracies = analysis.few_shot(model, (scale(train_images), train_labels),
-                                   (scale(test_images), test_labels), shots=shots)
+    train_images, train_labels = evaluation.take_raw_images(train_source, size, FEW_SHOT_POOL,
+                                                            rule)
+    test_images, test_labels = evaluation.take_raw_images(test_source, size, FEW_SHOT_POOL, rule)
+    accuracies = analysis.few_shot(model, (scale(train_images, rule), train_labels),
+                                   (scale(test_images, rule), test_labels), shots=shots,
+                                   block=block)
     return {str(count): float(accuracy) for count, accuracy in accuracies.items()}
 
 
@@ -201,7 +211,11 @@ def run(args: argparse.Namespace) -> int:
     if args.few_shot is not None:
         shots = tuple(args.few_shot) or (1, 5, 10, 25)
         results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots,
-                                              args.image_size)
+                                              args.image_size, args.block)
+        if args.block is not None:
+            results["few_shot_block"] = args.block
+    elif args.block is not None:
+        raise ValueError("--block chooses the block --few-shot probes: add --few-shot")
     for row in results["per_class"]:
         row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
     height, width = evaluation_size(model, args.image_size)

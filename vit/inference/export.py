@@ -91,6 +91,10 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     report = _report_header(eval_images, latency_runs, _label_scores(keras_logits, eval_labels))
     report["serving_default_any_size"] = image_size is None and graph.takes_any_size(model)
     report["activation"] = activation or "softmax"
+    # The exported graphs normalise inside; a runtime still resizes by the weights' rule.
+    from vit_keras.preprocessing import of_model
+
+    report["preprocessing"] = of_model(model).to_dict()
     os.makedirs(output_dir, exist_ok=True)
     lite_options = dict(num_calibration_images=num_calibration_images,
                         int8_float_ops=int8_float_ops, int8_per_channel=int8_per_channel,

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = load_model(args.model)
     config = vit_keras.config_from_model(model)
-    images = load_files(args.images, config.image_hw, config.channels)
+    images = load_files(args.images, config.image_hw, config.channels, config.preprocessing)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.model)), "inspect")
     summary = inspect_model(model, images, output,
                             image_names=[os.path.basename(path) for path in args.images],
@@ -105,7 +105,8 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
 
     config = vit_keras.config_from_model(model)
     pixels = np.asarray(images, dtype=np.float32)
-    inputs = keras.ops.convert_to_numpy(vit_keras.preprocess_input(pixels))
+    inputs = keras.ops.convert_to_numpy(vit_keras.preprocess_input(
+        pixels, preprocessing=config.preprocessing))
     names = list(image_names) if image_names is not None else [
         f"image {i}" for i in range(len(pixels))]
     if len(names) != len(pixels):

@@ -35,6 +35,22 @@ def labels_beside(model_path: str, labels_path: str | None) -> list[str] | None:
     return read_labels(path) if os.path.exists(path) else None
 
 
+def preprocessing_beside(model_path: str):
+    """The preprocessing recorded next to a TFLite/ONNX file or SavedModel (`export.json`),
+    else the official one (files exported before it was recorded took [-1, 1])."""
+    from vit_keras.preprocessing import OFFICIAL, Preprocessing
+
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "export.json")
+    if not os.path.exists(path):
+        return OFFICIAL
+    with open(path) as handle:
+        recorded = json.load(handle).get("preprocessing")
+    try:
+        return OFFICIAL if recorded is None else Preprocessing.from_dict(recorded)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
 def activation_beside(model_path: str) -> str | None:
     """The activation recorded next to a model file or SavedModel directory: the `activation`
     of the run's config.json, else of the export's export.json; None when neither has one."""

@@ -1,5 +1,5 @@
 """The training input pipeline that feeds `fit`: decode -> crop/resize -> batch -> augment ->
-scale to [-1, 1] -> prefetch (evaluation batches: `vit.data.evaluation`).
+normalise as the weights expect ([-1, 1] for the official ones) -> prefetch (evaluation batches: `vit.data.evaluation`).
 
 Training batches are a pure function of (seed, epoch, step): each epoch is shuffled with its own
 seed and each batch is augmented with its own stateless seed, so a resumed run sees exactly the
@@ -14,6 +14,7 @@ import tensorflow as tf
 from vit.data.evaluation import targets, with_options
 from vit.data.source import Source
 from vit.images import resize, scale
+from vit_keras.preprocessing import OFFICIAL
 from vit.training.augment import build_augment
 
 
@@ -57,19 +58,21 @@ def shuffled(source: Source, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
     return source.records().batch(max(1, buffer)).enumerate().flat_map(permute)
 
 
-def _crop(image, image_size, settings, seed) -> tf.Tensor:
-    """The training crop of one decoded image (`settings`: the preset's `augment` section)."""
+def _crop(image, image_size, settings, seed, preprocessing=OFFICIAL) -> tf.Tensor:
+    """The training crop of one decoded image (`settings`: the preset's `augment` section);
+    without a random crop, the weights' own resize rule."""
     if settings.crop == "inception":
         return inception_crop(image, image_size, settings.crop_area_min, seed)
-    image = resize(image, image_size)
+    image = resize(image, image_size, preprocessing)
     return pad_crop(image, settings.pad, seed) if settings.crop == "pad_crop" and settings.pad \
         else image
 
 
 def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_epoch: int = 0,
                   start_step: int = 0, steps_per_epoch: int | None = None,
-                  num_classes: int | None = None, drop_remainder: bool = True) -> tf.data.Dataset:
-    """Training batches `(images in [-1, 1], targets)` for epochs start_epoch..epochs-1; the
+                  num_classes: int | None = None, drop_remainder: bool = True,
+                  preprocessing=OFFICIAL) -> tf.data.Dataset:
+    """Training batches `(model inputs, targets)` for epochs start_epoch..epochs-1; the
     targets are one-hot, or multi-hot for a multi-label source.
 
     Args:
@@ -83,6 +86,8 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
         steps_per_epoch: batches per epoch (default: all full batches of one pass).
         num_classes: one-hot depth (default: the source's class count).
         drop_remainder: drop a last partial batch (static shapes; needed for TPUs).
+        preprocessing: what the weights expect (mean, std; resize rule without random crop);
+            default: the official [-1, 1].
 
     Returns:
         A `tf.data.Dataset` of exactly (epochs - start_epoch) * steps_per_epoch - start_step
@@ -97,7 +102,7 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
 
     def prepare(index, record, label, epoch):
         element_seed = tf.stack([seed * 1_000_003 + epoch, 2 * index])  # even: elements
-        image = _crop(source.decode(record), image_size, settings, element_seed)
+        image = _crop(source.decode(record), image_size, settings, element_seed, preprocessing)
         return image, targets(label, depth, source.multilabel)
 
     def one_epoch(epoch):
@@ -120,7 +125,7 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
         if augment is not None:
             batch_seed = tf.stack([seed * 1_000_003 + epoch, 2 * step + 1])  # odd: batches
             images, labels = augment(images, labels, batch_seed)
-        return scale(images), labels
+        return scale(images, preprocessing), labels
 
     dataset = dataset.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
     return with_options(dataset.prefetch(tf.data.AUTOTUNE))

@@ -305,7 +305,8 @@ class Run:
         preset, plan = self.preset, self.plan
         return pipeline.train_dataset(
             self.data.train, self.config.image_hw, plan.step_batch, preset,
-            start_epoch=first_epoch, start_step=first_step, steps_per_epoch=plan.steps_per_epoch)
+            start_epoch=first_epoch, start_step=first_step, steps_per_epoch=plan.steps_per_epoch,
+            preprocessing=self.config.preprocessing)
 
     def _val_stream(self):
         if self.data.val is None:
@@ -318,7 +319,8 @@ class Run:
         self.val_examples = usable or count
         return evaluation.eval_dataset(self.data.val, self.config.image_hw, self.plan.step_batch,
                                      num_classes=self.data.train.num_classes,
-                                     drop_remainder=whole, max_examples=usable)
+                                     drop_remainder=whole, max_examples=usable,
+                                     preprocessing=self.config.preprocessing)
 
     def _processes(self) -> int:
         distribution = self.placement.distribution
@@ -390,7 +392,8 @@ class Run:
         heads = [layer for layer in finetune.head_layers(network) if layer.name != "pre_logits"]
         features = evaluation.eval_dataset(self.data.train, self.config.image_hw,
                                          self.plan.step_batch,
-                                         num_classes=self.data.train.num_classes)
+                                         num_classes=self.data.train.num_classes,
+                                         preprocessing=self.config.preprocessing)
         started = time.perf_counter()
         self.signals.phase = "the linear probe"
         with console.stage(f"probe: features of {self.num_examples} training images, then "

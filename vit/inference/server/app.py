@@ -239,7 +239,8 @@ class _Service:
 
     def _decode(self, files: list[bytes]) -> np.ndarray:
         try:
-            return images.decode_checked(files, self.model.image_size)
+            return images.decode_checked(files, self.model.image_size,
+                                         preprocessing=self.model.preprocessing)
         except images.ImageError as error:
             raise RequestError(STATUS_OF_IMAGE_PROBLEM[error.reason], str(error)) from None
 
