@@ -151,6 +151,20 @@ def _read(weights: str, variant: str | None,
         raise
 
 
+def read_weights_file(weights: str, num_heads: int) -> tuple[keys.Checkpoint, str]:
+    """An `https://` URL, `hf://` reference or path, fetched and read into canonical names.
+
+    Args:
+        weights: where the file is (no weight name: those are official releases).
+        num_heads: attention heads of the target model.
+
+    Returns:
+        (checkpoint, local path).
+    """
+    checkpoint, path, _ = _read(weights, None, num_heads)
+    return checkpoint, path
+
+
 def _variant_of_model(config, weights) -> str | None:
     """The official variant of `config`, when `weights` is a weight name (else None: unneeded).
 

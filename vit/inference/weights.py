@@ -37,6 +37,19 @@ def release_table(releases) -> list[str]:
             for row in rows]
 
 
+def family_table() -> list[str]:
+    """The lines of `vit weights list` for the DeiT-III, DINOv2, SigLIP and CLIP weights."""
+    from vit_keras import families
+
+    rows = [("weights (create_model name or hf:// reference)", "px", "preprocessing")]
+    rows += [(model.reference(tag), str(model.config.image_hw[0]), rule.describe())
+             for model, tag in families.weight_references()
+             for rule in [model.tags[tag]]]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+            for row in rows]
+
+
 def _size(release) -> str:
     """The cached file's size, else the published one, else '?'."""
     size = os.path.getsize(release.cache_path) if release.cached else release.size
@@ -57,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         print("*: the released head is all zeros (for fine-tuning only)")
         print("'?': size not published (nor checksums); downloads are checked by length "
               "and structure.")
+        if variant is None:
+            print("\nDeiT-III, DINOv2, SigLIP and CLIP (timm's files on the Hugging Face Hub; "
+                  "vit_keras.create_model(NAME, weights=TAG)):")
+            print("\n".join(family_table()))
         return 0
     path = pretrained.weights_file(args.name, variant)
     if not os.path.exists(path):

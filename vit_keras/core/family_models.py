@@ -1,0 +1,103 @@
+"""`create_family_model`: a DeiT-III, DINOv2, SigLIP or CLIP model by timm's name, its config
+from the table of `vit_keras.families` and the weights' file, its preprocessing from the
+weights."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from vit_keras import families, preprocessing
+from vit_keras.core.model import VisionTransformer
+
+logger = logging.getLogger(__name__)
+
+
+def create_family_model(name: str, weights: str | None = None, include_top: bool | None = None,
+                        input_shape=None, classes: int | None = None, pooling: str | None = None,
+                        classifier_activation=None, **config_overrides):
+    """Builds a family model, optionally with its weights.
+
+    Args:
+        name: timm's name, with or without the weight tag ('vit_small_patch14_dinov2',
+            'vit_base_patch16_siglip_224.v2_webli'); see `vit_keras.families.FAMILY_MODELS`.
+        weights: None (random init); 'pretrained' or a tag (the `hf://timm/NAME.TAG` file,
+            downloaded once); an `hf://` reference or the path of a timm-layout file.
+        include_top: with a classifier head; default: when the weights have one (DeiT-III) or
+            `classes` is given. Without it the model returns the pooled embedding (through
+            CLIP's projection), or the tokens with `pooling=None` given explicitly... see
+            `pooling`.
+        input_shape: (height, width, channels); default: the weights' resolution. The
+            position embedding is resized as timm does (antialiased bicubic).
+        classes: a new head of this many classes (fine-tuning; CLIP's projection is then
+            dropped, as timm's `reset_classifier` does).
+        pooling: without a head: 'token', 'gap', 'map' or None (the token sequence); default
+            the family's own pooling.
+        classifier_activation: as for `VisionTransformer`.
+        **config_overrides: other `ViTConfig` fields (dropout_rate, drop_path_rate, ...).
+
+    Returns:
+        A `VisionTransformer` whose `config.preprocessing` is what the weights expect.
+    """
+    spec, tag = families.split_name(name)
+    reference, tag = _weights_reference(spec, tag, weights)
+    config = spec.config.replace(preprocessing=spec.tags[tag or next(iter(spec.tags))])
+    checkpoint = path = None
+    if reference is not None:
+        from vit_keras.weights import read_weights_file
+
+        checkpoint, path = read_weights_file(reference, config.num_heads)
+        checkpoint.posemb_method = "bicubic"  # timm's resize, as users of these files expect
+        config = config.replace(preprocessing=_file_preprocessing(path) or config.preprocessing)
+    new_head = classes is not None
+    if include_top is None:
+        include_top = spec.has_head or new_head
+    changes = dict(config_overrides)
+    if new_head:
+        changes.update(num_classes=classes, projection_size=None)
+    if input_shape is not None:
+        changes.update(image_size=tuple(input_shape[:2]), channels=input_shape[2])
+    config = config.replace(**changes)
+    if not include_top and pooling is None:
+        pooling = config.classifier
+    model = VisionTransformer(config, include_top=include_top,
+                              pooling=None if include_top else pooling,
+                              classifier_activation=classifier_activation,
+                              name=spec.name)
+    if checkpoint is not None:
+        from vit_keras.weights import assign_checkpoint
+
+        assign_checkpoint(model, checkpoint, path, skip_head=True if new_head else None)
+    return model
+
+
+def _weights_reference(spec, tag, weights):
+    """(what to read or None, the weight tag or None) for the `weights` argument."""
+    if weights is None:
+        return None, tag
+    if weights == "pretrained" or weights in spec.tags:
+        tag = weights if weights in spec.tags else tag or next(iter(spec.tags))
+        return spec.reference(tag), tag
+    if weights.startswith(families.HUB_PREFIX):
+        _, file_tag = families.split_name(weights.split("/")[3].split("@")[0])
+        return weights, file_tag or tag
+    return weights, tag
+
+
+def _file_preprocessing(path: str):
+    """The preprocessing of timm's `config.json` beside a weights file (a Hub download), or
+    None when there is none."""
+    config_path = os.path.join(os.path.dirname(path), "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    try:
+        with open(config_path, encoding="utf-8") as file:
+            pretrained_cfg = json.load(file).get("pretrained_cfg")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(pretrained_cfg, dict) or "mean" not in pretrained_cfg:
+        return None
+    found = preprocessing.from_timm_config(pretrained_cfg)
+    logger.info("%s: preprocessing from %s: %s", path, config_path, found.describe())
+    return found
