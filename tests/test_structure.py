@@ -77,7 +77,7 @@ print(sorted(name for name in {HEAVY} if name in sys.modules))
 
 
 @pytest.mark.parametrize("command", ["", "train", "evaluate", "predict", "serve", "export",
-                                     "inspect", "bench", "weights"])
+                                     "inspect", "bench", "weights", "embed"])
 def test_help_imports_neither_keras_nor_tensorflow(command, tmp_path):
     """`vit --help` and `vit CMD --help` answer at once: no framework is imported."""
     import subprocess

@@ -113,6 +113,11 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     few_shot = json.loads((tmp_path / "few_shot.json").read_text())["few_shot"]
     assert sorted(few_shot) == ["1", "10"]
     assert few_shot["10"] > 0.3  # chance is 0.1; frozen features of a 1-epoch model
+    assert cli.main(["evaluate", "--model", model, "--data", "digits", "--few-shot", "10",
+                     "--block", "0", "--output", str(tmp_path / "block.json")]) == 0
+    block = json.loads((tmp_path / "block.json").read_text())
+    assert block["few_shot_block"] == 0 and block["few_shot"]["10"] > 0.2
+    assert cli.main(["evaluate", "--model", model, "--data", "digits", "--block", "0"]) == 2
     image, label = sources.digits_arrays("test")[0][0], sources.digits_arrays("test")[1][0]
     Image.fromarray(image).save(tmp_path / "digit.png")
     capsys.readouterr()

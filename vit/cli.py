@@ -23,6 +23,7 @@ COMMANDS = {
     "train": "vit.training.train",
     "evaluate": "vit.inference.evaluate",
     "predict": "vit.inference.predict",
+    "embed": "vit.inference.embed",
     "serve": "vit.inference.serve",
     "export": "vit.inference.export",
     "inspect": "vit.inference.inspect",

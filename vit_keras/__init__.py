@@ -3,7 +3,9 @@
 Layout: `config` (ViTConfig), `core` (layers and the `VisionTransformer` model), `fast_paths`
 (backend and export kernels), `quantization` and `lora` (Keras' own, on every projection),
 `weights` (resolve -> read -> fit -> assign pretrained weights), `checkpoints` (one module per
-foreign layout), `pretrained` (registry, download cache, labels), `export`, `analysis`.
+foreign layout), `pretrained` (registry, download cache, labels), `families` (DeiT-III, DINOv2,
+SigLIP, CLIP by timm's names), `preprocessing` (what the weights expect, carried by the model),
+`intermediates` (any block's tokens: `features`), `export`, `analysis`.
 """
 
 from vit_keras.config import HYBRID_VARIANTS, VARIANTS, ViTConfig, get_variant
@@ -18,6 +20,8 @@ from vit_keras.core.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbe
 from vit_keras.core.model import VisionTransformer, config_from_model
 from vit_keras.core.stems import ConvStem, ShiftedPatchEmbedding
 from vit_keras.checkpoints import resample_patch_embedding
+from vit_keras.intermediates import features, features_model
+from vit_keras.preprocessing import Preprocessing
 from vit_keras.lora import load_lora_weights, merge_lora, save_lora_weights
 from vit_keras.pretrained import decode_predictions
 from vit_keras.weight_decay import no_weight_decay
@@ -37,4 +41,5 @@ __all__ = [
     "ViTRTi16", "ViTR26S32", "ViTR26B32", "ViTR50B16", "ViTR50L32", "HYBRID_VARIANTS",
     "load_weights", "no_weight_decay", "decode_predictions", "create_model",
     "resample_patch_embedding", "save_lora_weights", "load_lora_weights", "merge_lora",
+    "features", "features_model", "Preprocessing",
 ]

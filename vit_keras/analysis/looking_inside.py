@@ -439,8 +439,9 @@ def _ridge(features, labels, classes, l2_reg):
 
 
 def few_shot(model: keras.Model, train, test, shots=(1, 5, 10, 25), l2_reg: float = 1.0,
-             trials: int = 5, seed: int = 0, batch_size: int = 64) -> dict[int, float]:
-    """Few-shot linear evaluation of a model's frozen pre-logit features.
+             trials: int = 5, seed: int = 0, batch_size: int = 64,
+             block: int | None = None) -> dict[int, float]:
+    """Few-shot linear evaluation of a model's frozen pre-logit features (or of any block's).
 
     Args:
         model: a model built by `vit_keras.VisionTransformer`.
@@ -451,11 +452,19 @@ def few_shot(model: keras.Model, train, test, shots=(1, 5, 10, 25), l2_reg: floa
         trials: random draws per shot count.
         seed: seed of the draws.
         batch_size: images per forward pass when extracting features.
+        block: probe this encoder block instead (negative counts from the end): its
+            final-normed class token, or its patch mean (see
+            `vit_keras.intermediates.block_embedding_model`).
 
     Returns:
         {shots: mean test accuracy in [0, 1]}.
     """
-    extractor = feature_extractor(model)
+    if block is None:
+        extractor = feature_extractor(model)
+    else:
+        from vit_keras.intermediates import block_embedding_model
+
+        extractor = block_embedding_model(model, block)
 
     def features(images):
         images = _check_images(model, images)
