@@ -15,11 +15,18 @@ OPTIONS = {
     "token": {},
     "gap_sincos_layer_scale": dict(classifier="gap", posemb="sincos2d", layer_scale_init=0.5),
     "map_registers": dict(classifier="map", num_register_tokens=2),
-    "deit": dict(distilled=True),
+    "deit_exact_gelu": dict(distilled=True, gelu_approximate=False),
     "learn2d_pre_logits": dict(posemb="learn2d", representation_size=16),
     "hybrid": dict(resnet_layers=(1,), patch_size=1),
     "conv_stem_locality": dict(stem="conv", locality_attention=True),
     "shifted_patches_locality": dict(stem="shifted_patches", locality_attention=True),
+    # CLIP's pieces, with its preprocessing inside the graph.
+    "clip_like": dict(activation="quick_gelu", pre_norm=True, layer_norm_epsilon=1e-5,
+                      projection_size=12, preprocessing=dict(
+                          mean=(0.48145466, 0.4578275, 0.40821073),
+                          std=(0.26862954, 0.26130258, 0.27577711))),
+    "swiglu_fc_norm": dict(activation="swiglu", pooled_norm=True, classifier="gap",
+                           layer_scale_init=0.1),
 }
 
 
@@ -30,7 +37,7 @@ def _model(config):
 
 def _keras_logits(model, pixels):
     logits_model = export.graph.split_activation(model)[0]
-    return np.asarray(logits_model(preprocess_input(pixels)))
+    return np.asarray(logits_model(preprocess_input(pixels, model=model)))
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
@@ -42,11 +49,13 @@ def test_every_option_exports(name, tiny_config, tmp_path):
     path = str(tmp_path / "model.onnx")
     report = export.onnx(model, path, verify_images=pixels)
     assert report["max_abs_logit_diff"] <= 1e-4 and report["top1_agreement"] == 1.0
-    # The MAP head has one more; the shifted-patch stem's norm of 4-D patches stays spelled out.
-    assert report["fused_layer_norms"] == 2 * config.num_layers + 1 + (name == "map_registers")
+    # The MAP head and CLIP's pre-norm have one more; the shifted-patch stem's norm of 4-D
+    # patches and the pooled norm of a [batch, D] vector stay spelled out.
+    assert report["fused_layer_norms"] == (2 * config.num_layers + (not config.pooled_norm)
+                                           + (name == "map_registers") + config.pre_norm)
     # The ResNet's GroupNorms and the shifted-patch stem's norm stay spelled out.
     assert "LayerNormalization" in report["ops"] and "Reciprocal" not in report["ops"] or \
-        name in ("hybrid", "shifted_patches_locality")
+        name in ("hybrid", "shifted_patches_locality", "swiglu_fc_norm")
     expected = _keras_logits(model, pixels)
     runner = export.ONNXModel(path)
     assert runner.input_shape == (32, 32, 3) and runner.num_classes == config.num_classes

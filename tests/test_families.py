@@ -177,8 +177,8 @@ def test_family_table_preprocessing_matches_timm_configs():
 
 def test_official_preprocessing_is_unchanged():
     pixels = np.arange(0, 256, dtype=np.float32).reshape(1, 1, -1, 1).repeat(3, axis=-1)
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(vit_keras.preprocess_input(pixels)),
-                                  (pixels - 127.5) / 127.5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(vit_keras.preprocess_input(pixels)),
+                               (pixels - 127.5) / 127.5, atol=1e-7, rtol=0)
 
 
 def test_preprocessing_is_validated_and_round_trips():
@@ -209,13 +209,15 @@ def test_preprocessing_travels_with_the_model(tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
     assert loaded.config.preprocessing == rule
-    from vit_keras.export import graph
-
     pixels = np.random.default_rng(0).uniform(0, 255, (2, 16, 16, 3)).astype(np.float32)
-    logits_model, _ = graph.split_activation(graph.float32_model(loaded))
-    exported = keras.ops.convert_to_numpy(graph.logits_function(logits_model)(pixels))
-    direct = keras.ops.convert_to_numpy(loaded(vit_keras.preprocess_input(pixels, model=loaded)))
-    np.testing.assert_allclose(exported, direct, atol=1e-5)
+    if keras.backend.backend() == "tensorflow":  # export graphs are TensorFlow's
+        from vit_keras.export import graph
+
+        logits_model, _ = graph.split_activation(graph.float32_model(loaded))
+        exported = keras.ops.convert_to_numpy(graph.logits_function(logits_model)(pixels))
+        direct = keras.ops.convert_to_numpy(
+            loaded(vit_keras.preprocess_input(pixels, model=loaded)))
+        np.testing.assert_allclose(exported, direct, atol=1e-5)
     official = keras.ops.convert_to_numpy(vit_keras.preprocess_input(pixels))
     ours = keras.ops.convert_to_numpy(vit_keras.preprocess_input(pixels, model=loaded))
     assert np.abs(official - ours).max() > 0.1  # the rule matters
@@ -330,3 +332,31 @@ def test_vit_embed_prints_and_saves_embeddings(tmp_path, capsys):
     np.testing.assert_allclose(np.load(output, allow_pickle=False),
                                keras.ops.convert_to_numpy(expected), atol=1e-5)
     assert cli.main(["embed", image, "--model", "B/16"]) == 2  # no weights, no file
+
+
+@pytest.mark.slow
+def test_exported_graphs_resize_and_normalise_as_the_weights_expect(tmp_path):
+    """SavedModel `serve_bytes` (decode, timm's resize and crop, normalisation in the graph)
+    gives timm's probabilities on the JPEG; TFLite and ONNX normalise as the model does."""
+    pytest.importorskip("tensorflow")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("export runs on the TensorFlow backend")
+    import tensorflow as tf
+
+    from vit_keras import export
+
+    path, reference = _deit_e2e(tmp_path)
+    model = keras.saving.load_model(path, safe_mode=True)
+    export.saved_model(model, str(tmp_path / "saved_model"))
+    served = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serve_bytes"]
+    with open(os.path.join(DATA, "deit_e2e.jpg"), "rb") as file:
+        encoded = file.read()
+    probabilities = served(image_bytes=tf.constant([encoded]))["probabilities"].numpy()[0]
+    np.testing.assert_allclose(probabilities, reference["probabilities"], atol=2e-3)
+    pixels = np.random.default_rng(1).uniform(0, 255, (3, 32, 32, 3)).astype(np.float32)
+    expected = keras.ops.convert_to_numpy(model(vit_keras.preprocess_input(pixels, model=model)))
+    export.tflite(model, str(tmp_path / "model.tflite"))
+    export.onnx(model, str(tmp_path / "model.onnx"))
+    for runner in (export.TFLiteModel(str(tmp_path / "model.tflite")),
+                   export.ONNXModel(str(tmp_path / "model.onnx"))):
+        np.testing.assert_allclose(runner(pixels), expected, atol=1e-4)

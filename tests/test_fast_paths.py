@@ -49,6 +49,17 @@ def test_gelu_value_and_gradient_match_float64(approximate, training):
     np.testing.assert_allclose(gradient, 2 * slope, atol=2e-5)
 
 
+def test_onnx_form_of_the_exact_gelu_equals_the_plain_one():
+    """While an ONNX export traces, the exact GELU is spelled with Erf (ONNX has no Erfc)."""
+    x = np.linspace(-6, 6, 241, dtype=np.float32)
+    plain = to_numpy(gelu(x, approximate=False))
+    with export_forms.onnx_form():
+        exported = to_numpy(gelu(x, approximate=False))
+        assert export_forms.onnx() and export_forms.active() and not export_forms.integer()
+    np.testing.assert_allclose(exported, plain, atol=1e-6, rtol=0)
+    assert not export_forms.onnx()
+
+
 def test_gelu_training_path_keeps_bfloat16_and_is_at_least_as_accurate():
     inputs = to_numpy(ops.cast(np.linspace(-6, 6, 301).astype("float32"), "bfloat16"))
     exact_inputs = inputs.astype("float64")  # what bfloat16 can hold

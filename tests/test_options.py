@@ -12,7 +12,9 @@ from vit_keras.core.layers import DropPath
 from vit_keras.core.posemb import sincos2d
 
 OFF = dict(drop_path_rate=0.0, posemb="learn", layer_scale_init=None, num_register_tokens=0,
-           distilled=False, resnet_layers=None, stem="patchify", locality_attention=False)
+           distilled=False, resnet_layers=None, stem="patchify", locality_attention=False,
+           activation="gelu", pre_norm=False, pooled_norm=False, layer_norm_epsilon=1e-6,
+           projection_size=None)
 ON = {
     "drop_path_rate": dict(drop_path_rate=0.5),
     "posemb_sincos2d": dict(posemb="sincos2d"),
@@ -24,6 +26,12 @@ ON = {
     "stem_conv": dict(stem="conv"),
     "stem_shifted_patches": dict(stem="shifted_patches"),
     "locality_attention": dict(locality_attention=True),
+    "activation_quick_gelu": dict(activation="quick_gelu"),
+    "activation_swiglu": dict(activation="swiglu"),
+    "pre_norm": dict(pre_norm=True),
+    "pooled_norm": dict(pooled_norm=True, classifier="gap"),  # no change under 'token'
+    "layer_norm_epsilon": dict(layer_norm_epsilon=0.5),
+    "projection_size": dict(projection_size=12),
 }
 
 
@@ -114,6 +122,13 @@ ROUND_TRIP = {
                                 posemb="learn2d", gelu_approximate=False),
     "conv_stem_locality_gap": dict(stem="conv", locality_attention=True, classifier="gap"),
     "shifted_patches_locality_token": dict(stem="shifted_patches", locality_attention=True),
+    "clip_like": dict(activation="quick_gelu", pre_norm=True, layer_norm_epsilon=1e-5,
+                      projection_size=12, preprocessing=dict(mean=0.4, std=0.3,
+                                                             interpolation="bicubic",
+                                                             crop_fraction=0.9,
+                                                             crop_mode="center")),
+    "dinov2_like_swiglu_gap": dict(activation="swiglu", layer_scale_init=0.5,
+                                   num_register_tokens=2, classifier="gap", pooled_norm=True),
 }
 
 
@@ -163,7 +178,8 @@ def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_confi
     options = [dict(distilled=True), dict(posemb="sincos2d"), dict(posemb="learn2d"),
                dict(classifier="map", num_register_tokens=1), dict(resnet_layers=(1,),
                                                                   patch_size=1),
-               dict(stem="conv", locality_attention=True), dict(stem="shifted_patches")]
+               dict(stem="conv", locality_attention=True), dict(stem="shifted_patches"),
+               ROUND_TRIP["clip_like"], ROUND_TRIP["dinov2_like_swiglu_gap"]]
     for index, option in enumerate(options):
         vit_keras.VisionTransformer(tiny_config.replace(**option)).save(tmp_path / f"{index}.keras")
     script = ("import glob, sys, keras, vit_keras\n"
@@ -179,7 +195,9 @@ def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_confi
 @pytest.mark.parametrize("name, policy", [("map_sincos_scale_registers_droppath", "float32"),
                                           ("hybrid_deit_learn2d", "mixed_bfloat16"),
                                           ("conv_stem_locality_gap", "mixed_bfloat16"),
-                                          ("shifted_patches_locality_token", "mixed_bfloat16")])
+                                          ("shifted_patches_locality_token", "mixed_bfloat16"),
+                                          ("clip_like", "mixed_bfloat16"),
+                                          ("dinov2_like_swiglu_gap", "float32")])
 @pytest.mark.slow
 def test_option_models_train_with_fit(tiny_config, name, policy):
     """Every option trains through the backend's compiled `fit` step, also in mixed precision."""

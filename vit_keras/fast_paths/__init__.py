@@ -15,7 +15,8 @@ tests/test_attention.py).
   BiasAdd (Keras' TensorFlow einsum makes a broadcast BatchMatMul of them, 1.1-1.5x slower
   forward + backward on CPU, and TFLite's slow int8 BATCH_MATMUL), the patch embedding as one
   strided convolution (TFLite CONV_2D). Quantized layers always run Keras' own quantized call.
-- Export tracing (`export_forms`): TFLite/ONNX-friendly norms and, for full-integer TFLite, the
+- Export tracing (`export_forms`): TFLite/ONNX-friendly norms, the exact GELU with ONNX's Erf
+  (TensorFlow's own uses Erfc, which ONNX lacks) and, for full-integer TFLite, the
   attention unrolled per head.
 """
 
@@ -80,11 +81,14 @@ def patch_projection(layer, images, patch_size):
 
 
 def gelu(inputs, approximate, training):
-    """The fused GELU when training on TensorFlow, else None."""
+    """The fused GELU when training on TensorFlow; the exact GELU's Erf form while an ONNX
+    export traces; else None."""
     if training and _tensorflow():
         from vit_keras.fast_paths import tensorflow
 
         return tensorflow.gelu(inputs, approximate=approximate)
+    if not approximate and export_forms.onnx():
+        return export_forms.exact_gelu(inputs)
     return None
 
 

@@ -21,8 +21,9 @@ _FORM = contextvars.ContextVar("vit_keras_export_form", default=None)
 @contextlib.contextmanager
 def onnx_form():
     """Layers traced inside this context take their ONNX forms: the TFLite float forms, whose
-    LayerNorm `vit_keras.export.onnx_graph` recognises and fuses."""
-    token = _FORM.set("float")
+    LayerNorm `vit_keras.export.onnx_graph` recognises and fuses, and the exact GELU spelled
+    with Erf (TensorFlow's own uses Erfc, which ONNX lacks)."""
+    token = _FORM.set("onnx")
     try:
         yield
     finally:
@@ -46,6 +47,18 @@ def tflite_form(integer: bool = False):
 def active() -> bool:
     """True while a TFLite export traces the model."""
     return _FORM.get() is not None
+
+
+def onnx() -> bool:
+    """True while an ONNX export traces the model."""
+    return _FORM.get() == "onnx"
+
+
+def exact_gelu(x):
+    """0.5 x (1 + erf(x / sqrt(2))): the exact GELU as ONNX's Erf operator runs it."""
+    from keras import ops
+
+    return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
 
 
 def integer() -> bool:
