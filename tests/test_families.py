@@ -360,3 +360,27 @@ def test_exported_graphs_resize_and_normalise_as_the_weights_expect(tmp_path):
     for runner in (export.TFLiteModel(str(tmp_path / "model.tflite")),
                    export.ONNXModel(str(tmp_path / "model.onnx"))):
         np.testing.assert_allclose(runner(pixels), expected, atol=1e-4)
+
+
+def test_vit_train_fine_tunes_family_weights_with_their_preprocessing(tmp_path, monkeypatch):
+    """`vit train --model NAME --weights FILE`: the family's architecture, pooling, registers and
+    preprocessing, the timm file loaded (its head replaced), the rule recorded in the run."""
+    from vit import cli
+    from vit.training import presets
+
+    case = CONFIGS["dinov2_reg"]
+    table = families.FAMILY_MODELS["vit_small_patch14_reg4_dinov2"]
+    tiny = table.config.replace(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=128,
+                                image_size=28)
+    monkeypatch.setitem(families.FAMILY_MODELS, "tiny_dinov2_reg",
+                        dataclass_replace(table, config=tiny, name="tiny_dinov2_reg"))
+    weights = os.path.join(DATA, case["weights"])
+    assert cli.main(["train", "--model", "tiny_dinov2_reg", "--weights", weights,
+                     "--set", "schedule.epochs=1", "--no-export", "--no-inspect",
+                     "--output", str(tmp_path / "run")]) == 0
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert recorded["model"]["preprocessing"] == families.IMAGENET_FULL.to_dict()
+    assert recorded["model"]["num_register_tokens"] == 4
+    model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"), safe_mode=True)
+    assert model.config.preprocessing == families.IMAGENET_FULL
+    assert presets.get_preset("digits_tiny").model.preprocessing == preprocessing.OFFICIAL

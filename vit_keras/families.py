@@ -44,7 +44,8 @@ class FamilyModel:
     Attributes:
         name: timm's architecture name ('vit_small_patch14_dinov2').
         family: 'deit3', 'dinov2', 'siglip' or 'clip'.
-        config: the architecture at its weights' resolution (head: `num_classes`, or none).
+        config: the architecture at its weights' resolution (head: `num_classes`, or none),
+            with the preprocessing of its first weights.
         tags: weight tag ('lvd142m') -> the preprocessing those weights expect.
         has_head: whether the weights hold a classifier head (`config.num_classes` outputs).
         summary: what it is, in a few words.
@@ -129,8 +130,14 @@ _TABLE = {
                                              "OpenAI CLIP L/14 image tower, as trained"),
 }
 
+def _with_first_preprocessing(spec: dict) -> dict:
+    """The table's config carries its first weights' preprocessing."""
+    first = next(iter(spec["tags"].values()))
+    return dict(spec, config=spec["config"].replace(preprocessing=first))
+
+
 FAMILY_MODELS: dict[str, FamilyModel] = {
-    name: FamilyModel(name=name, summary=summary, **spec)
+    name: FamilyModel(name=name, summary=summary, **_with_first_preprocessing(spec))
     for name, (spec, summary) in _TABLE.items()}
 
 
@@ -157,6 +164,24 @@ def is_family_name(name: str) -> bool:
     checked by `split_name`)."""
     bare = name[len(HUB_PREFIX):] if name.startswith(HUB_PREFIX) else name
     return bare.partition(".")[0] in FAMILY_MODELS
+
+
+# What a model built from a family takes from it besides the ARCHITECTURE_FIELDS (`vit train
+# --model NAME`): how it pools, its layer scale, registers, GELU and preprocessing.
+FAMILY_FIELDS = ("classifier", "layer_scale_init", "num_register_tokens", "gelu_approximate",
+                 "preprocessing")
+
+
+def weights_file_reference(weights: str) -> str | None:
+    """The `hf://timm/NAME.TAG` reference of family weights named 'NAME.TAG' (or given as that
+    reference), else None (a path, URL or official release name)."""
+    if not is_family_name(weights):
+        return None
+    model, tag = split_name(weights)
+    if tag is None:
+        raise ValueError(f"weights {weights!r} name an architecture, not its weights: expected "
+                         f"NAME.TAG, one of {[model.reference(tag)[len(HUB_PREFIX):] for tag in model.tags]}")
+    return model.reference(tag)
 
 
 def weight_references() -> list[tuple[FamilyModel, str]]:

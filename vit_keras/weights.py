@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
+from vit_keras import families
 from vit_keras.checkpoints import keys
 from vit_keras.checkpoints.assign import assign
 from vit_keras.checkpoints.fit import fit_checkpoint
@@ -37,7 +38,9 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
         model: the target model; its architecture must match the checkpoint's (the patch size
             may differ).
         weights: a released weight name ('imagenet21k+imagenet2012', see
-            `vit_keras.pretrained.releases()`), an `https://` URL, `hf://ORG/REPO[/FILE]`
+            `vit_keras.pretrained.releases()`), family weights by timm's name
+            ('vit_small_patch14_dinov2.lvd142m', see `vit_keras.families`; the position
+            embedding is then resized as timm does), an `https://` URL, `hf://ORG/REPO[/FILE]`
             (with `huggingface_hub`), or the path of a checkpoint file (local or `gs://`).
             Names and URLs are downloaded once into the Keras cache.
         skip_head: None (default) loads the head when it fits and otherwise leaves the model's
@@ -57,8 +60,12 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
         raise ValueError(f"skip_head must be None, True or False, got {skip_head!r}")
     keys.model_variables(model)  # a model of another kind fails here, before any download
     config = config_of(model)
-    checkpoint, path, _ = _read(weights, variant or _variant_of_model(config, weights),
-                                config.num_heads)
+    family_file = families.weights_file_reference(weights) if isinstance(weights, str) else None
+    checkpoint, path, _ = _read(family_file or weights,
+                                None if family_file else
+                                variant or _variant_of_model(config, weights), config.num_heads)
+    if family_file:
+        checkpoint.posemb_method = "bicubic"  # timm's resize, as for create_model
     assign_checkpoint(model, checkpoint, path, skip_head=skip_head, config=config)
 
 

@@ -78,13 +78,17 @@ def _add_model_arguments(group) -> None:
     group.add_argument("--model", help="take the architecture of a ViT variant (Ti/16, S/16, "
                        "B/16, B/32, L/16, R50+B/16, ...): patch size, width, depth, heads, MLP, "
                        "ResNet; the preset's other model options stay (default: the preset's "
-                       "model)")
+                       "model); or a family model (vit_small_patch14_dinov2, ...: `vit weights "
+                       "list`), which also sets its pooling, layer scale, registers and "
+                       "preprocessing")
     group.add_argument("--image-size", type=int, help="model resolution in pixels "
                        "(model.image_size)")
     group.add_argument("--weights", help="pre-trained weights to start from "
                        "(finetune.weights): a name from `vit weights list` (for --model's "
-                       "architecture), an https:// URL, hf://ORG/REPO, a checkpoint file or a "
-                       "model.keras; the head is re-initialised, posemb resized to --image-size")
+                       "architecture; family weights as NAME.TAG, e.g. "
+                       "vit_small_patch14_dinov2.lvd142m, with --model NAME), an https:// URL, "
+                       "hf://ORG/REPO, a checkpoint file or a model.keras; the head is "
+                       "re-initialised, posemb resized to --image-size")
     group.add_argument("--finetune", choices=sections.FINETUNE_MODES,
                        help="what trains (finetune.mode): full (every weight), lora (adapters "
                        "on finetune.lora_targets + the head; writes lora.npz too), head (head "
@@ -187,9 +191,17 @@ def run_options(args: argparse.Namespace) -> presets.RunOptions:
 def check_weight_name(preset: presets.Preset) -> None:
     """A released weight name must exist for the model's architecture (checked before any
     data is read or anything is downloaded)."""
-    from vit_keras.config import variant_of
+    from vit_keras import families
+    from vit_keras.config import ARCHITECTURE_FIELDS, variant_of
     from vit_keras.pretrained import registry
 
+    weights = preset.finetune.weights
+    if weights and families.weights_file_reference(weights):
+        spec, _ = families.split_name(weights)
+        if any(getattr(preset.model, field) != getattr(spec.config, field)
+               for field in ARCHITECTURE_FIELDS):
+            raise ValueError(f"--weights {weights} are {spec.name}'s; this preset's model has "
+                             f"another architecture: add --model {spec.name}")
     if preset.finetune.weights and registry.is_weight_name(preset.finetune.weights):
         variant = variant_of(preset.model)
         if variant is None:

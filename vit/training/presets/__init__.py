@@ -118,9 +118,20 @@ class Preset:
     def with_variant(self, name: str) -> "Preset":
         """A copy whose model takes the architecture of the variant `name` ('S/16', 'B/16',
         'R50+B/16', ...): its `ARCHITECTURE_FIELDS`. The model's other options (image size,
-        pooling, dropout, stochastic depth, position embedding, ...) stay the preset's."""
+        pooling, dropout, stochastic depth, position embedding, ...) stay the preset's. A
+        family model ('vit_small_patch14_dinov2') also gives its pooling, registers, layer
+        scale, GELU and preprocessing (`vit_keras.families.FAMILY_FIELDS`), and its weights'
+        image size when the preset's is no multiple of its patch size."""
+        from vit_keras import families
         from vit_keras.config import ARCHITECTURE_FIELDS, get_variant
 
+        if families.is_family_name(name):  # DINOv2, SigLIP, ...: also its pooling, registers,
+            spec, _ = families.split_name(name)  # layer scale and preprocessing
+            fields = {field: getattr(spec.config, field) for field in
+                      (*ARCHITECTURE_FIELDS, *families.FAMILY_FIELDS)}
+            if any(side % spec.config.patch_size for side in self.model.image_hw):
+                fields["image_size"] = spec.config.image_size  # the weights' own
+            return self.replace_model(**fields)
         variant = get_variant(name)
         return self.replace_model(**{field: getattr(variant, field)
                                      for field in ARCHITECTURE_FIELDS})
