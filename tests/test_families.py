@@ -27,7 +27,9 @@ def _json(name):
 
 
 CONFIGS = _json("configs.json")
-CASES = sorted(name for name in CONFIGS if not name.startswith("_") and name != "dinov2_resized")
+CASES = sorted(name for name in CONFIGS if not name.startswith(("_", "hf_"))
+               and name != "dinov2_resized")
+HF_CASES = sorted(name for name in CONFIGS if name.startswith("hf_"))
 
 
 @pytest.fixture(scope="module")
@@ -384,3 +386,93 @@ def test_vit_train_fine_tunes_family_weights_with_their_preprocessing(tmp_path, 
     model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"), safe_mode=True)
     assert model.config.preprocessing == families.IMAGENET_FULL
     assert presets.get_preset("digits_tiny").model.preprocessing == preprocessing.OFFICIAL
+
+
+# --- Hugging Face transformers and big_vision files -----------------------------------------
+
+
+def hf_model(case: dict):
+    """Our model of a transformers reference case (pooled output, as its reference)."""
+    act = case["act"]
+    config = vit_keras.ViTConfig(
+        image_size=case["image_size"], patch_size=case["patch_size"],
+        hidden_size=case["hidden"], num_layers=case["layers"], num_heads=case["heads"],
+        mlp_dim=case["intermediate"], num_classes=1, classifier=case["pooling"],
+        gelu_approximate=act == "gelu_tanh",
+        activation=act if act in ("quick_gelu", "swiglu") else "gelu",
+        layer_scale_init=1.0 if case["layerscale"] else None,
+        num_register_tokens=case["registers"], pre_norm=case["projection_dim"] is not None,
+        layer_norm_epsilon=case["eps"], projection_size=case["projection_dim"])
+    model = vit_keras.VisionTransformer(config, include_top=False, pooling=config.classifier)
+    vit_keras.load_weights(model, os.path.join(DATA, case["weights"]))
+    return model
+
+
+@pytest.mark.parametrize("name", HF_CASES)
+def test_transformers_files_equal_transformers(name, vectors):
+    """DINOv2 (registers, SwiGLU), SigLIP and CLIP towers, alone or in a two-tower file."""
+    model = hf_model(CONFIGS[name])
+    outputs = keras.ops.convert_to_numpy(model(vectors[f"{name}/images"]))
+    np.testing.assert_allclose(outputs, vectors[f"{name}/outputs"], atol=ATOL, rtol=0)
+
+
+def test_big_vision_siglip_npz_equals_timm(vectors):
+    """big_vision's two-tower `.npz`: the image tower under params/img/, text left out."""
+    case = CONFIGS["siglip"]
+    config = our_config(case)
+    model = vit_keras.VisionTransformer(config, include_top=False, pooling="map")
+    vit_keras.load_weights(model, os.path.join(DATA, "bigvision_siglip.npz"))
+    outputs = keras.ops.convert_to_numpy(model(vectors["siglip/images"]))
+    np.testing.assert_allclose(outputs, vectors["siglip/outputs"], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["dinov2", "siglip", "clip"])
+def test_transformers_processors_equal_ours(family):
+    """A `preprocessor_config.json` read into our rule: within one grey level of the
+    processor's own output on a photo (transformers' PIL backend)."""
+    data = pytest.importorskip("skimage.data")
+    import tensorflow as tf
+
+    processors = _json("hf_processors.json")
+    rule = preprocessing.from_hf_processor(processors[family])
+    crop = processors[family].get("crop_size") or processors[family]["size"]
+    with np.load(os.path.join(DATA, "preprocessing.npz"), allow_pickle=False) as arrays:
+        expected = arrays[f"hf_{family}/chelsea"].astype(np.float32)
+    ours = preprocessing.resize_image(tf.constant(data.chelsea()),
+                                      (crop["height"], crop["width"]), rule).numpy()
+    assert np.abs(ours - expected).max() <= 1.0 + 1e-4
+
+
+def test_unreadable_processor_settings_are_refused():
+    with pytest.raises(ValueError, match="resample=1: expected one of"):
+        preprocessing.from_hf_processor({"resample": 1, "size": {"shortest_edge": 8}})
+    with pytest.raises(ValueError, match="size=.*expected"):
+        preprocessing.from_hf_processor({"size": {"longest_edge": 8}})
+
+
+def test_preprocessing_beside_a_downloaded_file_wins(tmp_path):
+    """A Hub download keeps preprocessor_config.json (or timm's config.json) beside the
+    weights: create_model takes the preprocessing from there."""
+    import shutil
+
+    processors = _json("hf_processors.json")
+    shutil.copy(os.path.join(DATA, "hf_siglip.safetensors"), tmp_path / "model.safetensors")
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(processors["siglip"]))
+    table = families.FAMILY_MODELS["vit_base_patch16_siglip_224"]
+    tiny = table.config.replace(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=128,
+                                patch_size=8, image_size=32)
+    families.FAMILY_MODELS["tiny_siglip"] = dataclass_replace(table, config=tiny)
+    try:
+        model = vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"),
+                                       gelu_approximate=True)
+    finally:
+        del families.FAMILY_MODELS["tiny_siglip"]
+    assert model.config.preprocessing == preprocessing.from_hf_processor(processors["siglip"])
+    assert model.config.preprocessing.crop_mode == "squash"
+    (tmp_path / "preprocessor_config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read the preprocessing"):
+        families.FAMILY_MODELS["tiny_siglip"] = dataclass_replace(table, config=tiny)
+        try:
+            vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"))
+        finally:
+            del families.FAMILY_MODELS["tiny_siglip"]

@@ -147,6 +147,45 @@ def from_timm_config(pretrained_cfg: dict) -> Preprocessing:
                          else "center")
 
 
+# PIL's resampling codes, as transformers' image processors store them.
+_PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+
+
+def from_hf_processor(processor: dict) -> Preprocessing:
+    """The preprocessing of a Hugging Face image processor (`preprocessor_config.json`).
+
+    Args:
+        processor: with `image_mean`, `image_std`, `resample` (PIL's code: 2 bilinear,
+            3 bicubic), `size` ({'shortest_edge': s} or {'height', 'width'}) and optionally
+            `do_center_crop` with `crop_size`.
+
+    Returns:
+        The `Preprocessing`: a shorter-side resize and centre crop (crop fraction
+        crop / shortest edge), or a squash to (height, width).
+
+    Raises:
+        ValueError: a resampling filter or size this library does not run.
+    """
+    resample = processor.get("resample", 3)
+    if resample not in _PIL_RESAMPLE:
+        raise ValueError(f"image processor resample={resample!r}: expected one of "
+                         f"{sorted(_PIL_RESAMPLE)} (PIL nearest, bilinear, bicubic)")
+    size = processor.get("size") or {}
+    crop = processor.get("crop_size") or {}
+    common = dict(mean=processor.get("image_mean", OFFICIAL.mean),
+                  std=processor.get("image_std", OFFICIAL.std),
+                  interpolation=_PIL_RESAMPLE[resample])
+    if "shortest_edge" in size:
+        crop_side = crop.get("height", size["shortest_edge"]) if processor.get(
+            "do_center_crop", True) else size["shortest_edge"]
+        return Preprocessing(crop_fraction=min(crop_side / size["shortest_edge"], 1.0),
+                             crop_mode="center", **common)
+    if "height" in size and "width" in size:
+        return Preprocessing(crop_mode="squash", **common)
+    raise ValueError(f"image processor size={size!r}: expected {{'shortest_edge': N}} or "
+                     "{'height': H, 'width': W}")
+
+
 def resize_plan(height: int, width: int, target, preprocessing: Preprocessing):
     """Where an image of (height, width) is resized to and cropped, for a model input `target`.
 

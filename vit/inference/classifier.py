@@ -280,8 +280,17 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
 
 
 def refuse_untrained_head(weights: str, architecture: str) -> None:
-    """Predictions of a release whose head was zeroed for release would be meaningless."""
-    from vit_keras import pretrained
+    """Predictions of a release whose head was zeroed for release would be meaningless, and a
+    family model without a head (DINOv2, SigLIP, CLIP) gives embeddings, not classes."""
+    from vit_keras import families, pretrained
+
+    if families.is_family_name(architecture):
+        spec, _ = families.split_name(architecture)
+        if not spec.has_head:
+            raise ValueError(f"{spec.name} ({spec.summary}) has no classifier head: its weights "
+                             f"give image embeddings (vit embed IMAGE --model {spec.name} "
+                             f"--weights {weights}), or fine-tune a head with vit train")
+        return
 
     if weights in pretrained.weight_names():
         release = pretrained.find(weights, architecture)

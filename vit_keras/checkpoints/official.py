@@ -24,6 +24,8 @@ import numpy as np
 from vit_keras.checkpoints import io, keys
 
 PREFIXES = (("opt/target/", "official npz (opt/target/ prefix)"),
+            # SigLIP's two-tower files: the image tower (the text tower is left out).
+            ("params/img/", "big_vision two-tower npz (params/img/, the image tower)"),
             ("params/", "big_vision npz (params/ prefix)"))
 LINEN_NAMES = {"MultiHeadDotProductAttention_0": keys.ATTENTION, "LayerNorm_1": "LayerNorm_2",
                "MlpBlock_0": keys.MLP}

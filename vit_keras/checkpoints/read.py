@@ -1,12 +1,12 @@
 """Read: a weight file -> its tensors under the canonical (released official) names.
 
-One module per foreign layout converts names and shapes (`official`, `timm`, `huggingface`); this
-one detects which layout a file has. Nothing here knows the model.
+One module per foreign layout converts names and shapes (`official`, `timm`, `huggingface`,
+`transformers_towers`); this one detects which layout a file has. Nothing here knows the model.
 """
 
 from __future__ import annotations
 
-from vit_keras.checkpoints import huggingface, io, keys, official, timm
+from vit_keras.checkpoints import huggingface, io, keys, official, timm, transformers_towers
 
 
 def read_checkpoint(path: str, num_heads: int) -> keys.Checkpoint:
@@ -27,6 +27,8 @@ def read_checkpoint(path: str, num_heads: int) -> keys.Checkpoint:
         return official.from_official(tensors)
     if timm.looks_timm(tensors):
         return timm.from_timm(tensors, num_heads)
+    if transformers_towers.family_of(tensors):  # before ViTModel: DINOv2 shares its names
+        return transformers_towers.from_transformers_tower(tensors, num_heads)
     if huggingface.looks_huggingface(tensors):
         return huggingface.from_huggingface(tensors, num_heads)
     sample = sorted(tensors)[:8]

@@ -86,18 +86,33 @@ def _weights_reference(spec, tag, weights):
 
 
 def _file_preprocessing(path: str):
-    """The preprocessing of timm's `config.json` beside a weights file (a Hub download), or
-    None when there is none."""
-    config_path = os.path.join(os.path.dirname(path), "config.json")
-    if not os.path.isfile(config_path):
-        return None
-    try:
-        with open(config_path, encoding="utf-8") as file:
-            pretrained_cfg = json.load(file).get("pretrained_cfg")
-    except (OSError, ValueError, AttributeError):
-        return None
+    """The preprocessing the files beside a weights file (a Hub download) give: transformers'
+    `preprocessor_config.json`, else the `pretrained_cfg` of timm's `config.json`; None when
+    neither is there."""
+    folder = os.path.dirname(path)
+    for name, read in (("preprocessor_config.json", _hf_processor),
+                       ("config.json", _timm_pretrained_cfg)):
+        config_path = os.path.join(folder, name)
+        if not os.path.isfile(config_path):
+            continue
+        try:
+            with open(config_path, encoding="utf-8") as file:
+                found = read(json.load(file))
+        except (OSError, ValueError, AttributeError) as error:
+            raise ValueError(f"{config_path}: cannot read the preprocessing of the weights "
+                             f"({type(error).__name__}: {error})") from None
+        if found is not None:
+            logger.info("%s: preprocessing from %s: %s", path, config_path, found.describe())
+            return found
+    return None
+
+
+def _hf_processor(data: dict):
+    return preprocessing.from_hf_processor(data) if "image_mean" in data else None
+
+
+def _timm_pretrained_cfg(data: dict):
+    pretrained_cfg = data.get("pretrained_cfg")
     if not isinstance(pretrained_cfg, dict) or "mean" not in pretrained_cfg:
         return None
-    found = preprocessing.from_timm_config(pretrained_cfg)
-    logger.info("%s: preprocessing from %s: %s", path, config_path, found.describe())
-    return found
+    return preprocessing.from_timm_config(pretrained_cfg)
