@@ -91,7 +91,8 @@ def _block_macs(config: ViTConfig, queries: int) -> tuple[int, int]:
     width, mlp, tokens = config.hidden_size, config.mlp_dim, config.seq_len
     projections = 2 * tokens * width * width + 2 * queries * width * width  # k, v; q, output
     attention = 2 * queries * tokens * width               # q.k^T and probs.v over all heads
-    return projections + attention + 2 * queries * width * mlp, attention
+    mlp_out = mlp // 2 if config.activation == "swiglu" else mlp  # SwiGLU halves the 2nd
+    return projections + attention + queries * width * (mlp + mlp_out), attention
 
 
 def _forward_macs(config: ViTConfig, output_tokens: int | None = None) -> tuple[int, int]:
