@@ -103,6 +103,33 @@ def test_normed_features_equal_timm(name, vectors):
                                    vectors[f"{name}/grid_normed_{index}"], atol=ATOL, rtol=0)
 
 
+def test_features_of_any_size_class_token_classifiers_see_every_token():
+    """An any-size class-token classifier's last block is built for the class token only; its
+    features still hold every patch (a headless twin with the same weights)."""
+    config = vit_keras.ViTConfig(image_size=16, patch_size=8, hidden_size=8, mlp_dim=16,
+                                 num_heads=2, num_layers=2, num_classes=3,
+                                 dynamic_image_size=True)
+    model = vit_keras.VisionTransformer(config)
+    images = np.random.default_rng(0).normal(size=(1, 24, 16, 3)).astype(np.float32)
+    found = vit_keras.features(model, images, blocks=[-1])
+    assert found["block_1"].shape == (1, 3, 2, 8)
+    headless = vit_keras.VisionTransformer(config, include_top=False)
+    for layer in headless.layers:
+        if layer.weights:
+            layer.set_weights(model.get_layer(layer.name).get_weights())
+    np.testing.assert_allclose(found["block_1"], vit_keras.features(
+        headless, images, blocks=[-1])["block_1"], atol=1e-6)
+
+
+def test_family_parameter_counts_equal_the_formula():
+    from vit_keras.analysis import complexity
+
+    for spec in families.FAMILY_MODELS.values():
+        config = spec.config.replace(num_layers=1)
+        model = vit_keras.VisionTransformer(config)
+        assert complexity.count_params(config) == model.count_params(), spec.name
+
+
 def test_features_of_a_class_token_classifier_see_every_token(vectors):
     """A class-token head computes only the class token in the last block; the features of
     that block are still every token's (a headless twin with the same weights)."""
@@ -171,6 +198,7 @@ def test_preprocessing_equals_timm_transform(name, photo):
 
 
 def test_family_table_preprocessing_matches_timm_configs():
+    assert len(TIMM_CONFIGS) == 4
     for name, cfg in TIMM_CONFIGS.items():
         architecture, _, tag = name.partition(".")
         assert families.FAMILY_MODELS[architecture].tags[tag] == \
@@ -246,7 +274,7 @@ def test_unknown_family_names_and_tags_are_refused():
         vit_keras.create_model("vit_tiny_dinov5")
 
 
-def test_create_model_from_a_timm_file(tmp_path):
+def test_create_model_from_a_timm_file(tmp_path, monkeypatch):
     """A family name + a timm-layout file: config from the table, size from the file, and
     CLIP's head stored by timm taken as the projection."""
     import safetensors.numpy
@@ -258,17 +286,22 @@ def test_create_model_from_a_timm_file(tmp_path):
     table = families.FAMILY_MODELS["vit_base_patch16_clip_quickgelu_224"]
     small = table.config.replace(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=128,
                                  patch_size=8, image_size=32, projection_size=16)
-    families.FAMILY_MODELS["tiny_clip_for_test"] = dataclass_replace(table, config=small,
-                                                                     name="tiny_clip_for_test")
-    try:
-        model = vit_keras.create_model("tiny_clip_for_test", weights=path)
-    finally:
-        del families.FAMILY_MODELS["tiny_clip_for_test"]
+    monkeypatch.setitem(families.FAMILY_MODELS, "tiny_clip_for_test",
+                        dataclass_replace(table, config=small, name="tiny_clip_for_test"))
+    model = vit_keras.create_model("tiny_clip_for_test", weights=path)
     assert model.output_shape == (None, 16)
     assert model.config.preprocessing == families.CLIP_09
     with np.load(os.path.join(DATA, "parity.npz"), allow_pickle=False) as data:
         images, expected = data["clip_quickgelu/images"], data["clip_quickgelu/outputs"]
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), expected, atol=ATOL)
+    tokens = vit_keras.create_model("tiny_clip_for_test", weights=path, pooling=None)
+    assert tokens.output_shape == (None, 17, 32)  # pooling=None: the token sequence
+    # A new head on top of the projection: the file's projection still loads into it.
+    headed = vit_keras.create_model("tiny_clip_for_test", weights=path, include_top=True,
+                                    projection_size=16, num_classes=3)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(
+        headed.get_layer("projection").kernel), keras.ops.convert_to_numpy(
+        model.get_layer("projection").kernel))
 
 
 def dataclass_replace(value, **changes):
@@ -443,6 +476,26 @@ def test_transformers_processors_equal_ours(family):
     assert np.abs(ours - expected).max() <= 1.0 + 1e-4
 
 
+def test_older_processor_files_with_int_sizes():
+    """Older preprocessor_config.json files (OpenAI CLIP's) give sizes as ints."""
+    rule = preprocessing.from_hf_processor({"size": 224, "crop_size": 224, "resample": 3,
+                                            "do_center_crop": True, "image_mean": [0.5] * 3,
+                                            "image_std": [0.5] * 3})
+    assert rule == Preprocessing(interpolation="bicubic", crop_fraction=1.0, crop_mode="center")
+
+
+def test_per_channel_statistics_need_rgb():
+    with pytest.raises(ValueError, match="1-channel model needs one preprocessing mean"):
+        vit_keras.ViTConfig(channels=1, preprocessing=families.IMAGENET_09)
+    grey = vit_keras.ViTConfig(image_size=16, patch_size=8, hidden_size=8, mlp_dim=16,
+                               num_heads=2, num_layers=1, channels=1,
+                               preprocessing=dict(mean=0.4, std=0.2))
+    model = vit_keras.VisionTransformer(grey)
+    pixels = np.full((1, 16, 16, 1), 51.0, np.float32)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(
+        vit_keras.preprocess_input(pixels, model=model)), np.full_like(pixels, -1.0), atol=1e-6)
+
+
 def test_unreadable_processor_settings_are_refused():
     with pytest.raises(ValueError, match="resample=1: expected one of"):
         preprocessing.from_hf_processor({"resample": 1, "size": {"shortest_edge": 8}})
@@ -450,7 +503,7 @@ def test_unreadable_processor_settings_are_refused():
         preprocessing.from_hf_processor({"size": {"longest_edge": 8}})
 
 
-def test_preprocessing_beside_a_downloaded_file_wins(tmp_path):
+def test_preprocessing_beside_a_downloaded_file_wins(tmp_path, monkeypatch):
     """A Hub download keeps preprocessor_config.json (or timm's config.json) beside the
     weights: create_model takes the preprocessing from there."""
     import shutil
@@ -461,18 +514,12 @@ def test_preprocessing_beside_a_downloaded_file_wins(tmp_path):
     table = families.FAMILY_MODELS["vit_base_patch16_siglip_224"]
     tiny = table.config.replace(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=128,
                                 patch_size=8, image_size=32)
-    families.FAMILY_MODELS["tiny_siglip"] = dataclass_replace(table, config=tiny)
-    try:
-        model = vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"),
-                                       gelu_approximate=True)
-    finally:
-        del families.FAMILY_MODELS["tiny_siglip"]
+    monkeypatch.setitem(families.FAMILY_MODELS, "tiny_siglip",
+                        dataclass_replace(table, config=tiny))
+    model = vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"),
+                                   gelu_approximate=True)
     assert model.config.preprocessing == preprocessing.from_hf_processor(processors["siglip"])
     assert model.config.preprocessing.crop_mode == "squash"
     (tmp_path / "preprocessor_config.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read the preprocessing"):
-        families.FAMILY_MODELS["tiny_siglip"] = dataclass_replace(table, config=tiny)
-        try:
-            vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"))
-        finally:
-            del families.FAMILY_MODELS["tiny_siglip"]
+        vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"))

@@ -172,11 +172,20 @@ def resize(image: tf.Tensor, size, preprocessing=rules.OFFICIAL) -> tf.Tensor:
 
 
 def scale(images, preprocessing=rules.OFFICIAL):
-    """0..255 -> model inputs: (pixels / 255 - mean) / std ([-1, 1] for the official
-    weights)."""
+    """0..255 -> model inputs: (pixels / 255 - mean) / std ([-1, 1] for the official weights),
+    in TensorFlow ops (it runs in tf.data whatever the Keras backend).
+
+    Args:
+        images: float32 tensor or array [..., channels] in 0..255.
+        preprocessing: the weights' rule.
+
+    Returns:
+        The normalised images.
+    """
     if preprocessing.mean == rules.OFFICIAL.mean and preprocessing.std == rules.OFFICIAL.std:
         return images / 127.5 - 1.0
-    return rules.normalize(images, preprocessing)
+    mean, factor = rules.pixel_mean_and_scale(preprocessing)
+    return (images - tf.constant(mean, tf.float32)) * tf.constant(factor, tf.float32)
 
 
 def read_images(files, size, channels: int = 3, names=None,

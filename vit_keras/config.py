@@ -211,6 +211,11 @@ class ViTConfig:
         if self.activation == "swiglu" and self.mlp_dim % 2:
             raise ValueError(f"activation='swiglu' splits the MLP's first projection in two "
                              f"halves: expected an even mlp_dim, got {self.mlp_dim}")
+        rule = self.preprocessing
+        if self.channels != 3 and (len(set(rule.mean)) > 1 or len(set(rule.std)) > 1):
+            raise ValueError(f"a {self.channels}-channel model needs one preprocessing mean and "
+                             f"std for every channel, got mean={rule.mean}, std={rule.std} "
+                             "(per-channel values are for RGB)")
         epsilon = self.layer_norm_epsilon
         if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or \
                 not 0.0 < epsilon < 1.0:

@@ -142,7 +142,13 @@ FAMILY_MODELS: dict[str, FamilyModel] = {
 
 
 def split_name(name: str) -> tuple[FamilyModel, str | None]:
-    """A family model and its weight tag from 'NAME', 'NAME.TAG' or 'hf://timm/NAME.TAG'.
+    """A family model and its weight tag.
+
+    Args:
+        name: 'NAME', 'NAME.TAG' or 'hf://timm/NAME.TAG'.
+
+    Returns:
+        (the `FamilyModel`, the tag or None).
 
     Raises:
         ValueError: no such architecture or tag (the message lists what there is).
@@ -173,14 +179,25 @@ FAMILY_FIELDS = ("classifier", "layer_scale_init", "num_register_tokens", "gelu_
 
 
 def weights_file_reference(weights: str) -> str | None:
-    """The `hf://timm/NAME.TAG` reference of family weights named 'NAME.TAG' (or given as that
-    reference), else None (a path, URL or official release name)."""
+    """Where family weights named by timm's name are.
+
+    Args:
+        weights: any `weights` argument.
+
+    Returns:
+        The `hf://timm/NAME.TAG` reference of weights named 'NAME.TAG' (or given as that
+        reference), else None (a path, URL or official release name).
+
+    Raises:
+        ValueError: an architecture name without its tag, or an unknown tag.
+    """
     if not is_family_name(weights):
         return None
     model, tag = split_name(weights)
     if tag is None:
+        known = [f"{model.name}.{known_tag}" for known_tag in model.tags]
         raise ValueError(f"weights {weights!r} name an architecture, not its weights: expected "
-                         f"NAME.TAG, one of {[model.reference(tag)[len(HUB_PREFIX):] for tag in model.tags]}")
+                         f"NAME.TAG, one of {known}")
     return model.reference(tag)
 
 

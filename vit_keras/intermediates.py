@@ -79,7 +79,9 @@ def features_model(model, blocks=None, grid: bool = True, norm: bool = False) ->
     """A Keras model: images -> {'block_<i>': patches, 'block_<i>_prefix': prefix tokens}.
 
     Args:
-        model: a `VisionTransformer` (any head); the features model shares its weights.
+        model: a `VisionTransformer` (any head). The features model shares its weights; for a
+            class-token classifier, whose last block computes only the class token, it holds
+            a copy of them instead (rebuild it after training the model further).
         blocks: which blocks: None (all), an int n (the last n) or a list of indices
             (negative ones count from the end), as timm's `indices`.
         grid: patch tokens as an NHWC grid [batch, rows, cols, D]; False: [batch, patches, D].
@@ -110,7 +112,10 @@ def features_model(model, blocks=None, grid: bool = True, norm: bool = False) ->
         patches, prefix = split(tokens, patch_grid) if patch_grid is not None else split(tokens)
         outputs[f"block_{index}"] = patches
         outputs[f"block_{index}_prefix"] = prefix
-    return keras.Model(source.inputs[0], outputs, name=f"{model.name}_features")
+    from vit_keras.export.graph import keep_preprocessing
+
+    return keep_preprocessing(model, keras.Model(source.inputs[0], outputs,
+                                                 name=f"{model.name}_features"))
 
 
 def features(model, images, blocks=None, grid: bool = True, norm: bool = False) -> dict:
@@ -138,7 +143,7 @@ def block_embedding_model(model, block: int) -> keras.Model:
         block: the block index (negative counts from the end).
 
     Returns:
-        The model, sharing `model`'s weights.
+        The model (sharing `model`'s weights, as `features_model`).
     """
     config = config_of(model)
     (index,) = block_indices([block], config.num_layers)
@@ -149,12 +154,26 @@ def block_embedding_model(model, block: int) -> keras.Model:
     else:
         pooled = keras.layers.GlobalAveragePooling1D(name="patch_mean")(
             outputs[f"block_{index}"])
-    return keras.Model(extractor.inputs[0], pooled, name=f"{model.name}_block_{index}")
+    from vit_keras.export.graph import keep_preprocessing
+
+    return keep_preprocessing(model, keras.Model(extractor.inputs[0], pooled,
+                                                 name=f"{model.name}_block_{index}"))
 
 
 def block_indices(blocks, num_layers: int) -> list[int]:
-    """timm's `indices` rule: None = all, n = the last n, a list = those (negatives from the
-    end)."""
+    """The blocks `blocks` chooses, by timm's `indices` rule.
+
+    Args:
+        blocks: None (all), an int n (the last n) or a list of indices (negatives count from
+            the end).
+        num_layers: the model's block count.
+
+    Returns:
+        Non-negative block indices, in the order given.
+
+    Raises:
+        ValueError: an index or count out of range.
+    """
     if blocks is None:
         return list(range(num_layers))
     if isinstance(blocks, int) and not isinstance(blocks, bool):
@@ -175,8 +194,14 @@ def block_indices(blocks, num_layers: int) -> list[int]:
 def _full_token_model(model, config):
     """`model` itself when its last block outputs every token; otherwise (a class-token head
     skips the others in the last block) a headless twin holding a copy of its weights."""
-    last = model.get_layer(f"encoderblock_{config.num_layers - 1}")
-    if last.output.shape[1] in (None, config.seq_len):
+    from vit_keras.core.model import last_block_outputs
+
+    if hasattr(model, "include_top"):  # a VisionTransformer says how its last block was built
+        truncated = last_block_outputs(config, model.include_top, model.pooling) is not None
+    else:
+        last = model.get_layer(f"encoderblock_{config.num_layers - 1}")
+        truncated = last.output.shape[1] not in (None, config.seq_len)
+    if not truncated:
         return model
     from vit_keras.core.model import VisionTransformer
 

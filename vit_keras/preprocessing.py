@@ -82,7 +82,17 @@ class Preprocessing:
 
     @classmethod
     def from_dict(cls, data) -> "Preprocessing":
-        """Builds one from `to_dict` output (or returns a `Preprocessing` as it is)."""
+        """Builds one from `to_dict` output.
+
+        Args:
+            data: a dict of the fields, or a `Preprocessing` (returned as it is).
+
+        Returns:
+            The `Preprocessing`.
+
+        Raises:
+            ValueError: not a dict, unknown fields or invalid values.
+        """
         if isinstance(data, cls):
             return data
         if not isinstance(data, dict):
@@ -115,9 +125,16 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 def of_model(model) -> Preprocessing:
-    """The preprocessing a model's weights expect: its `ViTConfig`'s (or that of the model an
-    export view was made from), else the official one (any other Keras model is assumed to
-    take [-1, 1] inputs, as every model here did)."""
+    """The preprocessing a model's weights expect.
+
+    Args:
+        model: any Keras model.
+
+    Returns:
+        Its `ViTConfig`'s preprocessing (or that of the model an export view was made from),
+        else the official one (any other Keras model is assumed to take [-1, 1] inputs, as
+        every model here did).
+    """
     from vit_keras.config import ViTConfig
 
     config = getattr(model, "config", None)
@@ -170,8 +187,11 @@ def from_hf_processor(processor: dict) -> Preprocessing:
     if resample not in _PIL_RESAMPLE:
         raise ValueError(f"image processor resample={resample!r}: expected one of "
                          f"{sorted(_PIL_RESAMPLE)} (PIL nearest, bilinear, bicubic)")
-    size = processor.get("size") or {}
-    crop = processor.get("crop_size") or {}
+    size, crop = processor.get("size") or {}, processor.get("crop_size") or {}
+    if isinstance(size, int):  # older files: "size": 224 (the shorter side)
+        size = {"shortest_edge": size}
+    if isinstance(crop, int):
+        crop = {"height": crop, "width": crop}
     common = dict(mean=processor.get("image_mean", OFFICIAL.mean),
                   std=processor.get("image_std", OFFICIAL.std),
                   interpolation=_PIL_RESAMPLE[resample])
@@ -231,10 +251,26 @@ def normalize(images, preprocessing: Preprocessing = OFFICIAL):
     images = ops.cast(images, "float32")
     if preprocessing.mean == OFFICIAL.mean and preprocessing.std == OFFICIAL.std:
         return (images - 127.5) / 127.5  # [-1, 1], bit for bit as before
-    mean = ops.convert_to_tensor([255.0 * value for value in preprocessing.mean], "float32")
-    scale = ops.convert_to_tensor([1.0 / (255.0 * value) for value in preprocessing.std],
-                                  "float32")
-    return (images - mean) * scale
+    mean, scale = pixel_mean_and_scale(preprocessing)
+    return (images - ops.convert_to_tensor(mean, "float32")) * \
+        ops.convert_to_tensor(scale, "float32")
+
+
+def pixel_mean_and_scale(preprocessing: Preprocessing):
+    """The normalisation in 0..255 units: (pixels - mean) * scale.
+
+    Args:
+        preprocessing: the weights' rule.
+
+    Returns:
+        (mean, scale): floats when every channel shares them (so they also fit a 1-channel
+        model), else lists of 3.
+    """
+    mean = [255.0 * value for value in preprocessing.mean]
+    scale = [1.0 / (255.0 * value) for value in preprocessing.std]
+    if len(set(mean)) == 1 and len(set(scale)) == 1:
+        return mean[0], scale[0]
+    return mean, scale
 
 
 def resize_image(image, size, preprocessing: Preprocessing = OFFICIAL):

@@ -66,6 +66,7 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
                                 variant or _variant_of_model(config, weights), config.num_heads)
     if family_file:
         checkpoint.posemb_method = "bicubic"  # timm's resize, as for create_model
+        _warn_on_other_preprocessing(config, weights)
     assign_checkpoint(model, checkpoint, path, skip_head=skip_head, config=config)
 
 
@@ -156,6 +157,18 @@ def _read(weights: str, variant: str | None,
             raise ValueError(f"{error}\n  {path} is in the weights cache: delete it to download "
                              "it again") from None
         raise
+
+
+def _warn_on_other_preprocessing(config: ViTConfig, weights: str) -> None:
+    """Family weights expect their own preprocessing; a model built without it would be fed
+    differently prepared images (create_model and `vit train --model` set it)."""
+    spec, tag = families.split_name(weights)
+    expected = spec.tags[tag]
+    if config.preprocessing != expected:
+        logger.warning("load_weights(%s): these weights expect preprocessing %s; the model's is "
+                       "%s: build it with ViTConfig(preprocessing=...) or "
+                       "vit_keras.create_model(%r)", weights, expected.describe(),
+                       config.preprocessing.describe(), spec.name)
 
 
 def read_weights_file(weights: str, num_heads: int) -> tuple[keys.Checkpoint, str]:

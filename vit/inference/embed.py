@@ -53,11 +53,22 @@ def load_model(model: str, weights: str | None):
 
     if families.is_family_name(model):
         return vit_keras.create_model(model, weights=weights, include_top=False)
-    return vit_keras.create_model(model, weights=weights, include_top=False, pooling="token")
+    from vit_keras.config import get_variant
+
+    return vit_keras.create_model(model, weights=weights, include_top=False,
+                                  pooling=get_variant(model).classifier)
 
 
 def embedding_model(model, block: int | None):
-    """The model mapping preprocessed images to one vector each (see the module docstring)."""
+    """The model mapping preprocessed images to one vector each.
+
+    Args:
+        model: the loaded Keras model.
+        block: an encoder block to probe, or None (the head's input / the pooled output).
+
+    Returns:
+        A Keras model sharing `model`'s weights.
+    """
     from vit_keras.analysis import feature_extractor
     from vit_keras.intermediates import block_embedding_model
 

@@ -371,6 +371,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from vit.inference.model_files import load_model
     from vit_keras.export import graph
+    from vit_keras.preprocessing import of_model
 
     formats = _check_formats(args.formats)
     if not os.path.exists(args.model):
@@ -386,7 +387,8 @@ def run(args) -> int:
             print(f"vit export: calibrating and evaluating on {data_spec!r}, the data the model "
                   "was trained on (from its config.json)")
         calibration, eval_images, eval_labels = _load_data(
-            data_spec, image_hw, args.calibration_images, args.eval_images, trained_on)
+            data_spec, image_hw, args.calibration_images, args.eval_images, trained_on,
+            of_model(model))
     elif set(formats) & set(CALIBRATED_FORMATS):
         calibrated = ", ".join(name for name in formats if name in CALIBRATED_FORMATS)
         raise ValueError(f"{calibrated} needs --data to calibrate on (a few hundred training "
@@ -454,8 +456,12 @@ def _training_data(model_path: str) -> dict:
 
 
 def _load_data(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000,
-               trained_on: dict | None = None):
-    """(calibration images, eval images, eval labels) as float32 0..255 at `image_hw`."""
+               trained_on: dict | None = None, rule=None):
+    """(calibration images, eval images, eval labels) as float32 0..255 at `image_hw`, resized
+    by the model's preprocessing `rule` (default: the official one)."""
+    from vit_keras.preprocessing import OFFICIAL
+
+    rule = rule or OFFICIAL
     import numpy as np
 
     if spec.endswith(".npz"):
@@ -467,10 +473,11 @@ def _load_data(spec: str, image_hw, calibration_count: int = 300, eval_count: in
             labels = arrays["labels"] if "labels" in arrays else None
         eval_labels = None if labels is None else labels[:eval_count]
         return images[:calibration_count], images[:eval_count], eval_labels
-    return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {})
+    return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {},
+                             rule)
 
 
-def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on):
+def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on, rule):
     """Calibration images from the training data, evaluation images + labels from its
     validation data as the run chose them (`--val-data`, or the held-out part), resized as
     `vit train` resizes for evaluation."""
@@ -479,8 +486,8 @@ def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on)
 
     data = sources.open_training_data(spec, trained_on.get("val_data", ""),
                                       trained_on.get("val_split", 0.1), trained_on.get("seed", 0))
-    calibration, _ = evaluation.take_raw_images(data.train, image_hw, calibration_count)
+    calibration, _ = evaluation.take_raw_images(data.train, image_hw, calibration_count, rule)
     if data.val is None:
         return calibration, None, None
-    images, labels = evaluation.take_raw_images(data.val, image_hw, eval_count)
+    images, labels = evaluation.take_raw_images(data.val, image_hw, eval_count, rule)
     return calibration, images, labels

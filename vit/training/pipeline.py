@@ -1,5 +1,7 @@
 """The training input pipeline that feeds `fit`: decode -> crop/resize -> batch -> augment ->
-normalise as the weights expect ([-1, 1] for the official ones) -> prefetch (evaluation batches: `vit.data.evaluation`).
+normalise as the weights expect ([-1, 1] for the official ones) -> prefetch (evaluation
+batches: `vit.data.evaluation`). The random crops resize bilinearly whatever the weights'
+evaluation interpolation (a training augmentation, as the official recipes do).
 
 Training batches are a pure function of (seed, epoch, step): each epoch is shuffled with its own
 seed and each batch is augmented with its own stateless seed, so a resumed run sees exactly the

@@ -477,16 +477,17 @@ class Run:
                 "fine-tune the encoder, then export)")
         if not (export or self.options.inspect):
             return
-        size = self.config.image_hw
+        size, rule = self.config.image_hw, self.config.preprocessing
         images, labels = evaluation.take_raw_images(self.data.val or self.data.train, size,
-                                                  EVAL_SAMPLES)
+                                                  EVAL_SAMPLES, rule)
         if export and self.backend != "tensorflow":
             if self.chief:
                 export_in_tensorflow(os.path.join(self.output, "model.keras"))
         elif export:
             from vit.inference.export import export_model
 
-            calibration, _ = evaluation.take_raw_images(self.data.train, size, CALIBRATION_SAMPLES)
+            calibration, _ = evaluation.take_raw_images(self.data.train, size,
+                                                        CALIBRATION_SAMPLES, rule)
             export_model(classifier, self.output, representative_images=calibration,
                          eval_images=images, eval_labels=labels,
                          activation=self.objective.activation)

@@ -175,7 +175,7 @@ def resolve_preset(args: argparse.Namespace) -> presets.Preset:
     if args.image_size is not None:
         preset = preset.replace_model(image_size=args.image_size)
     check_weight_name(preset)
-    return preset
+    return with_weights_preprocessing(preset)
 
 
 def run_options(args: argparse.Namespace) -> presets.RunOptions:
@@ -214,6 +214,18 @@ def check_weight_name(preset: presets.Preset) -> None:
                              f"{release.classifier!r}, this preset's model has "
                              f"{preset.model.classifier!r}: add --set model.classifier="
                              f"{release.classifier}")
+
+
+def with_weights_preprocessing(preset: presets.Preset) -> presets.Preset:
+    """The preset with the preprocessing of its family weights' tag (`--weights NAME.TAG`):
+    e.g. OpenCLIP's laion2b crop differs from OpenAI's."""
+    from vit_keras import families
+
+    weights = preset.finetune.weights
+    if not (weights and families.weights_file_reference(weights)):
+        return preset
+    spec, tag = families.split_name(weights)
+    return preset.replace_model(preprocessing=spec.tags[tag])
 
 
 def run(args: argparse.Namespace) -> int:

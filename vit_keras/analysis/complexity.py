@@ -67,12 +67,15 @@ def count_params(config: ViTConfig) -> int:
     """
     width, mlp, patch = config.hidden_size, config.mlp_dim, config.patch_size
     embedding = patch * patch * config.channels * width + width
-    class_token = width if config.classifier == "token" else 0
-    position = config.seq_len * width
+    tokens = width * (config.num_prefix_tokens + config.num_register_tokens)  # cls, dist, regs
+    position = _position_params(config)
     attention = 4 * (width * width + width)               # q, k, v, out kernels and biases
     mlp_out = mlp // 2 if config.activation == "swiglu" else mlp
-    block = 2 * 2 * width + attention + width * mlp + mlp + mlp_out * width + width
+    mlp_params = width * mlp + mlp + mlp_out * width + width
+    block = 2 * 2 * width + attention + mlp_params        # 2 LayerNorms, attention, MLP
+    block += 2 * width if config.layer_scale_init is not None else 0
     norms = 2 * width * (2 if config.pre_norm else 1)
+    pool = width + attention + 2 * width + mlp_params if config.classifier == "map" else 0
     features = width
     pre_logits = 0
     if config.representation_size is not None:
@@ -81,9 +84,21 @@ def count_params(config: ViTConfig) -> int:
     if config.projection_size is not None:
         pre_logits += features * config.projection_size
         features = config.projection_size
-    head = features * config.num_classes + config.num_classes
-    return (embedding + class_token + position + config.num_layers * block + norms
+    heads = 2 if config.distilled else 1
+    head = heads * (features * config.num_classes + config.num_classes)
+    return (embedding + tokens + position + config.num_layers * block + norms + pool
             + pre_logits + head)
+
+
+def _position_params(config: ViTConfig) -> int:
+    """Weights of the position embedding: a learned row per patch and per class/distillation
+    token (registers have none), the 2-D kind's rows and columns, none for sincos2d."""
+    rows, cols = config.grid_size
+    if config.posemb == "learn":
+        return (config.num_patches + config.num_prefix_tokens) * config.hidden_size
+    if config.posemb == "learn2d":
+        return (rows + cols) * config.hidden_size // 2
+    return 0
 
 
 def _block_macs(config: ViTConfig, queries: int) -> tuple[int, int]:

@@ -42,8 +42,10 @@ def _fit_projection(tensors, targets) -> None:
     projection and no such head takes it as the projection."""
     kernel, bias = tensors.get("head/kernel"), tensors.get("head/bias")
     target = targets.get(keys.PROJECTION)
+    model_head = targets.get("head/kernel")
     if (target is None or keys.PROJECTION in tensors or kernel is None
-            or tuple(kernel.shape) != tuple(target.shape) or "head/kernel" in targets
+            or tuple(kernel.shape) != tuple(target.shape)
+            or (model_head is not None and tuple(model_head.shape) == tuple(kernel.shape))
             or (bias is not None and np.any(bias))):
         return
     tensors[keys.PROJECTION] = tensors.pop("head/kernel")

@@ -130,8 +130,8 @@ def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
         num_heads: attention heads of the target model (the fused weights do not say).
 
     Returns:
-        The `Checkpoint`; names with no official counterpart (e.g. `fc_norm.*`, `reg_token`,
-        layer scales) are kept as they are, so they show up as unexpected keys.
+        The `Checkpoint`; names with no counterpart (e.g. `fc_norm.*` beside `norm.*`, a
+        `mask_token`) are kept as they are, so they show up as unexpected keys.
     """
     result = {}
     for name, value in tensors.items():

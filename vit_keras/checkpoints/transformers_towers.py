@@ -44,8 +44,16 @@ _VISION = "vision_model."  # absent in a SiglipVisionModel file, present in the 
 
 
 def family_of(tensors) -> str | None:
-    """'dinov2', 'siglip' or 'clip' when the names are those of that transformers tower."""
-    if any(_DINOV2_BLOCK.match(name) and ".norm1." in name for name in tensors):
+    """Which transformers tower a state dict is.
+
+    Args:
+        tensors: the file's names (and arrays).
+
+    Returns:
+        'dinov2', 'siglip' or 'clip', or None for another layout.
+    """
+    if any(_DINOV2_BLOCK.match(name.removeprefix("dinov2.")) and ".norm1." in name
+           for name in tensors):
         return "dinov2"
     names = {name[len(_VISION):] if name.startswith(_VISION) else name for name in tensors}
     if "embeddings.class_embedding" in names:

@@ -14,9 +14,13 @@ from vit_keras.core.model import VisionTransformer
 logger = logging.getLogger(__name__)
 
 
+FAMILY_POOLING = "family"  # the default of `pooling`: the family's own
+
+
 def create_family_model(name: str, weights: str | None = None, include_top: bool | None = None,
-                        input_shape=None, classes: int | None = None, pooling: str | None = None,
-                        classifier_activation=None, **config_overrides):
+                        input_shape=None, classes: int | None = None,
+                        pooling: str | None = FAMILY_POOLING, classifier_activation=None,
+                        **config_overrides):
     """Builds a family model, optionally with its weights.
 
     Args:
@@ -25,15 +29,14 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
         weights: None (random init); 'pretrained' or a tag (the `hf://timm/NAME.TAG` file,
             downloaded once); an `hf://` reference or the path of a timm-layout file.
         include_top: with a classifier head; default: when the weights have one (DeiT-III) or
-            `classes` is given. Without it the model returns the pooled embedding (through
-            CLIP's projection), or the tokens with `pooling=None` given explicitly... see
-            `pooling`.
+            `classes` is given. Without it the model returns what `pooling` says.
         input_shape: (height, width, channels); default: the weights' resolution. The
             position embedding is resized as timm does (antialiased bicubic).
         classes: a new head of this many classes (fine-tuning; CLIP's projection is then
             dropped, as timm's `reset_classifier` does).
-        pooling: without a head: 'token', 'gap', 'map' or None (the token sequence); default
-            the family's own pooling.
+        pooling: without a head: the family's own pooling (the default: DINOv2's class token,
+            SigLIP's attention pooling, CLIP's class token through its projection), 'token',
+            'gap', 'map', or None for the final-normed token sequence.
         classifier_activation: as for `VisionTransformer`.
         **config_overrides: other `ViTConfig` fields (dropout_rate, drop_path_rate, ...).
 
@@ -59,7 +62,7 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
     if input_shape is not None:
         changes.update(image_size=tuple(input_shape[:2]), channels=input_shape[2])
     config = config.replace(**changes)
-    if not include_top and pooling is None:
+    if pooling == FAMILY_POOLING:
         pooling = config.classifier
     model = VisionTransformer(config, include_top=include_top,
                               pooling=None if include_top else pooling,
@@ -73,15 +76,17 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
 
 
 def _weights_reference(spec, tag, weights):
-    """(what to read or None, the weight tag or None) for the `weights` argument."""
+    """(what to read or None, the weight tag or None) for the `weights` argument: a timm
+    reference's tag when it is one of this model's, so that its preprocessing is taken."""
     if weights is None:
         return None, tag
     if weights == "pretrained" or weights in spec.tags:
         tag = weights if weights in spec.tags else tag or next(iter(spec.tags))
         return spec.reference(tag), tag
     if weights.startswith(families.HUB_PREFIX):
-        _, file_tag = families.split_name(weights.split("/")[3].split("@")[0])
-        return weights, file_tag or tag
+        file_tag = weights[len(families.HUB_PREFIX):].split("/")[0].split("@")[0]
+        file_tag = file_tag.partition(".")[2]
+        return weights, file_tag if file_tag in spec.tags else tag
     return weights, tag
 
 

@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from vit_keras import fast_paths, legacy
+from vit_keras.config import ACTIVATIONS
 
 from vit_keras.core import grid_resize
 from vit_keras.core.attention import MultiHeadSelfAttention
@@ -21,9 +22,6 @@ def gelu(inputs, approximate=True, training=None):
     """GELU (tanh approximation or exact erf); the fused kernel where `fast_paths` has one."""
     fast = fast_paths.gelu(inputs, approximate, training)
     return ops.gelu(inputs, approximate=approximate) if fast is None else fast
-
-
-ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 
 
 def activate(hidden, activation="gelu", gelu_approximate=True, training=None):

@@ -122,8 +122,9 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
     - `serve_bytes`: `image_bytes` string [batch] of encoded JPEG, PNG, BMP or GIF files
       (grayscale and RGBA become RGB; GIFs use their first frame), resized (and cropped) to
       H x W by the weights' rule (`config.preprocessing`: the official bilinear squash, or
-      e.g. timm's bicubic resize and centre crop) inside the graph -> the same outputs. H x W is the model's
-      input size: for a model taking any size, `image_size` or else its training size.
+      e.g. timm's bicubic resize and centre crop) inside the graph -> the same outputs.
+      H x W is the model's input size: for a model taking any size, `image_size` or else its
+      training size.
 
     Args:
         model: a Keras image classifier taking [batch, H, W, 3] (e.g. from `VisionTransformer`).
