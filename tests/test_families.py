@@ -397,6 +397,7 @@ def test_exported_graphs_resize_and_normalise_as_the_weights_expect(tmp_path):
         np.testing.assert_allclose(runner(pixels), expected, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_vit_train_fine_tunes_family_weights_with_their_preprocessing(tmp_path, monkeypatch):
     """`vit train --model NAME --weights FILE`: the family's architecture, pooling, registers and
     preprocessing, the timm file loaded (its head replaced), the rule recorded in the run."""
