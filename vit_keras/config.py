@@ -194,11 +194,9 @@ class ViTConfig:
             raise ValueError("distilled=True needs classifier='token' and no representation_size, "
                              f"got classifier={self.classifier!r}, representation_size="
                              f"{self.representation_size!r}")
-        if not isinstance(self.remat, bool):
-            raise ValueError(f"remat must be True or False, got {self.remat!r}")
-        if not isinstance(self.locality_attention, bool):
-            raise ValueError(f"locality_attention must be True or False, got "
-                             f"{self.locality_attention!r}")
+        for name in ("remat", "locality_attention", "pre_norm", "pooled_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         self._check_stem()
         self._check_families()
         if self.dynamic_image_pad and not self.dynamic_image_size:
@@ -220,9 +218,6 @@ class ViTConfig:
         if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or \
                 not 0.0 < epsilon < 1.0:
             raise ValueError(f"layer_norm_epsilon must be in (0, 1), got {epsilon!r}")
-        for name in ("pre_norm", "pooled_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def _check_stem(self):
         if self.stem not in STEMS:
