@@ -1,14 +1,21 @@
-"""ViT-B/16 training and inference img/s on one GPU, bfloat16, side by side in one run:
-ours on JAX (with and without `keras.ops.dot_product_attention`), keras-hub's ViT on JAX, and
-timm on PyTorch (`torch.compile`, bf16 autocast), at the same batch; MFU against the bf16
-matrix-product peak measured first.
+"""ViT training and inference img/s on one GPU, side by side in one run: ours on JAX through
+`model.fit` (plain, each opt-in form of the step, XLA flags, float8 training, int8 inference),
+keras-hub's ViT through `model.fit`, and timm on PyTorch (`torch.compile`, bf16 autocast);
+MFU against the bf16 matrix-product peak measured in the same run.
 
-    python benchmarks/backends_gpu.py [--batch 128] [--steps 30] [--only ours,keras_hub,timm]
+    python benchmarks/backends_gpu.py [--model B/16] [--batch 128] [--steps 50]
+        [--rows ours,ours_fused_qkv,...,timm] [--json FILE]
 
-Each framework runs in its own subprocess (Keras' backend and the GPU memory are per process).
-Training: a full AdamW step (forward, backward, update) on device-resident random images and
-labels; inference: a forward pass. Times are the median of `--steps` steps after warm-up.
-Needs a GPU with JAX (CUDA) and, for its rows, keras-hub and timm installed.
+Every contender is timed the same way: the batch lives on the device, N steps run back to back
+and one sync ends them (Keras: one `fit` of N steps, which keeps the state on the device and
+donates its buffers; timm: N eager steps of the compiled model). Inference: N jitted (compiled)
+forward passes, one sync. Each row runs in its own subprocess (Keras' backend, XLA flags and
+GPU memory are per process). The header records the GPU and the jax, jaxlib, CUDA, cuDNN,
+keras, torch and timm versions.
+
+Needs a GPU with JAX (CUDA), Keras and, for their rows, keras-hub, PyTorch and timm; rows whose
+packages are missing are reported as skipped. `--model Ti/16 --image-size 32 --batch 4
+--steps 2 --peak-size 256` runs the Keras rows on a CPU as a smoke test.
 """
 
 from __future__ import annotations
@@ -16,30 +23,103 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
-from vit_keras.timing import median_seconds
-
-IMAGE, CLASSES = 224, 1000
-WARMUP = 5  # untimed steps: compilation and autotuning
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("KERAS_BACKEND", "jax")
+CLASSES = 1000
+WARMUP = 5  # untimed steps: compilation and autotuning
+
+# The XLA flags the A/B rows add, each alone (--xla_gpu_* flags need a GPU build of jaxlib).
+XLA_FLAGS = {
+    "cublaslt": "--xla_gpu_enable_cublaslt=true",
+    "no_triton_gemm": "--xla_gpu_enable_triton_gemm=false",
+    "cudnn_layer_norm": "--xla_gpu_enable_cudnn_layer_norm=true",
+    "cudnn_gemm_fusion": "--xla_gpu_cudnn_gemm_fusion_level=2",
+    "dot_merger_64mb": "--xla_gpu_dot_merger_threshold_mb=64",
+}
+# Ours: (TrainingForms changes, ViTConfig changes, quantization mode); the flags rows below.
+OURS = {
+    "ours": ({}, {}, None),
+    "ours_fused_qkv": ({"fused_qkv": True}, {}, None),
+    "ours_attention_kernel": ({"attention_kernel": True}, {}, None),
+    "ours_remat_dots": ({}, {"remat": "dots"}, None),
+    "ours_all_forms": ({"fused_qkv": True, "attention_kernel": True}, {"remat": "dots"}, None),
+    "ours_float8": ({}, {}, "float8"),
+    "ours_int8": ({}, {}, "int8"),
+}
+OURS.update({f"ours_xla_{name}": ({}, {}, None) for name in XLA_FLAGS})
+ROWS = [*OURS, "keras_hub", "timm"]
 
 
-def keras_rates(model, batch: int, steps: int) -> dict:
-    """Training and inference img/s of a Keras model on JAX (arrays already on the GPU)."""
+def versions() -> dict:
+    """The software under the measurement (what each import finds; None when missing)."""
+    found = {}
+    for name in ("jax", "jaxlib", "keras", "keras_hub", "torch", "timm"):
+        try:
+            found[name] = __import__(name).__version__
+        except ImportError:
+            found[name] = None
+    try:
+        import jax
+
+        found["device"] = jax.devices()[0].device_kind
+        from jax._src.lib import cuda_versions  # jaxlib's CUDA plugin, when there is one
+
+        found["cuda"] = cuda_versions.cuda_runtime_get_version() if cuda_versions else None
+        found["cudnn"] = cuda_versions.cudnn_get_version() if cuda_versions else None
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    try:
+        import torch
+
+        found["torch_cuda"], found["torch_cudnn"] = (torch.version.cuda,
+                                                     torch.backends.cudnn.version())
+    except ImportError:
+        pass
+    return found
+
+
+def _device_batch(batch: int, image_size: int):
     import jax
-    import keras
     import numpy as np
 
-    images = jax.device_put(np.random.default_rng(0).uniform(-1, 1, (batch, IMAGE, IMAGE, 3))
-                            .astype("float32"))
-    labels = jax.device_put((np.arange(batch) % CLASSES).astype("int32"))
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4), metrics=[],
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=True)
-    train = median_seconds(lambda: model.train_on_batch(images, labels), steps, WARMUP)
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
+    labels = (np.arange(batch) % CLASSES).astype("int32")
+    return jax.device_put(images), jax.device_put(labels)
+
+
+def _synced_seconds(run, sync) -> float:
+    start = time.perf_counter()
+    run()
+    sync()
+    return time.perf_counter() - start
+
+
+def fit_rate(model, images, labels, steps: int, train: bool = True) -> float:
+    """Training img/s of a compiled Keras model: one `fit` of `steps` steps on the batch
+    already on the device, after a warm-up `fit`; one sync at the end."""
+    import jax
+
+    def batches():
+        while True:
+            yield images, labels
+
+    def fit(count):
+        model.fit(batches(), steps_per_epoch=count, epochs=1, verbose=0)
+
+    fit(WARMUP)
+    seconds = _synced_seconds(lambda: fit(steps), lambda: jax.block_until_ready(
+        [v.value for v in model.trainable_variables]))
+    return images.shape[0] * steps / seconds
+
+
+def forward_rate(model, images, steps: int) -> float:
+    """Inference img/s: `steps` jitted forward passes of the model's state, one sync."""
+    import jax
 
     @jax.jit
     def forward(variables, x):
@@ -47,174 +127,245 @@ def keras_rates(model, batch: int, steps: int) -> dict:
 
     variables = ([v.value for v in model.trainable_variables],
                  [v.value for v in model.non_trainable_variables])
-    infer = median_seconds(lambda: forward(variables, images).block_until_ready(), steps, WARMUP)
-    return {"train_img_s": batch / train, "infer_img_s": batch / infer}
+    for _ in range(WARMUP):
+        forward(variables, images).block_until_ready()
+    outputs = []
+    seconds = _synced_seconds(lambda: outputs.extend(forward(variables, images)
+                                                     for _ in range(steps)),
+                              lambda: jax.block_until_ready(outputs))
+    return images.shape[0] * steps / seconds
 
 
-def jit_step_rate(model, batch: int, steps: int) -> dict:
-    """Training img/s of the same model in a bare jitted step (no Keras trainer around it):
-    how much of the gap to timm is the model and how much the per-step driver."""
-    import functools
-
-    import jax
+def compile_for_training(model) -> None:
     import keras
-    import numpy as np
 
-    images = jax.device_put(np.random.default_rng(0).uniform(-1, 1, (batch, IMAGE, IMAGE, 3))
-                            .astype("float32"))
-    labels = jax.device_put((np.arange(batch) % CLASSES).astype("int32"))
-    optimizer = keras.optimizers.AdamW(1e-4)
-    optimizer.build(model.trainable_variables)
-    cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    def loss(trainable, non_trainable, x, y):
-        logits, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
-        return cross_entropy(y, logits), non_trainable
-
-    @functools.partial(jax.jit, donate_argnums=(0, 1, 2))
-    def step(trainable, non_trainable, optimizer_variables, x, y):
-        (value, non_trainable), grads = jax.value_and_grad(loss, has_aux=True)(
-            trainable, non_trainable, x, y)
-        trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, grads,
-                                                                   trainable)
-        return trainable, non_trainable, optimizer_variables, value
-
-    state = [[v.value for v in model.trainable_variables],
-             [v.value for v in model.non_trainable_variables],
-             [v.value for v in optimizer.variables]]
-
-    def run():
-        *state[:], value = step(*state, images, labels)
-        value.block_until_ready()
-
-    return {"train_img_s": batch / median_seconds(run, steps, WARMUP), "infer_img_s": float("nan")}
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4), metrics=[], jit_compile=True,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
-def run_ours(batch: int, steps: int, fused_attention: bool, bare_step: bool = False) -> dict:
+def run_ours(name: str, args) -> dict:
     import keras
 
     sys.path.insert(0, REPO)
     import vit_keras
-    from vit_keras.core import attention
+    from vit_keras.fast_paths import training_forms
 
-    if not fused_attention:
-        attention.dot_product_attention_available = lambda: False
+    forms, changes, mode = OURS[name]
+    training_forms.set_forms(training_forms.TrainingForms(**forms))
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    model = vit_keras.ViTB16(input_shape=(IMAGE, IMAGE, 3), classes=CLASSES)
-    if bare_step:
-        return jit_step_rate(model, batch, steps)
-    return keras_rates(model, batch, steps)
+    config = vit_keras.get_variant(args.model).replace(image_size=args.image_size,
+                                                       num_classes=CLASSES, **changes)
+    model = vit_keras.VisionTransformer(config)
+    images, labels = _device_batch(args.batch, args.image_size)
+    rates = {}
+    if mode != "int8":  # int8 is Keras' inference quantization
+        if mode:
+            model.quantize(mode)
+        compile_for_training(model)
+        rates["train_img_s"] = fit_rate(model, images, labels, args.steps)
+    if mode != "float8":
+        if mode == "int8":
+            model.quantize(mode)
+        rates["infer_img_s"] = forward_rate(model, images, args.steps)
+    return rates
 
 
-def run_keras_hub(batch: int, steps: int) -> dict:
+def run_keras_hub(args) -> dict:
     import keras
     import keras_hub
 
+    sys.path.insert(0, REPO)
+    import vit_keras
+
+    config = vit_keras.get_variant(args.model)
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    backbone = keras_hub.models.ViTBackbone(image_shape=(IMAGE, IMAGE, 3), patch_size=16,
-                                            num_layers=12, num_heads=12, hidden_dim=768,
-                                            mlp_dim=3072)
-    model = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=CLASSES,
-                                                activation=None)
-    return keras_rates(model, batch, steps)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(args.image_size, args.image_size, 3), patch_size=config.patch_size,
+        num_layers=config.num_layers, num_heads=config.num_heads,
+        hidden_dim=config.hidden_size, mlp_dim=config.mlp_dim)
+    classifier = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=CLASSES,
+                                                     activation=None)
+    # The same layers as a plain functional model: keras-hub's Task.fit takes no generator.
+    model = keras.Model(classifier.inputs, classifier.outputs)
+    images, labels = _device_batch(args.batch, args.image_size)
+    compile_for_training(model)
+    return {"train_img_s": fit_rate(model, images, labels, args.steps),
+            "infer_img_s": forward_rate(model, images, args.steps)}
 
 
-def run_timm(batch: int, steps: int) -> dict:
+TIMM_NAMES = {"Ti/16": "vit_tiny_patch16_224", "S/16": "vit_small_patch16_224",
+              "B/16": "vit_base_patch16_224", "B/32": "vit_base_patch32_224",
+              "L/16": "vit_large_patch16_224", "H/14": "vit_huge_patch14_224"}
+
+
+def run_timm(args) -> dict:
     import timm
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = True
-    model = timm.create_model("vit_base_patch16_224", num_classes=CLASSES).cuda()
-    images = torch.rand(batch, 3, IMAGE, IMAGE, device="cuda") * 2 - 1
-    labels = torch.arange(batch, device="cuda") % CLASSES
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = timm.create_model(TIMM_NAMES[args.model], num_classes=CLASSES,
+                              img_size=args.image_size).to(device)
+    images = torch.rand(args.batch, 3, args.image_size, args.image_size, device=device) * 2 - 1
+    labels = torch.arange(args.batch, device=device) % CLASSES
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     compiled = torch.compile(model)
 
-    def train_step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(compiled(images), labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
 
-    def infer_step():
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-            compiled(images)
-        torch.cuda.synchronize()
+    def train_steps(count):
+        for _ in range(count):
+            with torch.autocast(device, dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(compiled(images), labels)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    def infer_steps(count):
+        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
+            for _ in range(count):
+                compiled(images)
 
     model.train()
-    train = median_seconds(train_step, steps, WARMUP)
+    train_steps(WARMUP)
+    sync()
+    train = _synced_seconds(lambda: train_steps(args.steps), sync)
     model.eval()
-    infer = median_seconds(infer_step, steps, WARMUP)
-    return {"train_img_s": batch / train, "infer_img_s": batch / infer}
+    infer_steps(WARMUP)
+    sync()
+    infer = _synced_seconds(lambda: infer_steps(args.steps), sync)
+    return {"train_img_s": args.batch * args.steps / train,
+            "infer_img_s": args.batch * args.steps / infer}
 
 
-def matmul_peak_tflops() -> float:
-    """bf16 matrix-product TFLOP/s of this GPU (8192^3 in JAX, median of 20)."""
+def matmul_peak_tflops(size: int) -> float:
+    """bf16 matrix-product TFLOP/s of this device (size^3 in JAX, median of 20)."""
     import jax
     import jax.numpy as jnp
 
-    a = jnp.ones((8192, 8192), jnp.bfloat16)
+    sys.path.insert(0, REPO)
+    from vit_keras.timing import median_seconds
+
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.bfloat16)
     product = jax.jit(lambda x, y: x @ y)
     seconds = median_seconds(lambda: product(a, a).block_until_ready(), 20, WARMUP)
-    return 2 * 8192**3 / seconds / 1e12
+    return 2 * size**3 / seconds / 1e12
 
 
-def train_flops_per_image() -> float:
-    """3x the forward multiply-adds x 2 of ViT-B/16 at 224 px (vit_keras.analysis.complexity)."""
+def forward_flops_per_image(model: str, image_size: int) -> float:
+    """2 x the forward multiply-adds of one image (vit_keras.analysis.complexity)."""
     sys.path.insert(0, REPO)
     from vit_keras import get_variant
     from vit_keras.analysis import complexity
 
-    config = get_variant("B/16").replace(image_size=IMAGE, num_classes=CLASSES)
-    return 3 * complexity.estimate(config).flops
+    config = get_variant(model).replace(image_size=image_size, num_classes=CLASSES)
+    return complexity.estimate(config).flops
 
 
-RUNNERS = {"ours": lambda b, s: run_ours(b, s, True),
-           "ours_einsum_attention": lambda b, s: run_ours(b, s, False),
-           "ours_bare_jit_step": lambda b, s: run_ours(b, s, True, bare_step=True),
-           "keras_hub": run_keras_hub, "timm": run_timm}
+def run_child(name: str, args) -> dict:
+    if name == "peak":
+        return {"peak_tflops": matmul_peak_tflops(args.peak_size), "versions": versions()}
+    if name in OURS:
+        return run_ours(name, args)
+    return run_keras_hub(args) if name == "keras_hub" else run_timm(args)
+
+
+def _child_env(name: str) -> dict:
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_MEM_FRACTION="0.9")
+    flag = XLA_FLAGS.get(name.removeprefix("ours_xla_")) if name.startswith("ours_xla_") else None
+    if flag:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
+    return env
+
+
+def run_rows(names, args) -> dict:
+    """{row: rates or {'skipped'|'failed': why}}, each row in its own subprocess."""
+    results = {}
+    for name in ["peak", *names]:
+        command = [sys.executable, os.path.abspath(__file__), "--child", name,
+                   "--model", args.model, "--image-size", str(args.image_size),
+                   "--batch", str(args.batch), "--steps", str(args.steps),
+                   "--peak-size", str(args.peak_size)]
+        done = subprocess.run(command, env=_child_env(name), capture_output=True, text=True)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        if done.returncode == 0 and lines:
+            results[name] = json.loads(lines[-1][len("RESULT "):])
+        elif "ModuleNotFoundError" in done.stderr:
+            results[name] = {"skipped": done.stderr.strip().splitlines()[-1]}
+        else:
+            results[name] = {"failed": done.stderr[-3000:]}
+    return results
+
+
+def _last_error(text: str) -> str:
+    """The last 'SomeError: ...' line of a traceback (else its last line), shortened."""
+    lines = text.strip().splitlines() or [""]
+    errors = [line for line in lines if re.match(r"^[\w.]+(Error|Exception)\b", line)]
+    return (errors or lines)[-1][:200].replace("|", "/")
+
+
+def table(results: dict, args) -> list[str]:
+    """The Markdown table of `results` (ratios to timm and keras-hub in this run)."""
+    peak = results["peak"].get("peak_tflops")
+    flops = forward_flops_per_image(args.model, args.image_size)
+
+    def ratio(name, other, key):
+        if other not in results or key not in results[other] or key not in results[name]:
+            return "n/a"
+        return f"{results[name][key] / results[other][key]:.2f}x"
+
+    lines = [f"ViT-{args.model} {args.image_size}px, batch {args.batch}, bf16, {args.steps} "
+             f"steps; matmul peak {peak:.0f} TFLOP/s; {3 * flops / 1e9:.1f} GFLOP per "
+             f"training image", json.dumps(results["peak"]["versions"]),
+             "| row | train img/s | infer img/s | train MFU | train vs timm | infer vs timm | "
+             "train vs keras-hub |", "|---|---|---|---|---|---|---|"]
+    for name, rates in results.items():
+        if name == "peak":
+            continue
+        if "train_img_s" not in rates and "infer_img_s" not in rates:
+            outcome = "skipped" if "skipped" in rates else "failed"
+            lines.append(f"| {name} | {outcome}: {_last_error(rates[outcome])} | | | | | |")
+            continue
+        train, infer = rates.get("train_img_s"), rates.get("infer_img_s")
+        mfu = f"{100 * train * 3 * flops / (peak * 1e12):.1f}%" if train and peak else "n/a"
+        lines.append(f"| {name} | {train or float('nan'):.0f} | {infer or float('nan'):.0f} | "
+                     f"{mfu} | {ratio(name, 'timm', 'train_img_s')} | "
+                     f"{ratio(name, 'timm', 'infer_img_s')} | "
+                     f"{ratio(name, 'keras_hub', 'train_img_s')} |")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="B/16", help="a variant: Ti/16, S/16, B/16, L/16...")
+    parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--only", default=",".join(RUNNERS))
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--peak-size", type=int, default=8192,
+                        help="side of the bf16 matrix product whose speed is the MFU's peak")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"any of {','.join(ROWS)}")
+    parser.add_argument("--json", help="also write the results (and versions) to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        result = {"peak": matmul_peak_tflops()} if args.child == "peak" else \
-            RUNNERS[args.child](args.batch, args.steps)
-        print("RESULT " + json.dumps(result))
+        print("RESULT " + json.dumps(run_child(args.child, args)))
         return
-    env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_MEM_FRACTION="0.9")
-    results = {}
-    for name in ["peak", *args.only.split(",")]:
-        command = [sys.executable, __file__, "--child", name, "--batch", str(args.batch),
-                   "--steps", str(args.steps)]
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        if done.returncode or not lines:
-            print(f"{name}: failed\n{done.stderr[-3000:]}", file=sys.stderr)
-            continue
-        results[name] = json.loads(lines[-1][len("RESULT "):])
-    peak = results.pop("peak", {}).get("peak")
-    flops = train_flops_per_image()
-    print(f"ViT-B/16 {IMAGE}px, batch {args.batch}, bf16; matmul peak {peak:.0f} TFLOP/s; "
-          f"{flops / 1e9:.1f} GFLOP per training image")
-    print("| implementation | train img/s | infer img/s | train MFU | train vs keras-hub | "
-          "train vs timm |")
-    print("|---|---|---|---|---|---|")
-    for name, rates in results.items():
-        mfu = rates["train_img_s"] * flops / (peak * 1e12) if peak else float("nan")
-        ratio = {other: rates["train_img_s"] / results[other]["train_img_s"]
-                 for other in ("keras_hub", "timm") if other in results}
-        print(f"| {name} | {rates['train_img_s']:.0f} | {rates['infer_img_s']:.0f} | "
-              f"{100 * mfu:.1f}% | {ratio.get('keras_hub', float('nan')):.2f}x | "
-              f"{ratio.get('timm', float('nan')):.2f}x |")
-    print(json.dumps(results))
+    names = [name for name in args.rows.split(",") if name]
+    unknown = sorted(set(names) - set(ROWS))
+    if unknown:
+        parser.error(f"unknown rows {unknown}: expected some of {ROWS}")
+    results = run_rows(names, args)
+    if "peak_tflops" not in results["peak"]:
+        sys.exit(f"the matmul peak could not be measured:\n{results['peak']}")
+    print("\n".join(table(results, args)))
+    if args.json:
+        sys.path.insert(0, REPO)
+        from vit_keras import atomic
+
+        atomic.write_bytes(args.json, json.dumps({"args": vars(args), "results": results},
+                                                 indent=1).encode())
 
 
 if __name__ == "__main__":

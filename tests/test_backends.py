@@ -28,7 +28,7 @@ LIBRARY_TESTS = ["test_layers.py", "test_model.py", "test_checkpoints.py", "test
                  "test_quantization_lora.py", "test_checkpoints_parity.py", "test_attention.py", "test_options.py", "test_locality.py",
                  "test_hybrid.py", "test_deit.py", "test_mpp.py", "test_weight_decay.py",
                  "test_memory_savers.py", "test_dynamic_size.py::test_a_new_size_is_traced_once",
-                 "test_families.py"]
+                 "test_families.py", "test_training_forms.py"]
 
 _MISSING = {"jax": "jax is not installed (a dependency of vit_keras: pip install -e .)",
             "torch": 'torch is an optional extra: pip install -e ".[torch]"'}

@@ -147,8 +147,9 @@ def _gradients(config, images):
     return value, gradients, _seed_states(model)
 
 
+@pytest.mark.parametrize("remat", [True, "dots"])
 @pytest.mark.parametrize("regularised", [False, True], ids=["plain", "dropout"])
-def test_remat_gives_the_same_loss_and_gradients(tiny_config, regularised):
+def test_remat_gives_the_same_loss_and_gradients(tiny_config, regularised, remat):
     # With dropout, stochastic depth and patch dropout, the recomputation must draw the same
     # masks as the forward pass.
     extra = dict(dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.2,
@@ -156,7 +157,7 @@ def test_remat_gives_the_same_loss_and_gradients(tiny_config, regularised):
     config = tiny_config.replace(classifier="gap", **extra)
     images = random_images(config, batch=3)
     value, gradients, seeds = _gradients(config, images)
-    remat_value, remat_gradients, remat_seeds = _gradients(config.replace(remat=True), images)
+    remat_value, remat_gradients, remat_seeds = _gradients(config.replace(remat=remat), images)
     np.testing.assert_allclose(remat_value, value, rtol=1e-6)
     for got, want in zip(remat_gradients, gradients):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
@@ -208,23 +209,26 @@ def test_remat_and_patch_dropout_train_with_fit_in_mixed_precision(tiny_config):
     assert np.all(np.isfinite(losses))
 
 
-def test_config_and_keras_file_keep_both_fields(tiny_config, tmp_path):
-    config = tiny_config.replace(patch_drop_rate=0.25, remat=True, distilled=True)
+@pytest.mark.parametrize("remat", [True, "dots"])
+def test_config_and_keras_file_keep_both_fields(tiny_config, tmp_path, remat):
+    config = tiny_config.replace(patch_drop_rate=0.25, remat=remat, distilled=True)
     assert ViTConfig.from_dict(config.to_dict()) == config
     model = randomize_weights(VisionTransformer(config), stddev=0.1)
     assert model.get_config()["config"]["patch_drop_rate"] == 0.25
-    assert model.get_config()["config"]["remat"] is True
+    assert model.get_config()["config"]["remat"] == remat
     loaded = run_model_saving_test(model, random_images(config), tmp_path)
     assert loaded.config == config
     assert type(loaded.get_layer("encoderblock_0")) is RematEncoderBlock
+    assert loaded.get_layer("encoderblock_0").policy == (None if remat is True else remat)
     assert loaded.get_layer("patch_dropout").rate == 0.25
 
 
 @pytest.mark.parametrize("field, value", [
     ("patch_drop_rate", 1.0), ("patch_drop_rate", -0.1), ("patch_drop_rate", "0.5"),
-    ("patch_drop_rate", True), ("remat", 1), ("remat", "yes")])
+    ("patch_drop_rate", True), ("remat", 1), ("remat", "yes"),
+    ("remat", "Dots")])
 def test_bad_config_values_are_rejected(tiny_config, field, value):
-    expected = "in \\[0, 1\\)" if field == "patch_drop_rate" else "True or False"
+    expected = "in \\[0, 1\\)" if field == "patch_drop_rate" else "True, False or 'dots'"
     with pytest.raises(ValueError, match=f"{field} must be .*{expected}, got {value!r}"):
         tiny_config.replace(**{field: value})
 

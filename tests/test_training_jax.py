@@ -224,6 +224,28 @@ def test_jax_only_flags_are_refused_on_tensorflow(capsys):
     assert "need the JAX backend" in capsys.readouterr().err
 
 
+def test_jax_step_forms_are_refused_on_tensorflow(capsys, tmp_path):
+    from vit import cli
+
+    assert cli.main(["train", "--backend", "tensorflow", "--set", "fused_qkv=true",
+                     "--output", str(tmp_path / "run"), "--no-export", "--epochs", "1"]) == 2
+    assert "loop.fused_qkv shape the JAX training step: train with --backend jax" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_step_forms_train_as_the_plain_step(tmp_path):
+    """One matrix product for q, k, v, the attention kernel in training and remat='dots'
+    give the plain run's losses and weights."""
+    args = [*TINY, "--epochs", "1"]
+    _train(args, tmp_path / "plain")
+    log = _train([*args, "--set", "fused_qkv=true", "--set", "attention_kernel=true",
+                  "--set", "model.remat=dots"], tmp_path / "forms")
+    assert "step forms: fused_qkv, attention_kernel, remat=dots" in log
+    _assert_same_training(tmp_path / "forms", tmp_path / "plain")
+
+
 LORA_RESUME_RUN = textwrap.dedent("""
     import sys
     import numpy as np

@@ -91,7 +91,9 @@ class ViTConfig:
         remat: rematerialise each encoder block in training (gradient checkpointing): its
             activations are recomputed in the backward pass instead of kept (the blocks'
             forward pass runs twice), trading compute for memory. Same outputs and gradients,
-            dropout included.
+            dropout included. 'dots': on JAX, keep the outputs of the projections and the MLP
+            and recompute only what lies between them (LayerNorm, GELU, attention logits and
+            softmax); other backends then rematerialise the whole block.
         stem: how pixels become patch tokens. 'patchify' (official): one linear projection of
             each PxP patch. 'conv': Xiao et al. 2021 ("Early Convolutions Help Transformers See
             Better"): log2(P) 3x3 stride-2 convolutions with BatchNorm and ReLU, widths
@@ -144,7 +146,7 @@ class ViTConfig:
     dynamic_image_size: bool = False
     dynamic_image_pad: bool = False
     patch_drop_rate: float = 0.0
-    remat: bool = False
+    remat: bool | str = False
     stem: str = "patchify"
     locality_attention: bool = False
     activation: str = "gelu"
@@ -194,7 +196,9 @@ class ViTConfig:
             raise ValueError("distilled=True needs classifier='token' and no representation_size, "
                              f"got classifier={self.classifier!r}, representation_size="
                              f"{self.representation_size!r}")
-        for name in ("remat", "locality_attention", "pre_norm", "pooled_norm"):
+        if not (isinstance(self.remat, bool) or self.remat == "dots"):
+            raise ValueError(f"remat must be True, False or 'dots', got {self.remat!r}")
+        for name in ("locality_attention", "pre_norm", "pooled_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         self._check_stem()

@@ -29,6 +29,7 @@ from vit.data.source import Source
 from vit.training import (adapt, callbacks, distribute, finetune, objectives, pipeline,
                           preemption, presets, recipe)
 from vit_keras import atomic, keras_compat, lora
+from vit_keras.fast_paths import training_forms
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
 CALIBRATION_SAMPLES = 300  # int8 calibration images from the training split
@@ -132,13 +133,14 @@ class Run:
             preemption.Preempted: a SIGTERM or Ctrl+C stopped the run (after a backup of the
                 step it reached, when it was training).
         """
+        forms = step_forms(self.preset.loop, keras.backend.backend())
         # Every process checks (so none goes on to wait for a chief that refused); the chief
         # alone clears, once all have joined the cluster.
         self.start = outputs.start_mode(self.output, self.options.resume, self.options.overwrite)
         if self.start == "finished":
             log(f"--resume auto: {self.output} holds a finished run (metrics.json); nothing to do")
             return 0
-        with preemption.SignalWatch() as self.signals:
+        with preemption.SignalWatch() as self.signals, training_forms.using(**forms):
             try:
                 self.setup()
                 self._may_stop()
@@ -251,6 +253,10 @@ class Run:
             f"{preset.schedule.epochs} epochs x {plan.steps_per_epoch} steps, {self.policy}")
         if self.adaptation:
             log(self.adaptation)
+        forms = [name for name, on in step_forms(preset.loop, self.backend).items() if on]
+        if forms or isinstance(self.config.remat, str):
+            remat = [f"remat={self.config.remat}"] if isinstance(self.config.remat, str) else []
+            log(f"step forms: {', '.join(forms + remat)} (vit_keras.fast_paths.training_forms)")
         validation = "none" if data.val is None else (
             f"{data.val.num_examples or 'uncounted'} examples")
         log(f"data: train {self.num_examples} examples of {preset.data.train} "
@@ -497,6 +503,21 @@ class Run:
             with console.stage("analysis: attention maps, distances, embeddings (inspect/)"):
                 inspect_model(classifier, images[:INSPECT_SAMPLES],
                               os.path.join(self.write_dir, "inspect"))
+
+
+def step_forms(loop, backend: str) -> dict:
+    """The opt-in forms of the JAX step that the preset's loop section turns on, as
+    `training_forms.using` keywords.
+
+    Raises:
+        ValueError: forms asked for on a backend other than JAX.
+    """
+    forms = {name: getattr(loop, name) for name in ("fused_qkv", "attention_kernel")}
+    chosen = [f"loop.{name}" for name, value in forms.items() if value]
+    if chosen and backend != "jax":
+        raise ValueError(f"{' and '.join(chosen)} shape the JAX training step: train with "
+                         f"--backend jax (this run uses {backend})")
+    return forms
 
 
 def export_in_tensorflow(model_path: str) -> None:

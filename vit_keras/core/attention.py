@@ -7,7 +7,7 @@ import keras
 from keras import ops
 
 from vit_keras import fast_paths, legacy
-from vit_keras.fast_paths import project
+from vit_keras.fast_paths import project, training_forms
 from vit_keras.core.initializers import PACKAGE, DenseGeneralGlorotUniform
 
 # The projections' names inside the layer: LoRA and quantization filters select them by name.
@@ -99,8 +99,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """
         context = inputs if context is None else context
         queries = inputs if num_queries is None else inputs[:, :num_queries]
-        query = project(self.query, queries)
-        key, value = project(self.key, context), project(self.value, context)
+        fused = None if context is not inputs or num_queries is not None else \
+            training_forms.fused_self_attention_projections(self.query, self.key, self.value,
+                                                            inputs)
+        if fused is not None:
+            query, key, value = fused
+        else:
+            query = project(self.query, queries)
+            key, value = project(self.key, context), project(self.value, context)
         scale = 1.0 / math.sqrt(inputs.shape[-1] // self.num_heads)
         if self.locality:
             return self._attend_locally(query, key, value, context is not inputs, training,
@@ -108,7 +114,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if not return_attention_scores:
             attended = fast_paths.attention(
                 query, key, value, scale,
-                lambda weights: self.attention_dropout(weights, training=training), training)
+                lambda weights: self.attention_dropout(weights, training=training), training,
+                self.dropout_rate)
             if attended is not None:
                 return project(self.out, attended)
         attended, probs = self._attend(query, key, value, scale, training)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 
 from vit_keras.core import layers as vit_layers
@@ -127,7 +129,10 @@ def _encoder_block(config: ViTConfig, index: int, dtype=None):
     """Block `index`; rematerialised in training when `config.remat` (same weights, names)."""
     # Stochastic depth grows linearly from 0 (first block) to drop_path_rate (last).
     drop_path = config.drop_path_rate * index / max(config.num_layers - 1, 1)
-    block = RematEncoderBlock if config.remat else vit_layers.EncoderBlock
+    block = vit_layers.EncoderBlock
+    if config.remat:
+        policy = config.remat if isinstance(config.remat, str) else None
+        block = functools.partial(RematEncoderBlock, policy=policy)
     return block(
         num_heads=config.num_heads, mlp_dim=config.mlp_dim, dropout_rate=config.dropout_rate,
         attention_dropout_rate=config.attention_dropout_rate,

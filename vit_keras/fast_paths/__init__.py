@@ -11,6 +11,8 @@ tests/test_attention.py).
   kernels and which convert to builtin TFLite ops.
 - JAX, inference: attention as one `keras.ops.dot_product_attention` (cuDNN flash attention on
   recent NVIDIA GPUs, Splash attention on TPUs where shapes allow, XLA's own otherwise).
+- JAX, opt-in (`training_forms`): one matrix product for query, key and value, the attention
+  kernel in training too, and a checkpoint policy for `ViTConfig.remat='dots'`.
 - TensorFlow, float projections: the attention's `EinsumDense` layers as one 2-D MatMul +
   BiasAdd (Keras' TensorFlow einsum makes a broadcast BatchMatMul of them, 1.1-1.5x slower
   forward + backward on CPU, and TFLite's slow int8 BATCH_MATMUL), the patch embedding as one
@@ -26,7 +28,7 @@ import math
 
 import keras
 
-from vit_keras.fast_paths import export_forms
+from vit_keras.fast_paths import export_forms, training_forms
 
 
 def _tensorflow() -> bool:
@@ -119,14 +121,15 @@ def group_norm(inputs, groups, epsilon, gamma, beta):
 def dot_product_attention_available() -> bool:
     """Whether inference attention runs as one `keras.ops.dot_product_attention`: on JAX.
 
-    On an H100, ViT-B/16 bf16 infers 1.20x faster through it but trains 0.93x as fast as with
-    the einsum form (benchmarks/backends_gpu.py), so training keeps the einsum form.
+    On an H100, ViT-B/16 bf16 infers 1.20x faster through it but trained 0.93x as fast as with
+    the einsum form (benchmarks/backends_gpu.py), so training keeps the einsum form unless
+    `training_forms` asks for the kernel.
     TensorFlow keeps the einsum form too, which its fused softmax, grappler and TFLite expect.
     """
     return keras.backend.backend() == "jax"
 
 
-def attention(query, key, value, scale, dropout, training):
+def attention(query, key, value, scale, dropout, training, dropout_rate=0.0):
     """softmax(q.k^T * scale).v by a faster kernel, or None for the plain einsum form.
 
     Args:
@@ -134,13 +137,15 @@ def attention(query, key, value, scale, dropout, training):
         scale: the Python float multiplying the logits.
         dropout: applied to the probabilities (the layer's dropout, bound to `training`).
         training: whether this is a training call.
+        dropout_rate: the rate of `dropout` (the one-op kernel cannot apply it).
 
     Returns:
         [batch, queries, heads, head_dim], or None.
     """
     if export_forms.unroll_heads(query, key):
         return export_forms.per_head_attention(query, key, value, scale)
-    if dot_product_attention_available() and not training:
+    one_op = not training or training_forms.training_attention_kernel(dropout_rate)
+    if dot_product_attention_available() and one_op:
         from keras import ops
 
         return ops.dot_product_attention(query, key, value, scale=scale)

@@ -255,6 +255,10 @@ class Loop(Section):
         steps_per_execution: training steps per compiled call (TPUs want > 1).
         eval_every: validate every N epochs (the last epoch is always validated).
         backup_every: steps between resumable backups (0 = at each epoch end only).
+        fused_qkv: on JAX, the attention's query, key and value as one matrix product
+            (`vit_keras.fast_paths.training_forms`; same numbers, same weights).
+        attention_kernel: on JAX, training attention as one `dot_product_attention` (cuDNN
+            flash attention where the GPU allows); not with attention dropout.
     """
 
     NAME = "loop"
@@ -265,6 +269,8 @@ class Loop(Section):
     steps_per_execution: int = 1
     eval_every: int = 1
     backup_every: int = 0
+    fused_qkv: bool = False
+    attention_kernel: bool = False
 
 
 SECTIONS = {section.NAME: section

@@ -1,0 +1,126 @@
+"""Opt-in forms of the training step for JAX: the same numbers, spelled so that XLA may run
+them faster.
+
+Each form gives the plain path's outputs and gradients within float rounding
+(tests/test_training_forms.py, on every backend) and changes neither the weights nor their
+names:
+
+- `fused_qkv`: the self-attention's query, key and value projections as one matrix product,
+  their kernels and biases concatenated along the heads axis at call time. XLA's DotMerger
+  merges such products by itself only below `--xla_gpu_dot_merger_threshold_mb` (32 MB by
+  default), which ViT-B/16's at batch 128 exceed. Training and inference.
+- `attention_kernel`: training attention as one `keras.ops.dot_product_attention` (cuDNN
+  flash attention where the GPU and shapes allow, XLA's own form otherwise) instead of the
+  einsum form, whose float32 probabilities autodiff keeps for the backward pass. On JAX
+  (`fast_paths.dot_product_attention_available`), and only where no dropout acts on the
+  probabilities; inference takes this kernel there already.
+- `ViTConfig.remat='dots'` (the checkpoint policy below): each block keeps its projections'
+  and MLP's matrix products for the backward pass and recomputes the elementwise chains
+  between them (LayerNorm, GELU, the attention logits and softmax).
+
+They are off by default: none is measured to pay yet. `benchmarks/backends_gpu.py` times each
+against the plain step on a GPU; `benchmarks/saved_residuals.py` shows what each keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import keras
+from keras import ops
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingForms:
+    """Which opt-in forms the JAX step takes (module docstring).
+
+    Attributes:
+        fused_qkv: one matrix product for the self-attention's query, key and value.
+        attention_kernel: training attention through `keras.ops.dot_product_attention`.
+    """
+
+    fused_qkv: bool = False
+    attention_kernel: bool = False
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if not isinstance(getattr(self, field.name), bool):
+                raise ValueError(f"TrainingForms.{field.name} must be True or False, got "
+                                 f"{getattr(self, field.name)!r}")
+
+
+_current = TrainingForms()
+
+
+def current() -> TrainingForms:
+    """The forms in effect (all off unless set)."""
+    return _current
+
+
+def set_forms(forms: TrainingForms) -> TrainingForms:
+    """Sets the forms for the rest of the process; returns the previous ones. Takes effect
+    when a step is next traced (a compiled step keeps the forms it was traced with)."""
+    global _current
+    if not isinstance(forms, TrainingForms):
+        raise TypeError(f"expected a TrainingForms, got {type(forms).__name__}")
+    previous, _current = _current, forms
+    return previous
+
+
+@contextlib.contextmanager
+def using(**forms):
+    """Within the block, the given forms (e.g. `using(fused_qkv=True)`), the others as they
+    were."""
+    previous = set_forms(dataclasses.replace(_current, **forms))
+    try:
+        yield _current
+    finally:
+        set_forms(previous)
+
+
+def fused_self_attention_projections(query, key, value, inputs):
+    """`(query(inputs), key(inputs), value(inputs))` as one matrix product, or None.
+
+    Args:
+        query, key, value: the attention's built `EinsumDense` projections ('btd,dnh->btnh';
+            their `kernel` includes any LoRA update).
+        inputs: [batch, tokens, D].
+
+    Returns:
+        Three [batch, tokens, heads, head_dim] tensors, or None where the form is off or a
+        projection is quantized (those run Keras' own quantized call).
+    """
+    projections = (query, key, value)
+    if not current().fused_qkv or any(p.quantization_mode is not None for p in projections):
+        return None
+    kernel = ops.concatenate([p.kernel for p in projections], axis=1)  # (D, 3 heads, head_dim)
+    bias = ops.concatenate([p.bias for p in projections], axis=0)
+    inputs = ops.cast(inputs, kernel.dtype)
+    outputs = ops.einsum("btd,dnh->btnh", inputs, kernel) + bias
+    return tuple(ops.split(outputs, 3, axis=2))
+
+
+def training_attention_kernel(dropout_rate: float) -> bool:
+    """Whether training attention runs as one `keras.ops.dot_product_attention`."""
+    return current().attention_kernel and not dropout_rate
+
+
+REMAT_POLICIES = ("dots",)
+
+
+def checkpointed(function, policy: str):
+    """`function` rematerialised under the JAX checkpoint `policy`, or None off JAX.
+
+    'dots': the outputs of matrix products without batch dimensions (the projections and the
+    MLP) are kept; everything else, the attention's batched products included, is recomputed
+    in the backward pass.
+    """
+    if policy not in REMAT_POLICIES:
+        raise ValueError(f"remat policy must be one of {REMAT_POLICIES}, got {policy!r}")
+    if keras.backend.backend() != "jax":
+        return None
+    import jax
+
+    return jax.checkpoint(function,
+                          policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
