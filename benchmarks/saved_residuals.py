@@ -92,7 +92,8 @@ def measure(variant: str, image_size: int, batch: int, precision: str) -> list[d
     import vit_keras
     from vit_keras.fast_paths import training_forms
 
-    base = vit_keras.get_variant(variant).replace(image_size=image_size, num_classes=1000)
+    base = vit_keras.get_variant(variant).replace(image_size=image_size, num_classes=1000,
+                                                  dropout_rate=0.0)  # as backends_gpu.py
     rows = []
     for name, (config_changes, forms) in ROWS.items():
         keras.backend.clear_session()  # which also resets the dtype policy
