@@ -11,7 +11,8 @@ and one sync ends them (Keras: one `fit` of N steps, which keeps the state on th
 donates its buffers; timm: N eager steps of the compiled model). Inference: N jitted (compiled)
 forward passes, one sync. Each row runs in its own subprocess (Keras' backend, XLA flags and
 GPU memory are per process). The header records the GPU and the jax, jaxlib, CUDA, cuDNN,
-keras, torch and timm versions.
+keras, torch and timm versions. `--dump-hlo DIR` keeps the optimized HLO of each JAX row
+(which products XLA merged, which fusions it made) for reading off the GPU.
 
 Needs a GPU with JAX (CUDA), Keras and, for their rows, keras-hub, PyTorch and timm; rows whose
 packages are missing are reported as skipped. `--model Ti/16 --image-size 32 --batch 4
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -273,12 +275,29 @@ def run_child(name: str, args) -> dict:
     return run_keras_hub(args) if name == "keras_hub" else run_timm(args)
 
 
-def _child_env(name: str) -> dict:
+def _child_env(name: str, dump_hlo: str | None) -> dict:
+    """The row's environment: JAX, its XLA flag if it is a flag row, an HLO dump if asked."""
     env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_MEM_FRACTION="0.9")
-    flag = XLA_FLAGS.get(name.removeprefix("ours_xla_")) if name.startswith("ours_xla_") else None
-    if flag:
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
+    flags = [env.get("XLA_FLAGS", "")]
+    if name.startswith("ours_xla_"):
+        flags.append(XLA_FLAGS[name.removeprefix("ours_xla_")])
+    if dump_hlo and name != "peak":
+        flags += [f"--xla_dump_to={os.path.join(os.path.abspath(dump_hlo), name)}",
+                  "--xla_dump_hlo_as_text"]
+    env["XLA_FLAGS"] = " ".join(flag for flag in flags if flag)
     return env
+
+
+def _keep_step_hlo(folder: str) -> None:
+    """Leaves only the optimized HLO of the training step and the forward pass in `folder`
+    (XLA also dumps every eager op and, on a CPU, LLVM IR)."""
+    for entry in os.listdir(folder) if os.path.isdir(folder) else []:
+        wanted = any(step in entry for step in ("jit_train_step", "jit_forward"))
+        path = os.path.join(folder, entry)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif not (wanted and entry.endswith("after_optimizations.txt")):
+            os.remove(path)
 
 
 def run_rows(names, args) -> dict:
@@ -289,7 +308,10 @@ def run_rows(names, args) -> dict:
                    "--model", args.model, "--image-size", str(args.image_size),
                    "--batch", str(args.batch), "--steps", str(args.steps),
                    "--peak-size", str(args.peak_size)]
-        done = subprocess.run(command, env=_child_env(name), capture_output=True, text=True)
+        done = subprocess.run(command, env=_child_env(name, args.dump_hlo), capture_output=True,
+                              text=True)
+        if args.dump_hlo and name != "peak":
+            _keep_step_hlo(os.path.join(args.dump_hlo, name))
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if done.returncode == 0 and lines:
             results[name] = json.loads(lines[-1][len("RESULT "):])
@@ -348,6 +370,8 @@ def main() -> None:
                         help="side of the bf16 matrix product whose speed is the MFU's peak")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"any of {','.join(ROWS)}")
     parser.add_argument("--json", help="also write the results (and versions) to this file")
+    parser.add_argument("--dump-hlo", metavar="DIR",
+                        help="XLA's optimized HLO of each JAX row into DIR/ROW (as text)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

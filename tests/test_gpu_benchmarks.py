@@ -45,7 +45,8 @@ def test_gpu_benchmark_rows_run_on_a_cpu(tmp_path):
     output = tmp_path / "gpu.json"
     printed = _script("backends_gpu.py", ["--model", "Ti/16", "--image-size", "32",
                                           "--batch", "4", "--steps", "2", "--peak-size", "256",
-                                          "--rows", ",".join(rows), "--json", str(output)],
+                                          "--rows", ",".join(rows), "--json", str(output),
+                                          "--dump-hlo", str(tmp_path / "hlo")],
                       tmp_path, timeout=900)
     results = json.loads(output.read_text())["results"]
     assert results["peak"]["peak_tflops"] > 0
@@ -59,3 +60,5 @@ def test_gpu_benchmark_rows_run_on_a_cpu(tmp_path):
         assert "failed" not in results[name], results[name]
     for name in rows:
         assert f"| {name} |" in printed
+    dumped = sorted(os.listdir(tmp_path / "hlo" / "ours_all_forms"))
+    assert [name.split(".")[1] for name in dumped] == ["jit_train_step", "jit_forward"], dumped
