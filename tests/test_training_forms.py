@@ -5,7 +5,8 @@ and PyTorch too)."""
 import keras
 import numpy as np
 import pytest
-from helpers import random_images, randomize_weights, to_numpy, value_and_gradients
+from helpers import (dtype_name, random_images, randomize_weights, to_numpy,
+                     value_and_gradients)
 from keras import ops
 
 from vit_keras import VisionTransformer, fast_paths
@@ -83,6 +84,23 @@ def test_fused_qkv_gives_the_three_projections(monkeypatch, policy, tolerance, t
     _assert_close(plain, fused, tolerance)
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_fused_projections_equal_each_projection_in_its_dtype(policy):
+    """Query, key and value from the one product equal the layers' own calls, in the compute
+    dtype (bfloat16 under mixed precision, not float32)."""
+    keras.mixed_precision.set_global_policy(policy)
+    layer, inputs = _attention_layer(), _tokens()
+    with training_forms.using(fused_qkv=True):
+        fused = training_forms.fused_self_attention_projections(
+            layer.query, layer.key, layer.value, ops.convert_to_tensor(inputs))
+    for projection, got in zip((layer.query, layer.key, layer.value), fused):
+        want = projection(inputs)
+        assert dtype_name(got) == dtype_name(want) == layer.compute_dtype
+        tolerance = 1e-5 if policy == "float32" else 1e-2  # bf16 rounding of either sum
+        np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")),
+                                   to_numpy(ops.cast(want, "float32")), atol=tolerance)
+
+
 def test_fused_qkv_includes_lora_and_leaves_quantized_layers_alone():
     layer, inputs = _attention_layer(), _tokens()
     for projection in (layer.query, layer.value):
@@ -135,8 +153,9 @@ def test_attention_kernel_is_not_taken_under_attention_dropout(monkeypatch):
     assert len(kernel_calls) == (1 if fast_paths.dot_product_attention_available() else 0)
 
 
-def test_every_form_together_trains_a_model_as_the_plain_step(tiny_config):
-    """Loss and gradients of a whole model's training call, remat='dots' included."""
+def test_every_form_together_trains_a_model_as_the_plain_step(monkeypatch, tiny_config):
+    """Loss and gradients of a whole model's training call, remat='dots' included; each form
+    is taken (the policy on JAX, where it exists)."""
     config = tiny_config.replace(classifier="gap", drop_path_rate=0.1)
     images = random_images(config, batch=3)
 
@@ -151,8 +170,15 @@ def test_every_form_together_trains_a_model_as_the_plain_step(tiny_config):
         return [np.asarray(value).reshape(1), *gradients]
 
     plain = run(config)
+    fused = _count_calls(monkeypatch, training_forms, "fused_self_attention_projections")
+    policies = _count_calls(monkeypatch, training_forms, "checkpointed")
+    kernels = _count_calls(monkeypatch, ops, "dot_product_attention")
     with training_forms.using(fused_qkv=True, attention_kernel=True):
         fast = run(config.replace(remat="dots"))
+    blocks = config.num_layers
+    assert len(fused) >= blocks and len(policies) >= blocks
+    if fast_paths.dot_product_attention_available():
+        assert len(kernels) >= blocks
     _assert_close(plain, fast, 1e-5)
 
 

@@ -234,16 +234,37 @@ def test_jax_step_forms_are_refused_on_tensorflow(capsys, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_the_header_says_what_each_step_form_does_in_the_run():
+    from vit.training.run import describe_step_forms
+    from vit_keras import ViTConfig
+
+    config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+                       num_layers=1, num_classes=3)
+    both = dict(fused_qkv=True, attention_kernel=True)
+    assert describe_step_forms(dict(fused_qkv=False, attention_kernel=False), config,
+                               "jax") == ""
+    assert describe_step_forms(both, config.replace(remat="dots"), "jax") == \
+        "fused_qkv, attention_kernel, remat=dots"
+    assert describe_step_forms(both, config.replace(attention_dropout_rate=0.1), "jax") == \
+        "fused_qkv, attention_kernel (not taken: attention_dropout_rate 0.1)"
+    assert describe_step_forms({}, config.replace(remat="dots"), "tensorflow") == \
+        "remat=dots (a JAX policy: tensorflow rematerialises whole blocks)"
+    assert describe_step_forms({}, config.replace(remat=True), "jax") == ""
+
+
 @pytest.mark.slow
 def test_step_forms_train_as_the_plain_step(tmp_path):
     """One matrix product for q, k, v, the attention kernel in training and remat='dots'
-    give the plain run's losses and weights."""
+    give the plain run's losses and weights, also with the heads sharded over two devices."""
     args = [*TINY, "--epochs", "1"]
+    forms = ["--set", "fused_qkv=true", "--set", "attention_kernel=true",
+             "--set", "model.remat=dots"]
     _train(args, tmp_path / "plain")
-    log = _train([*args, "--set", "fused_qkv=true", "--set", "attention_kernel=true",
-                  "--set", "model.remat=dots"], tmp_path / "forms")
+    log = _train([*args, *forms], tmp_path / "forms")
     assert "step forms: fused_qkv, attention_kernel, remat=dots" in log
     _assert_same_training(tmp_path / "forms", tmp_path / "plain")
+    _train([*args, *forms, "--model-parallel", "2"], tmp_path / "sharded", devices=2)
+    _assert_same_training(tmp_path / "sharded", tmp_path / "plain")
 
 
 LORA_RESUME_RUN = textwrap.dedent("""

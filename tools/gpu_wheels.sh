@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Downloads the wheels that benchmarks/backends_gpu.py and benchmarks/saved_residuals.py need on
 # the GPU machine beyond what it has (JAX, PyTorch, timm; no Keras, keras-hub or TensorFlow)
-# into .whl/ (ignored by git), for Python 3.12 on x86-64 Linux. On that machine:
+# into .whl/ (ignored by git), for Python 3.12 on x86-64 Linux. Their other needs (absl-py, rich,
+# h5py, ml-dtypes, regex, sentencepiece, tokenizers, protobuf, requests) are in the machine's
+# image (/work/.library/device/KINDS.md lists it). On that machine:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site
 # Usage: tools/gpu_wheels.sh [FOLDER]

@@ -253,10 +253,10 @@ class Run:
             f"{preset.schedule.epochs} epochs x {plan.steps_per_epoch} steps, {self.policy}")
         if self.adaptation:
             log(self.adaptation)
-        forms = [name for name, on in step_forms(preset.loop, self.backend).items() if on]
-        if forms or isinstance(self.config.remat, str):
-            remat = [f"remat={self.config.remat}"] if isinstance(self.config.remat, str) else []
-            log(f"step forms: {', '.join(forms + remat)} (vit_keras.fast_paths.training_forms)")
+        described = describe_step_forms(step_forms(preset.loop, self.backend), self.config,
+                                        self.backend)
+        if described:
+            log(f"step forms: {described} (vit_keras.fast_paths.training_forms)")
         validation = "none" if data.val is None else (
             f"{data.val.num_examples or 'uncounted'} examples")
         log(f"data: train {self.num_examples} examples of {preset.data.train} "
@@ -506,8 +506,14 @@ class Run:
 
 
 def step_forms(loop, backend: str) -> dict:
-    """The opt-in forms of the JAX step that the preset's loop section turns on, as
-    `training_forms.using` keywords.
+    """The opt-in forms of the JAX step that the preset's loop section turns on.
+
+    Args:
+        loop: the preset's `Loop` section.
+        backend: the Keras backend of the run.
+
+    Returns:
+        `training_forms.using` keywords.
 
     Raises:
         ValueError: forms asked for on a backend other than JAX.
@@ -518,6 +524,28 @@ def step_forms(loop, backend: str) -> dict:
         raise ValueError(f"{' and '.join(chosen)} shape the JAX training step: train with "
                          f"--backend jax (this run uses {backend})")
     return forms
+
+
+def describe_step_forms(forms: dict, config, backend: str) -> str:
+    """The header's account of the step's opt-in forms and remat policy ('' when none), with
+    what each does in this run.
+
+    Args:
+        forms: `step_forms`' keywords.
+        config: the run's `ViTConfig`.
+        backend: the Keras backend of the run.
+
+    Returns:
+        e.g. 'fused_qkv, attention_kernel, remat=dots'.
+    """
+    parts = [name for name, on in forms.items() if on]
+    if forms.get("attention_kernel") and config.attention_dropout_rate:
+        parts[parts.index("attention_kernel")] += (
+            f" (not taken: attention_dropout_rate {config.attention_dropout_rate})")
+    if config.remat == "dots":
+        parts.append("remat=dots" if backend == "jax" else
+                     f"remat=dots (a JAX policy: {backend} rematerialises whole blocks)")
+    return ", ".join(parts)
 
 
 def export_in_tensorflow(model_path: str) -> None:

@@ -6,7 +6,7 @@ Each form gives the plain path's outputs and gradients within float rounding
 names:
 
 - `fused_qkv`: the self-attention's query, key and value projections as one matrix product,
-  their kernels and biases concatenated along the heads axis at call time. XLA's DotMerger
+  their kernels and biases stacked behind the heads axis at call time. XLA's DotMerger
   merges such products by itself only below `--xla_gpu_dot_merger_threshold_mb` (32 MB by
   default), which ViT-B/16's at batch 128 exceed. Training and inference.
 - `attention_kernel`: training attention as one `keras.ops.dot_product_attention` (cuDNN
@@ -54,13 +54,22 @@ _current = TrainingForms()
 
 
 def current() -> TrainingForms:
-    """The forms in effect (all off unless set)."""
+    """Returns:
+        The forms in effect (all off unless set).
+    """
     return _current
 
 
 def set_forms(forms: TrainingForms) -> TrainingForms:
-    """Sets the forms for the rest of the process; returns the previous ones. Takes effect
-    when a step is next traced (a compiled step keeps the forms it was traced with)."""
+    """Sets the forms for the rest of the process. Takes effect when a step is next traced (a
+    compiled step keeps the forms it was traced with).
+
+    Args:
+        forms: the forms to take.
+
+    Returns:
+        The previous forms.
+    """
     global _current
     if not isinstance(forms, TrainingForms):
         raise TypeError(f"expected a TrainingForms, got {type(forms).__name__}")
@@ -70,8 +79,14 @@ def set_forms(forms: TrainingForms) -> TrainingForms:
 
 @contextlib.contextmanager
 def using(**forms):
-    """Within the block, the given forms (e.g. `using(fused_qkv=True)`), the others as they
-    were."""
+    """Within the block, the given forms, the others as they were.
+
+    Args:
+        **forms: `TrainingForms` fields, e.g. `using(fused_qkv=True)`.
+
+    Yields:
+        The forms in effect inside the block.
+    """
     previous = set_forms(dataclasses.replace(_current, **forms))
     try:
         yield _current
@@ -94,15 +109,25 @@ def fused_self_attention_projections(query, key, value, inputs):
     projections = (query, key, value)
     if not current().fused_qkv or any(p.quantization_mode is not None for p in projections):
         return None
-    kernel = ops.concatenate([p.kernel for p in projections], axis=1)  # (D, 3 heads, head_dim)
-    bias = ops.concatenate([p.bias for p in projections], axis=0)
-    inputs = ops.cast(inputs, kernel.dtype)
-    outputs = ops.einsum("btd,dnh->btnh", inputs, kernel) + bias
-    return tuple(ops.split(outputs, 3, axis=2))
+    # (D, heads, 3, head_dim): stacked behind the heads axis, which model parallelism shards,
+    # so each device keeps its heads of all three.
+    dtype = query.compute_dtype  # as the layers' own calls compute, autocast scope or not
+    kernel = ops.stack([ops.cast(p.kernel, dtype) for p in projections], axis=2)
+    bias = ops.stack([ops.cast(p.bias, dtype) for p in projections], axis=1)
+    inputs = ops.cast(inputs, dtype)
+    outputs = ops.einsum("btd,dnkh->btnkh", inputs, kernel) + bias
+    return tuple(outputs[:, :, :, index] for index in range(3))
 
 
 def training_attention_kernel(dropout_rate: float) -> bool:
-    """Whether training attention runs as one `keras.ops.dot_product_attention`."""
+    """Whether training attention runs as one `keras.ops.dot_product_attention`.
+
+    Args:
+        dropout_rate: the attention's dropout on its probabilities (the kernel has none).
+
+    Returns:
+        True where the form is on and the rate is 0.
+    """
     return current().attention_kernel and not dropout_rate
 
 
@@ -110,11 +135,20 @@ REMAT_POLICIES = ("dots",)
 
 
 def checkpointed(function, policy: str):
-    """`function` rematerialised under the JAX checkpoint `policy`, or None off JAX.
+    """`function` rematerialised under a JAX checkpoint policy.
 
-    'dots': the outputs of matrix products without batch dimensions (the projections and the
-    MLP) are kept; everything else, the attention's batched products included, is recomputed
-    in the backward pass.
+    Args:
+        function: the function of one tensor to rematerialise (an encoder block's call).
+        policy: 'dots': the outputs of matrix products without batch dimensions (the
+            projections and the MLP) are kept; everything else, the attention's batched
+            products included, is recomputed in the backward pass.
+
+    Returns:
+        The wrapped function on JAX; None on other backends (the caller rematerialises the
+        whole function there).
+
+    Raises:
+        ValueError: an unknown policy.
     """
     if policy not in REMAT_POLICIES:
         raise ValueError(f"remat policy must be one of {REMAT_POLICIES}, got {policy!r}")
