@@ -43,7 +43,9 @@ XLA_FLAGS = {
     "cudnn_gemm_fusion": "--xla_gpu_cudnn_gemm_fusion_level=2",
     "dot_merger_64mb": "--xla_gpu_dot_merger_threshold_mb=64",
 }
-# Ours: (TrainingForms changes, ViTConfig changes, quantization mode); the flags rows below.
+# Ours: (TrainingForms changes, ViTConfig changes, how: None = fit and forward passes,
+# 'float8'/'int8' = Keras' quantization for training/inference, 'bare_step' = a jitted step
+# without Keras' trainer, which shows what the driver costs); the flags rows below.
 OURS = {
     "ours": ({}, {}, None),
     "ours_fused_qkv": ({"fused_qkv": True}, {}, None),
@@ -52,6 +54,7 @@ OURS = {
     "ours_all_forms": ({"fused_qkv": True, "attention_kernel": True}, {"remat": "dots"}, None),
     "ours_float8": ({}, {}, "float8"),
     "ours_int8": ({}, {}, "int8"),
+    "ours_bare_step": ({}, {}, "bare_step"),
 }
 OURS.update({f"ours_xla_{name}": ({}, {}, None) for name in XLA_FLAGS})
 ROWS = [*OURS, "keras_hub", "timm"]
@@ -139,6 +142,43 @@ def forward_rate(model, images, steps: int) -> float:
     return images.shape[0] * steps / seconds
 
 
+def bare_step_rate(model, images, labels, steps: int) -> float:
+    """Training img/s of the model in a bare jitted AdamW step (donated state, no Keras
+    trainer around it), timed as `fit_rate` times `fit`."""
+    import functools
+
+    import jax
+    import keras
+
+    optimizer = keras.optimizers.AdamW(1e-4)
+    optimizer.build(model.trainable_variables)
+    cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def loss(trainable, non_trainable, x, y):
+        logits, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
+        return cross_entropy(y, logits), non_trainable
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1, 2))
+    def step(trainable, non_trainable, optimizer_variables, x, y):
+        (_, non_trainable), grads = jax.value_and_grad(loss, has_aux=True)(
+            trainable, non_trainable, x, y)
+        trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, grads,
+                                                                   trainable)
+        return trainable, non_trainable, optimizer_variables
+
+    state = [[v.value for v in model.trainable_variables],
+             [v.value for v in model.non_trainable_variables],
+             [v.value for v in optimizer.variables]]
+
+    def run(count):
+        for _ in range(count):
+            state[:] = step(*state, images, labels)
+
+    run(WARMUP)
+    seconds = _synced_seconds(lambda: run(steps), lambda: jax.block_until_ready(state))
+    return images.shape[0] * steps / seconds
+
+
 def compile_for_training(model) -> None:
     import keras
 
@@ -153,7 +193,7 @@ def run_ours(name: str, args) -> dict:
     import vit_keras
     from vit_keras.fast_paths import training_forms
 
-    forms, changes, mode = OURS[name]
+    forms, changes, how = OURS[name]
     training_forms.set_forms(training_forms.TrainingForms(**forms))
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     # No dropout (L/16's paper recipe has 0.1): the same work as timm's and keras-hub's.
@@ -161,15 +201,17 @@ def run_ours(name: str, args) -> dict:
         image_size=args.image_size, num_classes=CLASSES, dropout_rate=0.0, **changes)
     model = vit_keras.VisionTransformer(config)
     images, labels = _device_batch(args.batch, args.image_size)
+    if how == "bare_step":
+        return {"train_img_s": bare_step_rate(model, images, labels, args.steps)}
     rates = {}
-    if mode != "int8":  # int8 is Keras' inference quantization
-        if mode:
-            model.quantize(mode)
+    if how != "int8":  # int8 is Keras' inference quantization
+        if how:
+            model.quantize(how)
         compile_for_training(model)
         rates["train_img_s"] = fit_rate(model, images, labels, args.steps)
-    if mode != "float8":
-        if mode == "int8":
-            model.quantize(mode)
+    if how != "float8":
+        if how == "int8":
+            model.quantize(how)
         rates["infer_img_s"] = forward_rate(model, images, args.steps)
     return rates
 

@@ -38,10 +38,11 @@ def test_saved_residuals_show_what_the_dots_policy_keeps(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_benchmark_rows_run_on_a_cpu(tmp_path):
-    """One row of each kind (the forms, float8 training, int8 inference, an XLA flag,
-    keras-hub, timm) at a tiny size; timm is reported as skipped where it is not installed."""
-    rows = ["ours_all_forms", "ours_float8", "ours_int8", "ours_xla_dot_merger_64mb",
-            "keras_hub", "timm"]
+    """One row of each kind (the forms, float8 training, int8 inference, the bare step, an XLA
+    flag, keras-hub, timm) at a tiny size; timm is reported as skipped where it is not
+    installed."""
+    rows = ["ours_all_forms", "ours_float8", "ours_int8", "ours_bare_step",
+            "ours_xla_dot_merger_64mb", "keras_hub", "timm"]
     output = tmp_path / "gpu.json"
     printed = _script("backends_gpu.py", ["--model", "Ti/16", "--image-size", "32",
                                           "--batch", "4", "--steps", "2", "--peak-size", "256",
@@ -51,7 +52,7 @@ def test_gpu_benchmark_rows_run_on_a_cpu(tmp_path):
     results = json.loads(output.read_text())["results"]
     assert results["peak"]["peak_tflops"] > 0
     assert results["peak"]["versions"]["jax"] and results["peak"]["versions"]["keras"]
-    for name in ("ours_all_forms", "ours_float8", "ours_xla_dot_merger_64mb"):
+    for name in ("ours_all_forms", "ours_float8", "ours_bare_step", "ours_xla_dot_merger_64mb"):
         assert results[name]["train_img_s"] > 0, results[name]
     for name in ("ours_all_forms", "ours_int8", "ours_xla_dot_merger_64mb"):
         assert results[name]["infer_img_s"] > 0, results[name]
