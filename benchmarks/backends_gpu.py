@@ -32,6 +32,7 @@ import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")  # the table imports Keras here too
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 CLASSES = 1000
 WARMUP = 5  # untimed steps: compilation and autotuning
 
@@ -90,12 +91,11 @@ def versions() -> dict:
 
 def _device_batch(batch: int, image_size: int):
     import jax
-    import numpy as np
 
-    rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
-    labels = (np.arange(batch) % CLASSES).astype("int32")
-    return jax.device_put(images), jax.device_put(labels)
+    from vit.training import bench
+
+    images, labels = bench.random_batch(batch, image_size, CLASSES)
+    return jax.device_put(images), jax.device_put(labels.astype("int32"))
 
 
 def _synced_seconds(run, sync) -> float:
@@ -179,18 +179,12 @@ def bare_step_rate(model, images, labels, steps: int) -> float:
     return images.shape[0] * steps / seconds
 
 
-def compile_for_training(model) -> None:
-    import keras
-
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4), metrics=[], jit_compile=True,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
 
 def run_ours(name: str, args) -> dict:
     import keras
 
-    sys.path.insert(0, REPO)
     import vit_keras
+    from vit.training import bench
     from vit_keras.fast_paths import training_forms
 
     forms, changes, how = OURS[name]
@@ -207,7 +201,7 @@ def run_ours(name: str, args) -> dict:
     if how != "int8":  # int8 is Keras' inference quantization
         if how:
             model.quantize(how)
-        compile_for_training(model)
+        bench.compile_for_training(model, optimizer="keras")
         rates["train_img_s"] = fit_rate(model, images, labels, args.steps)
     if how != "float8":
         if how == "int8":
@@ -220,8 +214,8 @@ def run_keras_hub(args) -> dict:
     import keras
     import keras_hub
 
-    sys.path.insert(0, REPO)
     import vit_keras
+    from vit.training import bench
 
     config = vit_keras.get_variant(args.model)
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
@@ -234,7 +228,7 @@ def run_keras_hub(args) -> dict:
     # The same layers as a plain functional model: keras-hub's Task.fit takes no generator.
     model = keras.Model(classifier.inputs, classifier.outputs)
     images, labels = _device_batch(args.batch, args.image_size)
-    compile_for_training(model)
+    bench.compile_for_training(model, optimizer="keras")
     return {"train_img_s": fit_rate(model, images, labels, args.steps),
             "infer_img_s": forward_rate(model, images, args.steps)}
 
@@ -291,7 +285,6 @@ def matmul_peak_tflops(size: int) -> float:
     import jax
     import jax.numpy as jnp
 
-    sys.path.insert(0, REPO)
     from vit_keras.timing import median_seconds
 
     a = jax.random.normal(jax.random.key(0), (size, size), jnp.bfloat16)
@@ -300,26 +293,26 @@ def matmul_peak_tflops(size: int) -> float:
     return 2 * size**3 / seconds / 1e12
 
 
-def forward_flops_per_image(model: str, image_size: int, ours: bool) -> float:
-    """2 x the forward multiply-adds of one image (vit_keras.analysis.complexity).
+def training_flops_per_image(model: str, image_size: int, ours: bool) -> float:
+    """FLOPs of one training image (3x the forward pass).
 
     Args:
         model: the variant name.
         image_size: the side in pixels.
-        ours: count our last block for the class token alone where our class-token head runs
-            it so (`last_block_outputs`; timm and keras-hub compute every token there).
+        ours: count the forward pass as our classifier runs it (`bench.flops_per_image`: a
+            class-token head computes only the class token in the last block); else every
+            token, as timm and keras-hub compute it.
 
     Returns:
-        FLOPs of one forward pass.
+        FLOPs of one training step per image.
     """
-    sys.path.insert(0, REPO)
+    from vit.training import bench
     from vit_keras import get_variant
     from vit_keras.analysis import complexity
-    from vit_keras.core.model import last_block_outputs
 
     config = get_variant(model).replace(image_size=image_size, num_classes=CLASSES)
-    output_tokens = last_block_outputs(config) if ours else None
-    return complexity.estimate(config, output_tokens=output_tokens).flops
+    return bench.flops_per_image(config, "train") if ours else 3 * complexity.estimate(
+        config).flops
 
 
 def run_child(name: str, args) -> dict:
@@ -387,7 +380,7 @@ def _last_error(text: str) -> str:
 def table(results: dict, args) -> list[str]:
     """The Markdown table of `results` (ratios to timm and keras-hub in this run)."""
     peak = results["peak"].get("peak_tflops")
-    flops = {ours: forward_flops_per_image(args.model, args.image_size, ours)
+    flops = {ours: training_flops_per_image(args.model, args.image_size, ours)
              for ours in (True, False)}
 
     def ratio(name, other, key):
@@ -397,8 +390,8 @@ def table(results: dict, args) -> list[str]:
 
     lines = [f"ViT-{args.model} {args.image_size}px, batch {args.batch}, bf16, {args.steps} "
              f"steps; matmul peak {peak:.0f} TFLOP/s; GFLOP per training image "
-             f"{3 * flops[True] / 1e9:.1f} ours (last block: class token only), "
-             f"{3 * flops[False] / 1e9:.1f} keras-hub and timm",
+             f"{flops[True] / 1e9:.1f} ours (last block: class token only), "
+             f"{flops[False] / 1e9:.1f} keras-hub and timm",
              json.dumps(results["peak"]["versions"]),
              "| row | train img/s | infer img/s | train MFU | train vs timm | infer vs timm | "
              "train vs keras-hub |", "|---|---|---|---|---|---|---|"]
@@ -410,7 +403,7 @@ def table(results: dict, args) -> list[str]:
             lines.append(f"| {name} | {outcome}: {_last_error(rates[outcome])} | | | | | |")
             continue
         train, infer = rates.get("train_img_s"), rates.get("infer_img_s")
-        work = 3 * flops[name.startswith("ours")]
+        work = flops[name.startswith("ours")]
         mfu = f"{100 * train * work / (peak * 1e12):.1f}%" if train and peak else "n/a"
         lines.append(f"| {name} | {train or float('nan'):.0f} | {infer or float('nan'):.0f} | "
                      f"{mfu} | {ratio(name, 'timm', 'train_img_s')} | "
@@ -444,7 +437,6 @@ def main() -> None:
     if "peak_tflops" not in results["peak"]:
         sys.exit(f"the matmul peak could not be measured:\n{results['peak']}")
     if args.json:  # first: the rows took the GPU time
-        sys.path.insert(0, REPO)
         from vit_keras import atomic
 
         atomic.write_bytes(args.json, json.dumps({"args": vars(args), "results": results},
