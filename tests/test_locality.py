@@ -130,6 +130,19 @@ def test_locality_attention_equals_its_definition():
         layer(tokens[:, :1], context=tokens)
 
 
+@pytest.mark.parametrize("queries", [1, 2, 5])
+def test_own_keys_are_left_out_and_put_back_exactly(queries):
+    """The export-safe masking: only reshapes, slices and pads, no constant logit."""
+    from vit_keras.core.attention import with_own_keys_zeroed, without_own_keys
+
+    logits = np.random.default_rng(0).normal(size=(2, 3, queries, 5)).astype("float32")
+    dropped = to_numpy(without_own_keys(logits))
+    keep = ~np.eye(queries, 5, dtype=bool)
+    np.testing.assert_array_equal(dropped, logits[:, :, keep].reshape(2, 3, queries, 4))
+    restored = to_numpy(with_own_keys_zeroed(dropped))
+    np.testing.assert_array_equal(restored, np.where(keep, logits, 0.0))
+
+
 def test_the_temperature_starts_at_the_usual_scale():
     config = ViTConfig(image_size=16, patch_size=4, hidden_size=32, mlp_dim=32, num_heads=2,
                        num_layers=1, locality_attention=True)

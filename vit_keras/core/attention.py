@@ -132,14 +132,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _attend_locally(self, query, key, value, cross, training, return_attention_scores):
         """Locality self-attention: per-head learned temperature, no token attending to
-        itself (query i is token i: the queries are the first tokens of the keys)."""
+        itself (query i is token i: the queries are the first tokens of the keys).
+
+        Each query's own key is left out of its softmax rather than masked with a large
+        negative logit: a constant like -1e9 would set the range of the logits' int8 scale in
+        a full-integer export and squash every real logit into one step of it.
+        """
         if cross:
             raise ValueError("locality attention masks each token's attention to itself: it "
                              "needs self-attention, got a separate context")
         temperature = ops.cast(self.temperature, query.dtype)[:, None]
         logits = ops.cast(ops.einsum("btnh,bsnh->bnts", query * temperature, key), "float32")
-        own = ops.eye(ops.shape(query)[1], ops.shape(key)[1], dtype="bool")
-        probs = ops.softmax(ops.where(own, ops.cast(-1e9, "float32"), logits), axis=-1)
+        probs = with_own_keys_zeroed(ops.softmax(without_own_keys(logits), axis=-1))
         weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
         outputs = project(self.out, ops.einsum("bnts,bsnh->btnh", weights, value))
         return (outputs, probs) if return_attention_scores else outputs
@@ -161,3 +165,49 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.locality:
             config.update(locality=True)
         return config
+
+
+def without_own_keys(logits):
+    """Each query's logits without the one of its own token.
+
+    Only reshapes, slices and concatenations, which keep every value (and an int8 tensor's
+    scale) as it is. Query i is token i, so the left-out entries are the diagonal of the first
+    `queries` keys.
+
+    Args:
+        logits: [batch, heads, queries, keys] with queries <= keys.
+
+    Returns:
+        [batch, heads, queries, keys - 1]; row i lists keys 0..i-1, i+1.. in order.
+    """
+    heads, queries = logits.shape[1], logits.shape[2]
+    if queries == 1:
+        return logits[..., 1:]
+    queries = queries or ops.shape(logits)[2]
+    square, rest = logits[..., :queries], logits[..., queries:]
+    # Flattened, a square's diagonal entries are `queries + 1` apart, starting at 0: dropping
+    # the first entry and cutting rows of `queries + 1` puts each in the last column.
+    flat = ops.reshape(square, (-1, heads, queries * queries))[..., 1:]
+    rows = ops.reshape(flat, (-1, heads, queries - 1, queries + 1))[..., :queries]
+    return ops.concatenate([ops.reshape(rows, (-1, heads, queries, queries - 1)), rest], -1)
+
+
+def with_own_keys_zeroed(probs):
+    """The inverse of `without_own_keys`, with 0 where each query's own key was.
+
+    Args:
+        probs: [batch, heads, queries, keys - 1].
+
+    Returns:
+        [batch, heads, queries, keys], zero on the diagonal of the first `queries` keys.
+    """
+    heads, queries = probs.shape[1], probs.shape[2]
+    if queries == 1:
+        return ops.pad(probs, [[0, 0], [0, 0], [0, 0], [1, 0]])
+    queries = queries or ops.shape(probs)[2]
+    square, rest = probs[..., :queries - 1], probs[..., queries - 1:]
+    rows = ops.reshape(square, (-1, heads, queries - 1, queries))
+    rows = ops.pad(rows, [[0, 0], [0, 0], [0, 0], [0, 1]])
+    flat = ops.pad(ops.reshape(rows, (-1, heads, queries * queries - 1)),
+                   [[0, 0], [0, 0], [1, 0]])
+    return ops.concatenate([ops.reshape(flat, (-1, heads, queries, queries)), rest], -1)
