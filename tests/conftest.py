@@ -79,3 +79,37 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(
             f"{count} slow test{'s' if count != 1 else ''} deselected (-m 'not slow'); run "
             "them with: pytest -m slow -n 0")
+
+
+class TrainedModel:
+    """A tiny classifier trained for a few seconds (`helpers.trained_digit_classifier`), saved
+    once per session: `model()` loads a fresh copy; `train` (0..255, calibration), `held_out`
+    and `labels` are images it never trained on."""
+
+    def __init__(self, path, config, train, held_out, labels):
+        self.path, self.config = str(path), config
+        self.train, self.held_out, self.labels = train, held_out, labels
+
+    def model(self):
+        import vit_keras  # noqa: F401  registers the layers
+
+        return keras.saving.load_model(self.path, compile=False)
+
+
+def train_once(factory, config, name, **options) -> TrainedModel:
+    """Trains `config` on the digits and saves it under the session's temporary folder."""
+    from helpers import trained_digit_classifier
+
+    model, train, held_out, labels = trained_digit_classifier(config, **options)
+    path = factory.mktemp(name) / "model.keras"
+    model.save(path)
+    keras.backend.clear_session(free_memory=False)
+    return TrainedModel(path, config, train, held_out, labels)
+
+
+@pytest.fixture(scope="session")
+def trained_tiny(tmp_path_factory):
+    """`tiny_config` trained on five digits (about 95% top-1 on held-out images)."""
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
+                       num_layers=2, num_classes=5)
+    return train_once(tmp_path_factory, config, "trained_tiny", epochs=30)

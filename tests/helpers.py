@@ -515,3 +515,42 @@ def script_module(folder: str, name: str):
         return importlib.import_module(name)
     finally:
         sys.path.pop(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# A briefly trained classifier (export checks need logits that are not uniform)
+
+
+def digit_pixels(config, classes=None):
+    """scikit-learn's bundled 8x8 digits of the first `classes` (default: config.num_classes)
+    classes as RGB pixels in 0..255 at the config's image size; (images, labels), shuffled."""
+    from sklearn.datasets import load_digits
+
+    classes = classes or config.num_classes
+    digits = load_digits()
+    keep = digits.target < classes
+    images = digits.images[keep].astype("float32") * (255.0 / 16.0)
+    height, width = image_shape(config)[:2]
+    rows = (np.arange(height) * 8 // height)[:, None]
+    columns = (np.arange(width) * 8 // width)[None, :]
+    images = np.repeat(images[:, rows, columns, None], 3, axis=-1)  # nearest-neighbour resize
+    order = np.random.default_rng(0).permutation(len(images))
+    return images[order], digits.target[keep][order]
+
+
+def trained_digit_classifier(config, epochs=30, held_out=200):
+    """`VisionTransformer(config)` trained for a few seconds on `digit_pixels`.
+
+    Returns:
+        (model, train images, held-out images, held-out labels); images in 0..255.
+    """
+    import vit_keras
+
+    keras.utils.set_random_seed(0)
+    images, labels = digit_pixels(config)
+    model = vit_keras.VisionTransformer(config)
+    model.compile(optimizer=keras.optimizers.AdamW(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train_images, train_labels = images[held_out:], labels[held_out:]
+    model.fit(train_images / 127.5 - 1.0, train_labels, batch_size=64, epochs=epochs, verbose=0)
+    return model, train_images, images[:held_out], labels[:held_out]

@@ -252,3 +252,35 @@ def test_tensor_names_are_dropped_unless_kept_and_per_tensor_scales(tiny_config,
     assert max(scales) == 1
     with pytest.raises(ValueError, match="per_channel=False needs quantization='int8'"):
         export.tflite(model, str(tmp_path / "x.tflite"), per_channel=False)
+
+
+def test_a_file_below_its_bar_raises_and_is_not_left_at_its_path(trained_tiny, tmp_path):
+    """Given held-out images, `tflite` holds the file to its bar: int8 calibrated on black
+    images raises (nothing at the path), or warns when asked to and writes it."""
+    model = trained_tiny.model()
+    black = np.zeros((8, *trained_tiny.held_out.shape[1:]), np.float32)
+    path = tmp_path / "model_int8.tflite"
+    with pytest.raises(export.LowAgreementError, match="must reach 98.0%") as raised:
+        export.tflite(model, str(path), quantization="int8", representative_data=black,
+                      verify_images=trained_tiny.held_out)
+    assert raised.value.report["top1_agreement"] < 0.98 and not path.exists()
+    assert not list(tmp_path.iterdir())  # no temporary file either
+    with pytest.warns(UserWarning, match="names the Keras model's class on only"):
+        report = export.tflite(model, str(path), quantization="int8", representative_data=black,
+                               verify_images=trained_tiny.held_out, on_low_agreement="warn")
+    assert path.exists() and report["min_agreement"] == export.INT8_MIN_AGREEMENT
+    good = export.tflite(model, str(path), quantization="int8",
+                         representative_data=trained_tiny.train[:100],
+                         verify_images=trained_tiny.held_out)
+    assert good["top1_agreement"] >= 0.98 and good["verified_images"] == 200
+    # Without verify_images the agreement (on calibration images) is reported, not enforced.
+    unchecked = export.tflite(model, str(path), quantization="int8", representative_data=black)
+    assert "min_agreement" not in unchecked
+    with pytest.raises(ValueError, match="on_low_agreement must be one of"):
+        export.tflite(model, str(path), on_low_agreement="ignore")
+    with pytest.raises(ValueError, match="min_agreement must be a fraction"):
+        export.onnx(model, str(tmp_path / "model.onnx"), min_agreement=2)
+    onnx_report = export.onnx(model, str(tmp_path / "model.onnx"),
+                              verify_images=trained_tiny.held_out)
+    assert onnx_report["min_agreement"] == export.FLOAT_MIN_AGREEMENT
+    assert onnx_report["top1_agreement"] == 1.0

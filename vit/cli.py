@@ -9,6 +9,8 @@ then sets the Keras backend and imports TensorFlow with its start-up logging sil
 Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
 `vit CMD: error: ...` and exits with status 2; a run that fails on its way (`RuntimeError`,
 `OSError`) the same with status 1; Ctrl+C prints `vit CMD: interrupted` and exits with 130.
+`vit export`, and `vit train` at its export, exit with 3 when an exported file failed its
+agreement check with the Keras model (every other file and the trained model are written).
 `vit train` stopped by SIGTERM exits with 75 after its backup, by Ctrl+C with 130
 (`vit.training.preemption`). `--debug` shows the traceback instead.
 """

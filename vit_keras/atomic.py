@@ -106,6 +106,16 @@ def staged_path(path: str):
         raise
 
 
+def publish(temporary: str, path: str) -> None:
+    """Renames a finished file or directory to `path`, replacing what was there atomically.
+
+    Args:
+        temporary: the finished file or directory, on the same file system as `path`.
+        path: its final name.
+    """
+    _publish(temporary, path)
+
+
 def _publish(temporary: str, path: str) -> None:
     is_dir = _gfile().isdir(temporary) if is_remote(temporary) else os.path.isdir(temporary)
     if not is_dir:

@@ -8,12 +8,20 @@ bytes, max |logit difference| against the Keras model, top-1 agreement with Kera
 (the exact mAP for multi-label data) on the evaluation images, and the median batch-1 latency
 through LiteRT or ONNX Runtime; and the `activation` turning the logits into scores (softmax, or
 sigmoid for a multi-label model). Full-integer int8 files are calibrated on images of `--data`.
+
+Every file is written into a staging folder and checked there: one whose top-1 agreement with the
+Keras model is below its format's bar (0.999 for float files, 0.98 for int8 ones;
+`--min-agreement` changes them) is not published under its name but moved to `rejected/`, marked
+FAILED in the table and export.json with what to try, and the command exits with status 3 once
+every other file is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 
 from vit import console
 from vit.inference.model_files import ACTIVATIONS
@@ -40,14 +48,31 @@ QUANTIZATION = {"tflite": None, "tflite_fp16": "fp16", "tflite_dynamic_int8": "d
                 "tflite_int8": "int8", "onnx": None, "onnx_dynamic_int8": "dynamic_int8",
                 "onnx_int8": "int8"}
 REPORT_NAME = "export.json"
+REJECTED_DIR = "rejected"
 LATENCY_THREADS = 2
+EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
+ADVICE = {
+    "tflite_int8": "try --int8-float-ops SOFTMAX,BATCH_MATMUL (float attention in an int8 "
+                   "file), more --calibration-images, or ship model_int8.onnx or "
+                   "model_dynamic_int8.tflite (--formats tflite_dynamic_int8)",
+    "tflite_dynamic_int8": "ship model_fp16.tflite, or the calibrated model_int8.tflite",
+    "onnx_int8": "try more --calibration-images, or ship model_dynamic_int8.onnx "
+                 "(--formats onnx_dynamic_int8) or model.onnx",
+    "onnx_dynamic_int8": "ship model_int8.onnx (calibrated) or model.onnx",
+}
+FLOAT_ADVICE = ("a float file must match Keras: this is a bug, please report it with the "
+                "model's config.json")
 
 
 def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representative_images=None,
                  eval_images=None, eval_labels=None, num_calibration_images: int = 300,
                  latency_runs: int = 50, int8_float_ops=(), int8_per_channel: bool = True,
-                 keep_tensor_names: bool = False, image_size=None, activation=None) -> dict:
+                 keep_tensor_names: bool = False, image_size=None, activation=None,
+                 min_agreement=None) -> dict:
     """Exports `model` in every chosen format, checks each file against Keras, writes export.json.
+
+    A file whose top-1 agreement with Keras is below its bar is moved to `rejected/` instead of
+    its name (an older file of that name is removed) and listed in the report's 'failed'.
 
     Args:
         model: the trained Keras classifier (input [batch, H, W, 3] in [-1, 1]).
@@ -73,18 +98,25 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
         activation: what gives the SavedModel's `probabilities` from the logits: 'softmax'
             (None) or 'sigmoid' (a multi-label model); recorded in export.json, where
             `vit.inference.classifier` finds it for the .tflite and .onnx files, which give logits.
+        min_agreement: the top-1 agreement with Keras each file must reach: one fraction for
+            every format, or {format or 'float' or 'int8': fraction}; None (default): 0.999
+            for float formats, 0.98 for int8 ones. On random images (no eval or
+            representative images) only float files are held to it.
 
     Returns:
         The export.json content: {'formats': {name: {file, size_bytes, max_abs_logit_diff,
-        top1_agreement, accuracy, latency_ms, ...}}, 'keras': {'accuracy': ...}, ...}.
+        top1_agreement, accuracy, latency_ms, min_agreement, passed, ...}}, 'keras':
+        {'accuracy': ...}, 'failed': [names], ...}.
     """
     from vit_keras.export import graph
 
     formats = _check_formats(formats)
+    thresholds = min_agreements(formats, min_agreement)
     if activation not in (None, *ACTIVATIONS):
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     _require_calibration(formats, representative_images)
     fixed = graph.at_image_size(model, image_size)
+    random_images = eval_images is None and representative_images is None
     eval_images, eval_labels = _evaluation_set(fixed, eval_images, eval_labels,
                                                representative_images)
     keras_logits = _keras_logits(fixed, eval_images)
@@ -99,9 +131,16 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     lite_options = dict(num_calibration_images=num_calibration_images,
                         int8_float_ops=int8_float_ops, int8_per_channel=int8_per_channel,
                         keep_tensor_names=keep_tensor_names)
-    runners = _write_formats(model, formats, output_dir, report, (eval_images, eval_labels,
-                             keras_logits), representative_images, image_size,
-                             dict(lite_options, activation=activation))
+    if random_images:  # int8 agreement on noise says nothing about the task
+        thresholds = {name: (value if QUANTIZATION.get(name) in (None, "fp16") else None)
+                      for name, value in thresholds.items()}
+    with _staging_folder(output_dir) as staging:
+        runners = _write_formats(model, formats, (output_dir, staging), report,
+                                 (eval_images, eval_labels, keras_logits), representative_images,
+                                 image_size, dict(lite_options, activation=activation),
+                                 thresholds)
+    report["failed"] = [name for name, entry in report["formats"].items()
+                        if not entry["passed"]]
     _add_latencies(report, runners, latency_runs)
     from vit_keras import atomic
 
@@ -110,26 +149,137 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     return report
 
 
-def _write_formats(model, formats, output_dir, report, evaluation, representative_images,
-                   image_size, lite_options) -> dict:
-    """Writes each format, recording its entry in `report`; returns the timeable runners.
+def min_agreements(formats, min_agreement=None) -> dict:
+    """The top-1 agreement each format must reach.
 
-    `evaluation` is (images, labels, Keras logits) for the agreement columns; `lite_options`
-    holds the SavedModel's `activation` too.
+    Args:
+        formats: format names.
+        min_agreement: None (the defaults), one fraction for all, or {key: fraction} where a
+            key is a format name, 'float' or 'int8' (a format's own key wins).
+
+    Returns:
+        {format: fraction}.
     """
-    eval_images, eval_labels, keras_logits = evaluation
-    runners = {}
+    from vit_keras.export import agreement
+
+    if isinstance(min_agreement, (int, float)):
+        min_agreement = {name: min_agreement for name in formats}
+    overrides = dict(min_agreement or {})
+    unknown = sorted(set(overrides) - set(FORMATS) - {"float", "int8"})
+    if unknown:
+        raise ValueError(f"min_agreement keys must be formats ({', '.join(FORMATS)}), 'float' "
+                         f"or 'int8', got {unknown}")
+    thresholds = {}
     for name in formats:
-        path = os.path.join(output_dir, FILENAMES[name])
+        quantization = QUANTIZATION.get(name)
+        kind = "float" if quantization in (None, "fp16") else "int8"
+        value = overrides.get(name, overrides.get(kind))
+        if value is None:
+            value = agreement.default_min_agreement(quantization)
+        agreement.check_options(value, "raise")
+        thresholds[name] = float(value)
+    return thresholds
+
+
+def parse_min_agreement(text: str):
+    """`--min-agreement`: '0.95' for every format, or 'int8=0.95,tflite=0.999,...'."""
+    if not text:
+        return None
+    try:
+        if "=" not in text:
+            return float(text)
+        pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+        return {key.strip(): float(value) for key, value in pairs}
+    except ValueError:
+        raise ValueError(f"--min-agreement must be a fraction (0.98) or FORMAT=FRACTION pairs "
+                         f"separated by commas (int8=0.95,tflite=0.999), got {text!r}") from None
+
+
+@contextlib.contextmanager
+def _staging_folder(output_dir: str):
+    """A hidden folder inside `output_dir` (the same disk, so publishing is a rename)."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=".export-", dir=output_dir)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_formats(model, formats, folders, report, evaluation, representative_images,
+                   image_size, lite_options, thresholds) -> dict:
+    """Writes each format into the staging folder, checks it, then publishes or rejects it;
+    records its entry in `report` and returns the runners of the published files.
+
+    `folders` is (output folder, staging folder); `evaluation` is (images, labels, Keras
+    logits) for the agreement columns; `lite_options` holds the SavedModel's `activation` too.
+    """
+    output_dir, staging = folders
+    eval_images, eval_labels, keras_logits = evaluation
+    runners, written = {}, {}
+    for name in formats:
+        staged = os.path.join(staging, FILENAMES[name])
         with console.stage(f"export: {STAGE_NAMES[name]}"):
-            runner, logits, entry = _write_format(model, name, path, representative_images,
-                                                  eval_images, image_size,
-                                                  dict(lite_options, written=report["formats"]))
-        if runner is not None:
-            runners[name] = runner
-        report["formats"][name] = {"file": FILENAMES[name], "size_bytes": _size(path),
-                                   **_agreement(logits, keras_logits, eval_labels), **entry}
+            logits, entry = _write_format(model, name, staged, representative_images,
+                                          eval_images, image_size,
+                                          dict(lite_options, written=written))
+        entry = {"file": FILENAMES[name], "size_bytes": _size(staged),
+                 **_agreement(logits, keras_logits, eval_labels), **entry}
+        entry.update(_check(name, entry, thresholds[name]))
+        written[name] = _publish(staged, output_dir, FILENAMES[name], entry["passed"])
+        if entry["passed"] and name != "saved_model":
+            runners[name] = _runner(name, written[name])
+        elif not entry["passed"]:
+            entry["rejected_file"] = os.path.join(REJECTED_DIR, FILENAMES[name])
+        report["formats"][name] = entry
     return runners
+
+
+def _check(name: str, entry: dict, threshold) -> dict:
+    """The gate's fields of a format's entry: min_agreement, passed and (failed) advice."""
+    if threshold is None:
+        return {"min_agreement": None, "passed": True}
+    passed = entry["top1_agreement"] >= threshold
+    fields = {"min_agreement": threshold, "passed": passed}
+    if not passed:
+        fields["advice"] = ADVICE.get(name, FLOAT_ADVICE)
+    return fields
+
+
+def _publish(staged: str, output_dir: str, filename: str, passed: bool) -> str:
+    """Moves a checked file to its name (passed) or to rejected/ (failed, and any older file of
+    its name is removed); returns where it now is."""
+    from vit_keras import atomic
+
+    final = os.path.join(output_dir, filename)
+    rejected = os.path.join(output_dir, REJECTED_DIR, filename)
+    if passed:
+        atomic.remove(rejected)
+        atomic.publish(staged, final)
+        return final
+    atomic.remove(final)
+    atomic.makedirs(os.path.dirname(rejected))
+    atomic.publish(staged, rejected)
+    return rejected
+
+
+def _runner(name: str, path: str):
+    """The latency runner of a published TFLite or ONNX file."""
+    from vit_keras import export
+
+    if name.startswith("onnx"):
+        return export.ONNXModel(path, num_threads=LATENCY_THREADS)
+    return export.TFLiteModel(path, num_threads=LATENCY_THREADS)
+
+
+def failure_line(name: str, entry: dict) -> str:
+    """One line saying which file failed its check, by how much, where it went, what to try."""
+    return (f"export: {name} FAILED: top-1 agreement with the Keras model "
+            f"{_percent(entry['top1_agreement'])} < {_percent(entry['min_agreement'])}; "
+            f"not written as {entry['file']} (kept as {entry['rejected_file']} to inspect); "
+            f"{entry['advice']}")
 
 
 def _add_latencies(report: dict, runners: dict, latency_runs: int) -> None:
@@ -154,30 +304,30 @@ def _require_calibration(formats, representative_images) -> None:
 def _agreement(logits, keras_logits, labels) -> dict:
     """An exported file's logits against Keras': max |difference|, top-1 agreement, accuracy
     (or mAP)."""
-    from vit_keras.export.lite import logit_agreement
+    from vit_keras.export.agreement import logit_agreement
 
     return {**logit_agreement(logits, keras_logits), **_label_scores(logits, labels)}
 
 
 def _write_format(model, name, path, representative_images, eval_images, image_size,
                   lite_options):
-    """Writes one format; returns (its LiteRT runner or None, its logits on the evaluation
-    images, its export.json entry so far)."""
+    """Writes one format; returns (its logits on the evaluation images, its export.json entry
+    so far)."""
     from vit_keras import export
 
     activation = lite_options.pop("activation")
     if name == "saved_model":
         export.saved_model(model, path, image_size=image_size, activation=activation)
-        return None, _saved_model_logits(path, eval_images), {"latency_ms": None}
+        return _saved_model_logits(path, eval_images), {"latency_ms": None}
     written = lite_options.pop("written")
     if name.startswith("onnx"):
-        runner, entry = _write_onnx(model, name, path, representative_images, eval_images,
-                                    image_size, lite_options["num_calibration_images"],
-                                    float_written="onnx" in written)
-        return runner, runner(eval_images), entry
-    runner, entry = _write_tflite(model, name, path, representative_images, eval_images,
-                                  image_size=image_size, **lite_options)
-    return runner, runner(eval_images), entry
+        entry = _write_onnx(model, name, path, representative_images, image_size,
+                            lite_options["num_calibration_images"],
+                            float_file=written.get("onnx"))
+    else:
+        entry = _write_tflite(model, name, path, representative_images, image_size=image_size,
+                              **lite_options)
+    return _runner(name, path)(eval_images), entry
 
 
 def _report_header(eval_images, latency_runs: int, keras_scores: dict) -> dict:
@@ -193,30 +343,31 @@ def _report_header(eval_images, latency_runs: int, keras_scores: dict) -> dict:
     }
 
 
-def _write_tflite(model, name, path, representative_images, eval_images, *, image_size,
+def _write_tflite(model, name, path, representative_images, *, image_size,
                   num_calibration_images, int8_float_ops, int8_per_channel, keep_tensor_names):
-    """Writes the TFLite format `name`; returns (its LiteRT runner, its export.json entry)."""
+    """Writes the TFLite format `name`; returns its export.json entry so far."""
     from vit_keras import export
 
     float_ops = tuple(int8_float_ops) if name == "tflite_int8" else ()
     lite_report = export.tflite(
         model, path, quantization=QUANTIZATION[name], representative_data=representative_images,
-        verify_images=eval_images[:32], num_calibration_images=num_calibration_images,
+        num_calibration_images=num_calibration_images,
         float_ops=float_ops, per_channel=int8_per_channel or name != "tflite_int8",
         keep_tensor_names=keep_tensor_names, image_size=image_size)
     entry = {"quantization": QUANTIZATION[name] or "float32", "ops": lite_report["ops"],
              "latency_ms": None}
     if name == "tflite_int8":
         entry.update(float_ops=list(float_ops), per_channel=int8_per_channel)
-    return export.TFLiteModel(path, num_threads=LATENCY_THREADS), entry
+    return entry
 
 
-def _write_onnx(model, name, path, representative_images, eval_images, image_size,
-                num_calibration_images, float_written: bool):
-    """Writes the ONNX format `name`; returns (its ONNX Runtime runner, its export.json entry).
+def _write_onnx(model, name, path, representative_images, image_size, num_calibration_images,
+                float_file: str | None):
+    """Writes the ONNX format `name`; returns its export.json entry so far.
 
-    int8 files quantize the float file this export wrote (`float_written`), else one written
-    to a temporary folder: never a `model.onnx` left in the folder by an earlier export.
+    int8 files quantize the float file this export wrote (`float_file`, published or
+    rejected), else one written to a temporary folder: never a `model.onnx` left in the
+    folder by an earlier export.
     """
     import tempfile
 
@@ -225,20 +376,17 @@ def _write_onnx(model, name, path, representative_images, eval_images, image_siz
 
     entry = {"quantization": QUANTIZATION[name] or "float32", "latency_ms": None}
     with tempfile.TemporaryDirectory() as scratch:
-        float_path = (path if name == "onnx" else
-                      os.path.join(os.path.dirname(path), FILENAMES["onnx"]) if float_written
-                      else os.path.join(scratch, FILENAMES["onnx"]))
-        if name == "onnx" or not float_written:
-            report = export.onnx(model, float_path, image_size=image_size,
-                                 verify_images=eval_images[:32])
+        float_path = (path if name == "onnx" else float_file
+                      or os.path.join(scratch, FILENAMES["onnx"]))
+        if name == "onnx" or not float_file:
+            report = export.onnx(model, float_path, image_size=image_size)
             entry.update(opset=report["opset"], fused_layer_norms=report["fused_layer_norms"])
         if name != "onnx":
             entry.update(onnx_quantize.quantize(
                 float_path, path, QUANTIZATION[name], representative_data=representative_images,
                 num_calibration_images=num_calibration_images))
-    runner = export.ONNXModel(path, num_threads=LATENCY_THREADS)
-    entry["ops"] = runner.operators()
-    return runner, entry
+    entry["ops"] = _runner(name, path).operators()
+    return entry
 
 
 def _latencies(runners: dict, runs: int, rounds: int = 5) -> dict:
@@ -364,6 +512,12 @@ def add_arguments(parser) -> None:
                              "recorded in export.json for the .tflite/.onnx files (default: the "
                              "`activation` in the config.json next to --model: sigmoid for a "
                              "multilabel run; else softmax)")
+    parser.add_argument("--min-agreement", default="",
+                        help="the top-1 agreement with the Keras model a file needs to be "
+                             "written: one fraction for all, or FORMAT=FRACTION pairs where "
+                             "FORMAT is a format, float or int8 (default: float=0.999,"
+                             "int8=0.98); a file below it goes to rejected/, is marked FAILED "
+                             "and the command exits with status 3")
     parser.add_argument("--latency-runs", type=int, default=50,
                         help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
 
@@ -402,24 +556,60 @@ def run(args) -> int:
                         if op.strip()],
         int8_per_channel=not args.int8_per_tensor, keep_tensor_names=args.keep_tensor_names,
         image_size=args.image_size,
-        activation=args.activation or run_config(args.model).get("activation"))
+        activation=args.activation or run_config(args.model).get("activation"),
+        min_agreement=parse_min_agreement(args.min_agreement))
     print(format_report(report))
-    print(f"wrote {', '.join(FILENAMES[name] for name in formats)} and {REPORT_NAME} "
-          f"to {output}")
-    return 0
+    written = [FILENAMES[name] for name in formats if name not in report["failed"]]
+    print(f"wrote {', '.join(written + [REPORT_NAME])} to {output}")
+    return report_failures(report)
+
+
+def report_failures(report: dict, command: str = "vit export") -> int:
+    """Prints one line per file that failed its check; returns the exit status (0, or
+    `EXIT_EXPORT_FAILED`)."""
+    for name in report["failed"]:
+        print(failure_line(name, report["formats"][name]), file=sys.stderr)
+    if not report["failed"]:
+        return 0
+    print(f"{command}: {len(report['failed'])} of {len(report['formats'])} exported files "
+          f"FAILED their agreement check and were not written under their names; exit status "
+          f"{EXIT_EXPORT_FAILED}", file=sys.stderr, flush=True)
+    return EXIT_EXPORT_FAILED
 
 
 def format_report(report: dict) -> str:
-    """export.json as a Markdown table: format, size, latency, accuracy, agreement, logit diff."""
-    lines = ["| format | size (MB) | latency (ms) | accuracy | top-1 agreement | max logit diff |",
-             "|---|---|---|---|---|---|"]
-    lines.append(f"| keras | | | {_score(report['keras'])} | | |")
+    """export.json as a Markdown table: format, size, latency, accuracy, agreement, logit diff
+    and the check against the format's bar."""
+    lines = ["| format | size (MB) | latency (ms) | accuracy | top-1 agreement | max logit diff "
+             "| check |", "|---|---|---|---|---|---|---|"]
+    lines.append(f"| keras | | | {_score(report['keras'])} | | | |")
     for name, entry in report["formats"].items():
         latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
         lines.append(f"| {name} | {entry['size_bytes'] / 1e6:.2f} | {latency} | "
                      f"{_score(entry)} | {_percent(entry['top1_agreement'])} | "
-                     f"{entry['max_abs_logit_diff']:.2e} |")
+                     f"{entry['max_abs_logit_diff']:.2e} | {check_label(entry)} |")
     return "\n".join(lines)
+
+
+def summary_rows(report: dict) -> list[tuple[str, str]]:
+    """One (file, 'agreement ..., accuracy ..., check') row per exported format, for the result
+    table of `vit train`."""
+    rows = []
+    for entry in report["formats"].values():
+        score = _score(entry)
+        rows.append((entry.get("rejected_file") or entry["file"],
+                     f"agreement {_percent(entry['top1_agreement'])}"
+                     f"{', top-1 ' + score if score else ''}, {check_label(entry)}"))
+    return rows
+
+
+def check_label(entry: dict) -> str:
+    """'ok (>= 98.00%)', 'FAILED (< 98.00%)', or 'not checked' (int8 on random images)."""
+    if entry.get("min_agreement") is None:
+        return "not checked"
+    if entry["passed"]:
+        return f"ok (>= {_percent(entry['min_agreement'])})"
+    return f"FAILED (< {_percent(entry['min_agreement'])})"
 
 
 def _percent(value) -> str:

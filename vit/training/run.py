@@ -11,6 +11,7 @@ write model.keras, labels, config, metrics and curves; export and inspect. The o
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 
@@ -26,6 +27,10 @@ import tensorflow as tf
 from vit import console, hardware, outputs
 from vit.data import evaluation, sources, subsets
 from vit.data.source import Source
+from vit.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, export_model,
+                                  parse_min_agreement)
+from vit.inference.export import report_failures as report_export_failures
+from vit.inference.export import summary_rows as export_summary_rows
 from vit.training import (adapt, callbacks, distribute, finetune, objectives, pipeline,
                           preemption, presets, recipe)
 from vit_keras import atomic, keras_compat, lora
@@ -127,7 +132,8 @@ class Run:
         self.backup_callback = None
 
     def execute(self) -> int:
-        """Runs setup, build, fit and finish; returns 0.
+        """Runs setup, build, fit and finish; returns 0, or `EXIT_EXPORT_FAILED` when the
+        training succeeded but an exported file failed its agreement check.
 
         Raises:
             preemption.Preempted: a SIGTERM or Ctrl+C stopped the run (after a backup of the
@@ -151,14 +157,14 @@ class Run:
                 self.signals.phase = "the final evaluation and export"
                 metrics = self.evaluate()
                 self._may_stop()
-                self.finish(metrics)
+                status = self.finish(metrics)
                 self.signals.phase = None  # done: a late signal changes nothing
             except preemption.Preempted as stop:
                 stop.resumable = self._has_backup()
                 raise
             finally:
                 self._remove_scratch()
-        return 0
+        return status
 
     def _may_stop(self) -> None:
         """Where every process stops together when one of them received a signal."""
@@ -442,13 +448,14 @@ class Run:
             metrics["val_examples"] = self.val_examples
         return metrics
 
-    def finish(self, metrics: dict) -> None:
+    def finish(self, metrics: dict) -> int:
         """Writes the run's files (the chief; the other processes into their scratch folder),
-        exports, inspects."""
+        exports, inspects; returns the exit status (`EXIT_EXPORT_FAILED` when an exported file
+        failed its agreement check, else 0)."""
         classifier = self.objective.classifier(self.model, self.config)
         if not self.chief and self.strategy is not None:  # TF workers: final weights only
             atomic.save_weights(classifier, os.path.join(self.write_dir, "final.weights.h5"))
-            return
+            return 0
         output = self.write_dir
         atomic.save_model(classifier, os.path.join(output, "model.keras"))
         self.objective.write_extras(classifier, output)
@@ -467,42 +474,52 @@ class Run:
         # the whole command's time: start-up, data, training, evaluation, export, analysis.
         metrics["wall_seconds"] = round(console.elapsed(self.started), 2)
         outputs.write_json(os.path.join(output, "metrics.json"), metrics)
-        self._export_and_inspect(classifier)
+        exported = self._export_and_inspect(classifier)
         metrics["wall_seconds"] = round(console.elapsed(self.started), 2)
         outputs.write_json(os.path.join(output, "metrics.json"), metrics)
-        if self.chief:  # the other JAX processes' scratch folders go in `execute`
-            log(outputs.summary_table(summary_rows(metrics, output, self.objective)))
-            if atomic.exists(self.backup_dir):
-                atomic.remove(self.backup_dir)
+        if not self.chief:  # the other JAX processes' scratch folders go in `execute`
+            return 0
+        rows = summary_rows(metrics, output, self.objective)
+        log(outputs.summary_table(rows + (export_summary_rows(exported) if exported else [])))
+        if atomic.exists(self.backup_dir):
+            atomic.remove(self.backup_dir)
+        if not exported or not exported["failed"]:
+            return 0
+        log(f"the training succeeded: {os.path.join(output, 'model.keras')} and the run's "
+            "files are written; only the export failed its check (below)")
+        return report_export_failures(exported, "vit train")
 
-    def _export_and_inspect(self, classifier) -> None:
-        """SavedModel/TFLite export and the attention/embedding analysis, on raw images."""
+    def _export_and_inspect(self, classifier) -> dict | None:
+        """SavedModel/TFLite export and the attention/embedding analysis, on raw images;
+        returns the export's report (None without an export)."""
         export = self.options.export and self.objective.exports
         if self.options.export and not self.objective.exports:
             log(f"export: skipped for objective {self.objective.name} (its head is untrained; "
                 "fine-tune the encoder, then export)")
         if not (export or self.options.inspect):
-            return
+            return None
+        report = None
         size, rule = self.config.image_hw, self.config.preprocessing
         images, labels = evaluation.take_raw_images(self.data.val or self.data.train, size,
                                                   EVAL_SAMPLES, rule)
         if export and self.backend != "tensorflow":
             if self.chief:
-                export_in_tensorflow(os.path.join(self.output, "model.keras"))
+                report = export_in_tensorflow(os.path.join(self.output, "model.keras"),
+                                              self.options.min_agreement)
         elif export:
-            from vit.inference.export import export_model
-
             calibration, _ = evaluation.take_raw_images(self.data.train, size,
                                                         CALIBRATION_SAMPLES, rule)
-            export_model(classifier, self.output, representative_images=calibration,
-                         eval_images=images, eval_labels=labels,
-                         activation=self.objective.activation)
+            report = export_model(classifier, self.output, representative_images=calibration,
+                                  eval_images=images, eval_labels=labels,
+                                  activation=self.objective.activation,
+                                  min_agreement=parse_min_agreement(self.options.min_agreement))
         if self.options.inspect:
             from vit.inference.inspect import inspect_model
 
             with console.stage("analysis: attention maps, distances, embeddings (inspect/)"):
                 inspect_model(classifier, images[:INSPECT_SAMPLES],
                               os.path.join(self.write_dir, "inspect"))
+        return report
 
 
 def step_forms(loop, backend: str) -> dict:
@@ -548,24 +565,30 @@ def describe_step_forms(forms: dict, config, backend: str) -> str:
     return ", ".join(parts)
 
 
-def export_in_tensorflow(model_path: str) -> None:
+def export_in_tensorflow(model_path: str, min_agreement: str = "") -> dict:
     """Runs `vit export` on a saved model in a TensorFlow-backend process.
 
     SavedModel and TFLite are TensorFlow graphs, so a run on another backend exports its
     trained weights from `model.keras` there (on the CPU, leaving the accelerators alone).
 
+    Returns:
+        The export's report (export.json), failed files included.
+
     Raises:
-        RuntimeError: the export failed.
+        RuntimeError: the export failed (other than a file failing its agreement check).
     """
     command = [sys.executable, "-m", "vit.cli", "export", "--model", model_path,
+               *(["--min-agreement", min_agreement] if min_agreement else []),
                *(["--verbose"] if console.is_verbose() else [])]
     environment = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
     log("export: SavedModel and TFLite are TensorFlow formats; exporting model.keras in a "
         "TensorFlow process")
     finished = subprocess.run(command, env=environment, check=False)
-    if finished.returncode:
+    if finished.returncode not in (0, EXIT_EXPORT_FAILED):
         raise RuntimeError(f"the export failed (exit status {finished.returncode}); rerun it "
                            f"with: vit export --model {model_path}")
+    with open(os.path.join(os.path.dirname(model_path), REPORT_NAME)) as handle:
+        return json.load(handle)
 
 
 def train(preset: presets.Preset, options: presets.RunOptions | None = None, **fields) -> int:

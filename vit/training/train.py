@@ -127,6 +127,11 @@ def add_run_arguments(group) -> None:
     group.add_argument("--process-id", type=int, help="JAX multi-host: this process's index")
     group.add_argument("--no-export", action="store_true",
                        help="skip the SavedModel/TFLite/ONNX export at the end")
+    group.add_argument("--min-agreement", default="", metavar="FRACTION|FORMAT=FRACTION,...",
+                       help="the top-1 agreement with the trained model an exported file needs "
+                       "(default: float=0.999,int8=0.98); a file below it is moved to "
+                       "rejected/, marked FAILED, and the run exits with status 3 (its model "
+                       "is kept)")
     group.add_argument("--no-inspect", action="store_true",
                        help="skip the attention/embedding analysis at the end")
     group.add_argument("--verbose", type=int, nargs="?", const=1, default=0, choices=(0, 1, 2),
@@ -179,11 +184,16 @@ def resolve_preset(args: argparse.Namespace) -> presets.Preset:
 
 
 def run_options(args: argparse.Namespace) -> presets.RunOptions:
-    """The `RunOptions` of the command line."""
+    """The `RunOptions` of the command line (a bad --min-agreement fails here, before
+    training)."""
+    from vit.inference import export
+
+    export.min_agreements(export.FORMATS, export.parse_min_agreement(args.min_agreement))
     return presets.RunOptions(
         output=args.output or "", resume=args.resume, overwrite=args.overwrite,
         strategy=args.strategy, tpu=args.tpu, data_dir=args.data_dir,
-        export=not args.no_export, inspect=not args.no_inspect, verbose=args.verbose,
+        export=not args.no_export, min_agreement=args.min_agreement,
+        inspect=not args.no_inspect, verbose=args.verbose,
         model_parallel=args.model_parallel, coordinator=args.coordinator,
         num_processes=args.num_processes, process_id=args.process_id)
 
@@ -229,8 +239,9 @@ def with_weights_preprocessing(preset: presets.Preset) -> presets.Preset:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs `vit train`; returns the exit status: 0; 75 (`preemption.EXIT_PREEMPTED`) when
-    SIGTERM stopped it, 130 when Ctrl+C did (errors: see `vit.cli`)."""
+    """Runs `vit train`; returns the exit status: 0; 3 when the model trained but an exported
+    file failed its agreement check; 75 (`preemption.EXIT_PREEMPTED`) when SIGTERM stopped it,
+    130 when Ctrl+C did (errors: see `vit.cli`)."""
     preset = resolve_preset(args)
     from vit.training import preemption
     from vit.training import run as training_run

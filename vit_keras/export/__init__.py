@@ -13,14 +13,16 @@ resolution; the [-1, 1] preprocessing is inside the exported graph.
     logits = export.ONNXModel("out/model.onnx")(images)
 """
 
+from vit_keras.export.agreement import (FLOAT_MIN_AGREEMENT, INT8_MIN_AGREEMENT,
+                                        LowAgreementError, compare_with_keras)
 from vit_keras.export.lite import (IO_TYPES, QUANTIZATIONS, NonBuiltinOpsError,
-                                   check_builtin_ops, compare_with_keras, float_operators,
-                                   strip_tensor_names, tflite)
+                                   check_builtin_ops, float_operators, strip_tensor_names, tflite)
 from vit_keras.export.onnx import onnx
 from vit_keras.export.onnx_runtime import ONNXModel
 from vit_keras.export.runtime import TFLiteModel
 from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT, saved_model
 
 __all__ = ["saved_model", "tflite", "TFLiteModel", "onnx", "ONNXModel", "NonBuiltinOpsError", "check_builtin_ops",
+           "LowAgreementError", "FLOAT_MIN_AGREEMENT", "INT8_MIN_AGREEMENT",
            "float_operators", "strip_tensor_names", "compare_with_keras", "QUANTIZATIONS",
            "IO_TYPES", "SERVING_DEFAULT", "SERVE_BYTES"]

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from vit_keras import atomic, keras_compat
 from vit_keras.fast_paths import export_forms
-from vit_keras.export import graph
+from vit_keras.export import agreement, graph
 from vit_keras.export.runtime import TFLiteModel
 
 QUANTIZATIONS = (None, "fp16", "dynamic_int8", "int8")
@@ -36,7 +36,8 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
            representative_data=None, io_type: str = "float32", batch_size: int = 1,
            num_calibration_images: int = 300, verify_images=None,
            include_preprocessing: bool = True, float_ops=(), per_channel: bool = True,
-           keep_tensor_names: bool = False, image_size=None) -> dict:
+           keep_tensor_names: bool = False, image_size=None, min_agreement: float | None = None,
+           on_low_agreement: str = "raise") -> dict:
     """Converts `model` to a `.tflite` file that runs on LiteRT with builtin operators only.
 
     Args:
@@ -54,8 +55,10 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
         batch_size: the file's fixed batch size (1 is what devices run, and the fastest);
             None makes it dynamic.
         num_calibration_images: at most this many images of `representative_data` calibrate.
-        verify_images: float32 images [N, H, W, 3] in 0..255 to compare the file with Keras on;
-            defaults to up to 32 images of `representative_data`, else 8 random images.
+        verify_images: float32 images [N, H, W, 3] in 0..255 to compare the file with Keras on,
+            held-out images of the model's task; given, the file must reach `min_agreement`.
+            Default: up to 32 images of `representative_data`, else 8 random images, whose
+            agreement is reported but not enforced.
         include_preprocessing: map 0..255 to [-1, 1] inside the graph.
         float_ops: with quantization='int8', TFLite operator names to keep in float32 (e.g.
             `("BATCH_MATMUL", "SOFTMAX")`: LiteRT's int8 kernel for the attention's
@@ -69,19 +72,27 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
             they are dropped, which LiteRT does not need (inputs and outputs are found by index).
         image_size: (height, width) of the file's input, for a model taking any size (devices
             need static shapes); None: its training size.
+        min_agreement: the fraction of `verify_images` on which the file must name Keras'
+            class; None: 0.999 for float32/fp16 files, 0.98 for int8 ones
+            (`vit_keras.export.agreement`).
+        on_low_agreement: below `min_agreement`, 'raise' (default: `LowAgreementError`, and
+            no file is left at `path`) or 'warn' (the file is written, with a `UserWarning`).
 
     Returns:
         A report: path, quantization, io_type, float_ops, size_bytes, ops (operator names),
-        and max_abs_logit_diff, top1_agreement and verified_images against Keras.
+        and max_abs_logit_diff, top1_agreement and verified_images against Keras (and
+        min_agreement when `verify_images` were given).
 
     Raises:
         ValueError: bad arguments, or 'int8' without representative data.
+        LowAgreementError: the file falls below `min_agreement` on `verify_images`.
         NonBuiltinOpsError: the graph needs operators outside the TFLite builtin set.
         RuntimeError: Keras does not run on TensorFlow.
     """
     graph.require_tensorflow("TFLite export")
     _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,
                      per_channel)
+    agreement.check_options(min_agreement, on_low_agreement)
     model = graph.float32_model(graph.at_image_size(model, image_size))
     logits_model, _ = graph.split_activation(model)
     height, width = graph.image_size(model)
@@ -95,16 +106,33 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
         _check_integer_only(content)
     if not keep_tensor_names:
         content = strip_tensor_names(content)
-    atomic.write_bytes(path, content)
     report = {"path": path, "quantization": quantization, "io_type": io_type,
               "float_ops": list(float_ops), "size_bytes": len(content), "ops": ops}
     if quantization == "int8":
         report["per_channel"] = per_channel
+    enforced = verify_images is not None
     if verify_images is None:
         verify_images = verification_images(representative_data, (height, width))
-    report.update(compare_with_keras(logits_model, TFLiteModel(path), verify_images,
-                                     include_preprocessing))
+    with atomic.staged_path(path) as staged:  # checked before it is published
+        with open(staged, "wb") as handle:
+            handle.write(content)
+        report.update(agreement.compare_with_keras(logits_model, TFLiteModel(staged),
+                                                   verify_images, include_preprocessing))
+        if enforced:
+            agreement.enforce(report, quantization, min_agreement, on_low_agreement,
+                              advice=_advice(quantization))
     return report
+
+
+def _advice(quantization) -> str:
+    """What to try when a file of this quantization falls below its bar."""
+    if quantization == "int8":
+        return ("Try float_ops=('SOFTMAX', 'BATCH_MATMUL') or more calibration images, "
+                "quantization='dynamic_int8', or vit_keras.export.onnx with ONNX Runtime's "
+                "static int8.")
+    if quantization == "dynamic_int8":
+        return "Try quantization='fp16', or the full-integer 'int8' calibrated on real images."
+    return "A float file should match Keras: please report the model's options."
 
 
 def _trace(logits_model, include_preprocessing: bool, batch_size, integer: bool):
@@ -251,40 +279,6 @@ def verification_images(representative_data, image_hw):
                                        32))
         return np.concatenate(images, axis=0)
     return np.random.default_rng(0).uniform(0, 255, (8, *image_hw, 3)).astype(np.float32)
-
-
-def compare_with_keras(logits_model: keras.Model, lite_model: TFLiteModel, images,
-                       include_preprocessing: bool = True) -> dict:
-    """Runs the same images through Keras and LiteRT.
-
-    Args:
-        logits_model: the Keras model returning logits.
-        lite_model: the converted file.
-        images: float32 [N, H, W, 3] in 0..255.
-        include_preprocessing: whether the Keras model needs [-1, 1] inputs.
-
-    Returns:
-        {'max_abs_logit_diff': float, 'top1_agreement': float in [0, 1], 'verified_images': N}.
-    """
-    images = np.asarray(images, dtype=np.float32)
-    logits_fn = graph.logits_function(logits_model, include_preprocessing)
-    expected = np.concatenate([np.asarray(logits_fn(images[i:i + 64]))
-                               for i in range(0, len(images), 64)])
-    return {**logit_agreement(lite_model(images), expected), "verified_images": int(len(images))}
-
-
-def logit_agreement(logits, expected) -> dict:
-    """How closely an exported file's logits follow the Keras model's on the same images.
-
-    Args:
-        logits, expected: [N, classes] of the file and of Keras.
-
-    Returns:
-        {'max_abs_logit_diff': float, 'top1_agreement': the fraction of equal argmaxes}.
-    """
-    logits, expected = np.asarray(logits), np.asarray(expected)
-    return {"max_abs_logit_diff": float(np.max(np.abs(logits - expected))),
-            "top1_agreement": float(np.mean(logits.argmax(-1) == expected.argmax(-1)))}
 
 
 def _opcode_names(flatbuffer) -> list[str]:

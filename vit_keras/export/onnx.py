@@ -16,8 +16,8 @@ import tensorflow as tf
 
 from vit_keras import atomic
 from vit_keras.fast_paths import export_forms
-from vit_keras.export import graph, onnx_graph
-from vit_keras.export.lite import compare_with_keras, verification_images
+from vit_keras.export import agreement, graph, onnx_graph
+from vit_keras.export.lite import verification_images
 from vit_keras.export.onnx_runtime import ONNXModel
 
 DEFAULT_OPSET = 17
@@ -26,7 +26,8 @@ INPUT_NAME, OUTPUT_NAME = "images", "logits"
 
 
 def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_batch: bool = True,
-         include_preprocessing: bool = True, image_size=None, verify_images=None) -> dict:
+         include_preprocessing: bool = True, image_size=None, verify_images=None,
+         min_agreement: float | None = None, on_low_agreement: str = "raise") -> dict:
     """Writes `model` as an `.onnx` file and checks it in ONNX Runtime against Keras.
 
     Args:
@@ -38,18 +39,26 @@ def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_bat
         dynamic_batch: a dynamic batch dimension; False fixes it to 1.
         include_preprocessing: map 0..255 to [-1, 1] inside the graph.
         image_size: (height, width) for a model taking any size (default: its training size).
-        verify_images: float32 [N, H, W, 3] in 0..255 to compare with Keras on (default: 8
-            random images).
+        verify_images: float32 [N, H, W, 3] in 0..255 to compare with Keras on, held-out
+            images of the model's task; given, the file must reach `min_agreement`. Default: 8
+            random images, whose agreement is reported but not enforced.
+        min_agreement: the fraction of `verify_images` on which the file must name Keras'
+            class; None: 0.999 (`vit_keras.export.agreement`).
+        on_low_agreement: below `min_agreement`, 'raise' (default: `LowAgreementError`, and
+            no file is left at `path`) or 'warn' (the file is written, with a `UserWarning`).
 
     Returns:
         A report: path, opset, size_bytes, fused_layer_norms, ops, and max_abs_logit_diff,
-        top1_agreement and verified_images against Keras.
+        top1_agreement and verified_images against Keras (and min_agreement when
+        `verify_images` were given).
 
     Raises:
         ValueError: opset below 17.
+        LowAgreementError: the file falls below `min_agreement` on `verify_images`.
         RuntimeError: Keras does not run on TensorFlow.
     """
     graph.require_tensorflow("ONNX export")
+    agreement.check_options(min_agreement, on_low_agreement)
     opset = DEFAULT_OPSET if opset is None else opset
     if opset < onnx_graph.LAYER_NORM_OPSET:
         raise ValueError(f"opset must be >= {onnx_graph.LAYER_NORM_OPSET} (LayerNormalization), "
@@ -61,14 +70,21 @@ def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_bat
     logits_model, _ = graph.split_activation(model)
     proto, fused = _convert(logits_model, opset, dynamic_batch, include_preprocessing)
     content = proto.SerializeToString()
-    atomic.write_bytes(path, content)
     report = {"path": path, "opset": opset, "size_bytes": len(content),
               "fused_layer_norms": fused,
               "ops": sorted({node.op_type for node in proto.graph.node})}
+    enforced = verify_images is not None
     if verify_images is None:
         verify_images = verification_images(None, graph.image_size(model))
-    report.update(compare_with_keras(logits_model, ONNXModel(path), verify_images,
-                                     include_preprocessing))
+    with atomic.staged_path(path) as staged:  # checked before it is published
+        with open(staged, "wb") as handle:
+            handle.write(content)
+        report.update(agreement.compare_with_keras(logits_model, ONNXModel(staged),
+                                                   verify_images, include_preprocessing))
+        if enforced:
+            agreement.enforce(report, None, min_agreement, on_low_agreement,
+                              advice="A float file should match Keras: please report the "
+                                     "model's options.")
     return report
 
 

@@ -160,6 +160,8 @@ class RunOptions:
         tpu: TPU name or grpc:// address.
         data_dir: tfds data_dir.
         export: export SavedModel/TFLite/ONNX at the end.
+        min_agreement: the export's bars, as `vit export --min-agreement` takes them ('' =
+            0.999 top-1 agreement with Keras for float files, 0.98 for int8 ones).
         inspect: write the attention/embedding analysis at the end.
         verbose: Keras' verbosity (0 = vit's own one line per epoch).
         model_parallel: JAX: devices each model is sharded over.
@@ -173,6 +175,7 @@ class RunOptions:
     tpu: str | None = None
     data_dir: str | None = None
     export: bool = True
+    min_agreement: str = ""
     inspect: bool = True
     verbose: int = 0
     model_parallel: int = 1
