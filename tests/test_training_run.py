@@ -55,6 +55,31 @@ def test_default_preset_short_run_beats_chance(tmp_path, capsys):
     assert not (tmp_path / "backup").exists()            # removed after a complete run
 
 
+def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3(tmp_path, capsys,
+                                                                           monkeypatch):
+    """The final table lists every exported file with its agreement; a file below its bar
+    (forced here: int8's bar above 100%) is refused, the run's own files stay, status 3."""
+    from vit.inference import export as export_command
+
+    bars = export_command.min_agreements
+    monkeypatch.setattr(export_command, "min_agreements",
+                        lambda formats, value=None: {**bars(formats, value), "tflite_int8": 1.01})
+    preset = get_preset("digits_tiny").replace(
+        epochs=2, warmup_epochs=1, eval_every=2).replace_model(**TINY_MODEL)
+    status = run.train(preset, output=str(tmp_path), strategy="default", inspect=False)
+    assert status == run.EXIT_EXPORT_FAILED == 3
+    out, err = capsys.readouterr()
+    for name in ("model.keras", "metrics.json", "config.json", "model.tflite", "model.onnx",
+                 "model_int8.onnx", "rejected/model_int8.tflite"):
+        assert (tmp_path / name).exists(), name
+    assert not (tmp_path / "model_int8.tflite").exists()
+    assert "the training succeeded" in out
+    for row in ("model.tflite", "model_int8.onnx", "saved_model"):
+        assert f"| {row}" in out and "agreement 100.00%" in out
+    assert "rejected/model_int8.tflite" in out and "FAILED (< 101.00%)" in out
+    assert "tflite_int8 FAILED: top-1 agreement" in err and "exit status 3" in err
+
+
 class _Killed(Exception):
     """Stands in for a SIGKILL at a chosen instant of an in-process run."""
 

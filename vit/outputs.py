@@ -100,7 +100,8 @@ def summary_table(rows: list[tuple[str, str]]) -> str:
 RUN_FILES = ("backup", "model.keras", "labels.txt", "metrics.json", "history.csv",
              "curves.png", "config.json", "best.weights.h5", "final.weights.h5", "encoder.npz",
              "logs", "inspect", "saved_model", "model.tflite", "model_fp16.tflite",
-             "model_dynamic_int8.tflite", "model_int8.tflite", "export.json")
+             "model_dynamic_int8.tflite", "model_int8.tflite", "model.onnx",
+             "model_dynamic_int8.onnx", "model_int8.onnx", "rejected", "export.json")
 
 
 # The file that makes a backup folder a backup: `vit.training.callbacks` writes it last.

@@ -183,13 +183,15 @@ def without_own_keys(logits):
     heads, queries = logits.shape[1], logits.shape[2]
     if queries == 1:
         return logits[..., 1:]
+    square = queries is not None and queries == logits.shape[3]
     queries = queries or ops.shape(logits)[2]
-    square, rest = logits[..., :queries], logits[..., queries:]
     # Flattened, a square's diagonal entries are `queries + 1` apart, starting at 0: dropping
     # the first entry and cutting rows of `queries + 1` puts each in the last column.
-    flat = ops.reshape(square, (-1, heads, queries * queries))[..., 1:]
+    flat = ops.reshape(logits[..., :queries], (-1, heads, queries * queries))[..., 1:]
     rows = ops.reshape(flat, (-1, heads, queries - 1, queries + 1))[..., :queries]
-    return ops.concatenate([ops.reshape(rows, (-1, heads, queries, queries - 1)), rest], -1)
+    rows = ops.reshape(rows, (-1, heads, queries, queries - 1))
+    # No empty slice of the other keys when there are none: small runtimes refuse empty tensors.
+    return rows if square else ops.concatenate([rows, logits[..., queries:]], -1)
 
 
 def with_own_keys_zeroed(probs):
@@ -204,10 +206,11 @@ def with_own_keys_zeroed(probs):
     heads, queries = probs.shape[1], probs.shape[2]
     if queries == 1:
         return ops.pad(probs, [[0, 0], [0, 0], [0, 0], [1, 0]])
+    square = queries is not None and queries == probs.shape[3] + 1
     queries = queries or ops.shape(probs)[2]
-    square, rest = probs[..., :queries - 1], probs[..., queries - 1:]
-    rows = ops.reshape(square, (-1, heads, queries - 1, queries))
+    rows = ops.reshape(probs[..., :queries - 1], (-1, heads, queries - 1, queries))
     rows = ops.pad(rows, [[0, 0], [0, 0], [0, 0], [0, 1]])
     flat = ops.pad(ops.reshape(rows, (-1, heads, queries * queries - 1)),
                    [[0, 0], [0, 0], [1, 0]])
-    return ops.concatenate([ops.reshape(flat, (-1, heads, queries, queries)), rest], -1)
+    restored = ops.reshape(flat, (-1, heads, queries, queries))
+    return restored if square else ops.concatenate([restored, probs[..., queries - 1:]], -1)

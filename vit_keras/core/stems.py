@@ -10,6 +10,7 @@ import keras
 from keras import ops
 
 from vit_keras.core.initializers import PACKAGE
+from vit_keras.fast_paths import project
 from vit_keras.core.layers import PatchEmbedding
 from vit_keras.core.normalization import LayerNorm
 
@@ -69,7 +70,17 @@ class ConvStem(PatchEmbedding):
         features = images
         for conv, norm in zip(self.convs, self.norms):
             features = ops.relu(norm(conv(features), training=training))
-        return self.projection(features)
+        return project_grid(self.projection, features)
+
+
+def project_grid(projection, grid):
+    """The `Dense` `projection` of each position of [batch, rows, cols, C] -> [batch, rows,
+    cols, D], through [batch, rows * cols, C] tokens: Keras' own 4-D `Dense` is a tensordot
+    whose shapes TensorFlow computes at run time, a graph that small ONNX runtimes (OpenCV's
+    DNN) cannot load."""
+    _, rows, cols, channels = ops.shape(grid)
+    tokens = project(projection, ops.reshape(grid, (-1, rows * cols, channels)))
+    return ops.reshape(tokens, (-1, rows, cols, tokens.shape[-1]))
 
 
 def shift_diagonally(images, shift: int):
@@ -115,4 +126,5 @@ class ShiftedPatchEmbedding(PatchEmbedding):
 
     def embed(self, images, training=None):
         stacked = shift_diagonally(images, self.patch_size // 2)
-        return self.projection(self.norm(flattened_patches(stacked, self.patch_size)))
+        return project_grid(self.projection,
+                            self.norm(flattened_patches(stacked, self.patch_size)))

@@ -85,14 +85,23 @@ def centred_layer_norm(x, gamma, beta, epsilon):
 
 
 def centred_group_norm(x, groups, epsilon, gamma=None, beta=None):
-    """GroupNormalization over channels-last `x` in the same centred form, in float32."""
+    """GroupNormalization over channels-last [batch, H, W, C] `x` in the same centred form, in
+    float32.
+
+    Each statistic is a mean over the channels of a group, then over the positions: two means
+    over one axis each, which every runtime computes alike (OpenCV's DNN module gets a single
+    mean over the non-adjacent axes (1, 2, 4) of a 5-D tensor wrong).
+    """
     from keras import ops
 
-    channels = x.shape[-1]
-    grouped = ops.reshape(x, (-1, *ops.shape(x)[1:-1], groups, channels // groups))
-    axes = [axis for axis in range(1, len(grouped.shape)) if axis != len(grouped.shape) - 2]
-    centred = grouped - ops.mean(grouped, axis=axes, keepdims=True)
-    variance = ops.mean(centred * centred, axis=axes, keepdims=True)
+    _, height, width, channels = ops.shape(x)  # static where known: the graph keeps no Shape
+    grouped = ops.reshape(x, (-1, height * width, groups, channels // groups))
+
+    def group_mean(values):
+        return ops.mean(ops.mean(values, axis=-1, keepdims=True), axis=1, keepdims=True)
+
+    centred = grouped - group_mean(grouped)
+    variance = group_mean(centred * centred)
     outputs = ops.reshape(centred * ops.rsqrt(variance + epsilon), ops.shape(x))
     if gamma is not None:
         outputs = outputs * gamma

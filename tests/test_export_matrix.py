@@ -1,0 +1,129 @@
+"""Every model option through every export format: a tiny model trained for a few seconds on
+the digits (logits far from uniform), exported by `export_model`, must name Keras' class on the
+held-out images at its format's bar: 0.999 for SavedModel, TFLite fp32/fp16 and ONNX fp32,
+0.98 for the int8 files (dynamic and full-integer TFLite, dynamic and static ONNX).
+
+Each case also runs its float and static int8 `.onnx` files in OpenCV's DNN module, 4.x and 5.x
+(`opencv_runtime`, installed by tools/opencv_envs.sh; required under VIT_REQUIRE_OPENCV=1, as
+in CI), at the same bars; ONNX Runtime's dynamic int8 files are made of operators OpenCV does
+not implement, which the check expects by name.
+
+The default preset's own model runs in the default suite; the other options are `slow`. With
+`-s`, each case prints its row of the matrix (option x format: top-1 agreement), the table
+docs/deploying.md quotes:
+
+    pytest -m slow tests/test_export_matrix.py -s -n 0 | grep '^|'
+"""
+
+import os
+
+
+import dataclasses
+
+import pytest
+from conftest import train_once
+from opencv_runtime import MAJORS, UNSUPPORTED, OpenCVError, opencv_logits, opencv_missing
+
+from vit.inference import export as export_command
+from vit.training.presets import get_preset
+from vit_keras import ViTConfig
+from vit_keras.export import graph
+
+TINY = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
+                 num_layers=2, num_classes=5)
+
+# Each case changes the exported graph: a stem, a token, a head, a block's form.
+OPTIONS = {
+    "plain (token)": {},
+    "conv stem": {"stem": "conv"},
+    "shifted patches": {"stem": "shifted_patches", "classifier": "gap"},
+    "locality attention": {"locality_attention": True},
+    "registers + MAP head": {"classifier": "map", "num_register_tokens": 2},
+    "layer scale": {"layer_scale_init": 0.1},
+    "SwiGLU + pooled norm": {"activation": "swiglu", "pooled_norm": True, "classifier": "gap"},
+    "quick GELU + pre-norm + projection": {"activation": "quick_gelu", "pre_norm": True,
+                                           "layer_norm_epsilon": 1e-5, "projection_size": 12},
+    "distillation token": {"distilled": True},
+    "gap pooling": {"classifier": "gap"},
+    "hybrid (ResNet stem)": {"resnet_layers": (), "resnet_width": 1},
+    "any size": {"dynamic_image_size": True},
+}
+
+
+def export_every_format(trained, tmp_path) -> dict:
+    """Exports `trained` in every format, calibrated on its training images and checked on
+    its held-out ones; adds OpenCV's agreement on the .onnx files ('opencv' rows) and returns
+    the report."""
+    model = trained.model()
+    report = export_command.export_model(
+        model, str(tmp_path), formats=export_command.FORMATS,
+        representative_images=trained.train[:200], eval_images=trained.held_out,
+        eval_labels=trained.labels, latency_runs=1)
+    report["opencv"] = opencv_agreements(model, trained.held_out, tmp_path)
+    return report
+
+
+def opencv_agreements(model, images, folder) -> dict:
+    """{'4 model.onnx': top-1 agreement with Keras, ...} in each OpenCV major, or {} when
+    OpenCV is not installed (and not required); checks that the dynamic int8 file fails on
+    the operator OpenCV lacks."""
+    missing = opencv_missing()
+    if missing:
+        print(f"\nOpenCV not checked: {missing}")
+        return {}
+    expected = graph.logits_function(graph.split_activation(model)[0])(images).numpy()
+    agreements = {}
+    for major in MAJORS:
+        for name in ("model.onnx", "model_int8.onnx"):
+            logits = opencv_logits(major, os.path.join(folder, name), images, folder)
+            agreements[f"{major} {name}"] = float((logits.argmax(-1) ==
+                                                   expected.argmax(-1)).mean())
+        with pytest.raises(OpenCVError, match=UNSUPPORTED[major]):
+            opencv_logits(major, os.path.join(folder, "model_dynamic_int8.onnx"), images[:1],
+                          folder)
+    return agreements
+
+
+def matrix_row(name: str, report: dict) -> str:
+    """'| name | keras top-1 | agreement per format |', a FAILED cell marked."""
+    cells = [f"{100 * entry['top1_agreement']:.1f}" + ("" if entry["passed"] else " FAILED")
+             for entry in report["formats"].values()]
+    cells += [f"{100 * value:.1f}" for value in report["opencv"].values()]
+    return f"| {name} | {100 * report['keras']['accuracy']:.1f} | " + " | ".join(cells) + " |"
+
+
+def assert_every_format_passes(report: dict) -> None:
+    rows = {name: (entry["top1_agreement"], entry["min_agreement"])
+            for name, entry in report["formats"].items()}
+    assert report["failed"] == [], rows
+    for name, entry in report["formats"].items():
+        expected = 0.98 if "int8" in name else 0.999
+        assert entry["min_agreement"] == expected and entry["top1_agreement"] >= expected, name
+    for name, agreement in report["opencv"].items():
+        assert agreement >= (0.98 if "int8" in name else 0.999), (name, report["opencv"])
+
+
+@pytest.mark.opencv
+def test_the_default_presets_model_passes_every_format(tmp_path_factory, tmp_path):
+    """digits_tiny's model (conv stem, locality attention, gap) as the README's job trains it,
+    for a few seconds."""
+    config = dataclasses.replace(get_preset("digits_tiny").model, num_classes=10)
+    trained = train_once(tmp_path_factory, config, "digits_tiny", epochs=12)
+    report = export_every_format(trained, tmp_path)
+    print("\n" + matrix_row("digits_tiny (default)", report))
+    assert report["keras"]["accuracy"] > 0.9
+    assert_every_format_passes(report)
+    int8 = report["formats"]["tflite_int8"]
+    assert abs(int8["accuracy"] - report["keras"]["accuracy"]) <= 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.opencv
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_every_option_passes_every_format(name, tmp_path_factory, tmp_path):
+    trained = train_once(tmp_path_factory, dataclasses.replace(TINY, **OPTIONS[name]),
+                         "option")
+    report = export_every_format(trained, tmp_path)
+    print("\n" + matrix_row(name, report))
+    assert report["keras"]["accuracy"] > 0.85
+    assert_every_format_passes(report)
