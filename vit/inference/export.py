@@ -52,12 +52,13 @@ REJECTED_DIR = "rejected"
 LATENCY_THREADS = 2
 EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
 ADVICE = {
-    "tflite_int8": "try --int8-float-ops SOFTMAX,BATCH_MATMUL (float attention in an int8 "
-                   "file), more --calibration-images, or ship model_int8.onnx or "
-                   "model_dynamic_int8.tflite (--formats tflite_dynamic_int8)",
+    "tflite_int8": "calibrate on more real training images (--data, --calibration-images), "
+                   "try --int8-float-ops SOFTMAX,BATCH_MATMUL (float attention in an int8 "
+                   "file), or ship model_dynamic_int8.tflite (--formats tflite_dynamic_int8) or "
+                   "model_int8.onnx",
     "tflite_dynamic_int8": "ship model_fp16.tflite, or the calibrated model_int8.tflite",
-    "onnx_int8": "try more --calibration-images, or ship model_dynamic_int8.onnx "
-                 "(--formats onnx_dynamic_int8) or model.onnx",
+    "onnx_int8": "calibrate on more real training images (--data, --calibration-images), or "
+                 "ship model_dynamic_int8.onnx (--formats onnx_dynamic_int8) or model.onnx",
     "onnx_dynamic_int8": "ship model_int8.onnx (calibrated) or model.onnx",
 }
 FLOAT_ADVICE = ("a float file must match Keras: this is a bug, please report it with the "
