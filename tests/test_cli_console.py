@@ -24,7 +24,10 @@ def _vit(*args, cwd):
 
 
 def test_vit_train_is_quiet_and_times_every_stage(tmp_path):
-    code, stdout, stderr = _vit("train", "--epochs", "1", "--output", "run", cwd=tmp_path)
+    # One epoch is no model for an int8 file to match: the bars are off here (the export
+    # matrix test holds trained models to them).
+    code, stdout, stderr = _vit("train", "--epochs", "1", "--output", "run",
+                                "--min-agreement", "0", cwd=tmp_path)
     assert code == 0, stderr
     assert stderr == ""  # no TensorFlow, absl, CUDA-probe or converter lines
     stages = re.findall(r"^(export: .+|analysis: .+) \.\.\. (\d+\.\d) s$", stdout, re.M)

@@ -138,7 +138,10 @@ def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
 @pytest.mark.slow
 def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(tmp_path):
     args = [*TINY, "--epochs", "2", "--set", "backup_every=4"]
-    reference = _start([arg for arg in args if arg != "--no-export"], tmp_path / "ref")
+    # The export runs in a TensorFlow process; the tiny model's int8 files are not held to
+    # the bars (passed on to `vit export` as given).
+    reference = _start([*(arg for arg in args if arg != "--no-export"), "--min-agreement", "0"],
+                       tmp_path / "ref")
     victim_dir = tmp_path / "victim"
     victim = _start(args, victim_dir)
     state = kill_after_backup(victim, victim_dir, min_step=12, timeout=300)

@@ -6,6 +6,7 @@ runtimes must be configured before TensorFlow initialises.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -61,9 +62,8 @@ def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3(tmp_pa
     (forced here: int8's bar above 100%) is refused, the run's own files stay, status 3."""
     from vit.inference import export as export_command
 
-    bars = export_command.min_agreements
-    monkeypatch.setattr(export_command, "min_agreements",
-                        lambda formats, value=None: {**bars(formats, value), "tflite_int8": 1.01})
+    monkeypatch.setattr(export_command, "min_agreements", lambda formats, value=None: {
+        name: 1.01 if name == "tflite_int8" else 0.0 for name in formats})
     preset = get_preset("digits_tiny").replace(
         epochs=2, warmup_epochs=1, eval_every=2).replace_model(**TINY_MODEL)
     status = run.train(preset, output=str(tmp_path), strategy="default", inspect=False)
@@ -75,8 +75,9 @@ def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3(tmp_pa
     assert not (tmp_path / "model_int8.tflite").exists()
     assert "the training succeeded" in out
     for row in ("model.tflite", "model_int8.onnx", "saved_model"):
-        assert f"| {row}" in out and "agreement 100.00%" in out
-    assert "rejected/model_int8.tflite" in out and "FAILED (< 101.00%)" in out
+        assert re.search(rf"\| {re.escape(row)} +\| agreement [\d.]+%, top-1 [\d.]+%, ok", out)
+    assert re.search(r"\| rejected/model_int8.tflite +\| agreement [\d.]+%, top-1 [\d.]+%, "
+                     r"FAILED \(< 101.00%\)", out)
     assert "tflite_int8 FAILED: top-1 agreement" in err and "exit status 3" in err
 
 
@@ -119,7 +120,10 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
 
     from vit.data import sources
 
-    preset = get_preset("digits_tiny").replace(epochs=1, eval_every=1).replace_model(**TINY_MODEL)
+    # float32: the run's evaluation and `vit evaluate` must agree to the image, which bfloat16
+    # rounding in two differently traced graphs does not promise on a one-epoch model.
+    preset = get_preset("digits_tiny").replace(
+        epochs=1, eval_every=1, mixed_precision="").replace_model(**TINY_MODEL)
     assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0
     capsys.readouterr()

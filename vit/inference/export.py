@@ -49,6 +49,7 @@ QUANTIZATION = {"tflite": None, "tflite_fp16": "fp16", "tflite_dynamic_int8": "d
                 "onnx_int8": "int8"}
 REPORT_NAME = "export.json"
 REJECTED_DIR = "rejected"
+STAGING_PREFIX = ".export-"  # one export at a time writes into an output folder
 LATENCY_THREADS = 2
 EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
 ADVICE = {
@@ -198,11 +199,15 @@ def parse_min_agreement(text: str):
 
 @contextlib.contextmanager
 def _staging_folder(output_dir: str):
-    """A hidden folder inside `output_dir` (the same disk, so publishing is a rename)."""
+    """A hidden folder inside `output_dir` (the same disk, so publishing is a rename); the
+    staging folders of an export killed in this folder earlier are removed first."""
+    import glob
     import shutil
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix=".export-", dir=output_dir)
+    for stale in glob.glob(os.path.join(output_dir, STAGING_PREFIX + "*")):
+        shutil.rmtree(stale, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir)
     try:
         yield folder
     finally:
