@@ -152,6 +152,15 @@ def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tm
     assert {"BATCH_MATMUL", "SOFTMAX"} <= set(
         export.float_operators(open(paths["mixed"], "rb").read()))
     assert _op_input_dtypes(paths["mixed"], "FULLY_CONNECTED") == {np.int8}
+    # Every operator named is checked to be float in the file, and to be in the graph at all.
+    layer_norm = export.tflite(model, paths["mixed"], quantization="int8",
+                               representative_data=images, float_ops=("MEAN", "RSQRT"))
+    assert {"MEAN", "RSQRT"} <= set(export.float_operators(open(paths["mixed"], "rb").read()))
+    assert layer_norm["float_ops"] == ["MEAN", "RSQRT"]
+    with pytest.raises(ValueError, match=r"float_ops names \['SQUARED_DIFFERENCE'\], which the "
+                                         r"converted graph does not have"):
+        export.tflite(model, paths["mixed"], quantization="int8", representative_data=images,
+                      float_ops=("SOFTMAX", "SQUARED_DIFFERENCE"))
     int_io = export.tflite(model, paths["int_io"], quantization="int8",
                            representative_data=images, io_type="int8")
     from ai_edge_litert.interpreter import Interpreter

@@ -104,6 +104,8 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     ops = check_builtin_ops(content)
     if quantization == "int8" and not float_ops:
         _check_integer_only(content)
+    elif float_ops:
+        _check_float_ops(content, float_ops, ops)
     if not keep_tensor_names:
         content = strip_tensor_names(content)
     report = {"path": path, "quantization": quantization, "io_type": io_type,
@@ -212,6 +214,18 @@ def _convert_selectively(converter, float_ops) -> bytes:
         converter=converter, debug_dataset=converter.representative_dataset,
         debug_options=options)
     return debugger.get_nondebug_quantized_model()
+
+
+def _check_float_ops(content: bytes, float_ops, ops) -> None:
+    """Each operator named in `float_ops` is in the graph and computes in float there."""
+    absent = sorted(set(float_ops) - set(ops))
+    if absent:
+        raise ValueError(f"float_ops names {absent}, which the converted graph does not have; "
+                         f"its operators are {ops}")
+    still_int8 = sorted(set(float_ops) - set(float_operators(content)))
+    if still_int8:
+        raise ValueError(f"float_ops asked for {still_int8} in float, but the converter "
+                         "quantized them; the file would not be what was asked for")
 
 
 def _check_integer_only(content: bytes):
