@@ -113,29 +113,21 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     from vit_keras.export import graph
 
     formats = _check_formats(formats)
-    thresholds = min_agreements(formats, min_agreement)
+    thresholds = _bars(formats, min_agreement,
+                       random_images=eval_images is None and representative_images is None)
     if activation not in (None, *ACTIVATIONS):
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     _require_calibration(formats, representative_images)
     fixed = graph.at_image_size(model, image_size)
-    random_images = eval_images is None and representative_images is None
     eval_images, eval_labels = _evaluation_set(fixed, eval_images, eval_labels,
                                                representative_images)
     keras_logits = _keras_logits(fixed, eval_images)
     report = _report_header(eval_images, latency_runs, _label_scores(keras_logits, eval_labels))
-    report["serving_default_any_size"] = image_size is None and graph.takes_any_size(model)
-    report["activation"] = activation or "softmax"
-    # The exported graphs normalise inside; a runtime still resizes by the weights' rule.
-    from vit_keras.preprocessing import of_model
-
-    report["preprocessing"] = of_model(model).to_dict()
+    report.update(_model_contract(model, image_size, activation))
     os.makedirs(output_dir, exist_ok=True)
     lite_options = dict(num_calibration_images=num_calibration_images,
                         int8_float_ops=int8_float_ops, int8_per_channel=int8_per_channel,
                         keep_tensor_names=keep_tensor_names)
-    if random_images:  # int8 agreement on noise says nothing about the task
-        thresholds = {name: (value if QUANTIZATION.get(name) in (None, "fp16") else None)
-                      for name, value in thresholds.items()}
     with _staging_folder(output_dir) as staging:
         runners = _write_formats(model, formats, (output_dir, staging), report,
                                  (eval_images, eval_labels, keras_logits), representative_images,
@@ -144,11 +136,36 @@ def export_model(model, output_dir: str, *, formats=DEFAULT_FORMATS, representat
     report["failed"] = [name for name, entry in report["formats"].items()
                         if not entry["passed"]]
     _add_latencies(report, runners, latency_runs)
+    _write_report(report, output_dir)
+    return report
+
+
+def _model_contract(model, image_size, activation) -> dict:
+    """export.json's account of what the runtimes must do around the files."""
+    from vit_keras.export import graph
+    from vit_keras.preprocessing import of_model
+
+    # The exported graphs normalise inside; a runtime still resizes by the weights' rule.
+    return {"serving_default_any_size": image_size is None and graph.takes_any_size(model),
+            "activation": activation or "softmax",
+            "preprocessing": of_model(model).to_dict()}
+
+
+def _bars(formats, min_agreement, random_images: bool) -> dict:
+    """`min_agreements`, with no bar for int8 files checked on random images (their agreement
+    on noise says nothing about the task)."""
+    thresholds = min_agreements(formats, min_agreement)
+    if not random_images:
+        return thresholds
+    return {name: (value if QUANTIZATION.get(name) in (None, "fp16") else None)
+            for name, value in thresholds.items()}
+
+
+def _write_report(report: dict, output_dir: str) -> None:
     from vit_keras import atomic
 
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
                        (json.dumps(report, indent=2) + "\n").encode())
-    return report
 
 
 def min_agreements(formats, min_agreement=None) -> dict:

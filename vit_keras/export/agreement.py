@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 
+from vit_keras import atomic
+
 FLOAT_MIN_AGREEMENT = 0.999
 INT8_MIN_AGREEMENT = 0.98
 ON_LOW_AGREEMENT = ("raise", "warn")
@@ -113,3 +115,30 @@ def enforce(report: dict, quantization: str | None, min_agreement, on_low_agreem
     if on_low_agreement == "raise":
         raise LowAgreementError(message.strip() + " The file was not written.", report)
     warnings.warn(message.strip(), UserWarning, stacklevel=3)
+
+
+def publish_verified(path: str, content: bytes, report: dict, *, runner, logits_model, images,
+                     include_preprocessing: bool = True, bar=None) -> dict:
+    """Writes a converted file beside `path`, compares it with Keras there, and publishes it
+    under `path` only if it clears its bar (a raise leaves nothing at `path`).
+
+    Args:
+        path: the final file name.
+        content: the file's bytes.
+        report: the export's report; gets the agreement figures.
+        runner: opens a file for inference (`TFLiteModel`, `ONNXModel`).
+        logits_model, images, include_preprocessing: as `compare_with_keras` takes them.
+        bar: None (figures reported only) or (quantization, min_agreement, on_low_agreement,
+            advice) for `enforce`.
+
+    Returns:
+        `report`.
+    """
+    with atomic.staged_path(path) as staged:
+        with open(staged, "wb") as handle:
+            handle.write(content)
+        report.update(compare_with_keras(logits_model, runner(staged), images,
+                                         include_preprocessing))
+        if bar is not None:
+            enforce(report, *bar)
+    return report

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras import atomic, keras_compat
+from vit_keras import keras_compat
 from vit_keras.fast_paths import export_forms
 from vit_keras.export import agreement, graph
 from vit_keras.export.runtime import TFLiteModel
@@ -101,29 +101,19 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     content = _convert(concrete_function, quantization, representative_data,
                        io_type, num_calibration_images, (height, width), tuple(float_ops),
                        per_channel)
-    ops = check_builtin_ops(content)
-    if quantization == "int8" and not float_ops:
-        _check_integer_only(content)
-    elif float_ops:
-        _check_float_ops(content, float_ops, ops)
+    ops = _check_operators(content, quantization, float_ops)
     if not keep_tensor_names:
         content = strip_tensor_names(content)
     report = {"path": path, "quantization": quantization, "io_type": io_type,
               "float_ops": list(float_ops), "size_bytes": len(content), "ops": ops}
     if quantization == "int8":
         report["per_channel"] = per_channel
-    enforced = verify_images is not None
-    if verify_images is None:
-        verify_images = verification_images(representative_data, (height, width))
-    with atomic.staged_path(path) as staged:  # checked before it is published
-        with open(staged, "wb") as handle:
-            handle.write(content)
-        report.update(agreement.compare_with_keras(logits_model, TFLiteModel(staged),
-                                                   verify_images, include_preprocessing))
-        if enforced:
-            agreement.enforce(report, quantization, min_agreement, on_low_agreement,
-                              advice=_advice(quantization))
-    return report
+    bar = (quantization, min_agreement, on_low_agreement, _advice(quantization))
+    if verify_images is None:  # reported, not enforced
+        bar, verify_images = None, verification_images(representative_data, (height, width))
+    return agreement.publish_verified(path, content, report, runner=TFLiteModel,
+                                      logits_model=logits_model, images=verify_images,
+                                      include_preprocessing=include_preprocessing, bar=bar)
 
 
 def _advice(quantization) -> str:
@@ -214,6 +204,17 @@ def _convert_selectively(converter, float_ops) -> bytes:
         converter=converter, debug_dataset=converter.representative_dataset,
         debug_options=options)
     return debugger.get_nondebug_quantized_model()
+
+
+def _check_operators(content: bytes, quantization, float_ops) -> list[str]:
+    """The file's operators, all builtin; full-integer unless `float_ops` names some to keep
+    float, which then must be."""
+    ops = check_builtin_ops(content)
+    if quantization == "int8" and not float_ops:
+        _check_integer_only(content)
+    elif float_ops:
+        _check_float_ops(content, float_ops, ops)
+    return ops
 
 
 def _check_float_ops(content: bytes, float_ops, ops) -> None:

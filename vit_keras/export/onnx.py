@@ -14,7 +14,6 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from vit_keras import atomic
 from vit_keras.fast_paths import export_forms
 from vit_keras.export import agreement, graph, onnx_graph
 from vit_keras.export.lite import verification_images
@@ -73,19 +72,13 @@ def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_bat
     report = {"path": path, "opset": opset, "size_bytes": len(content),
               "fused_layer_norms": fused,
               "ops": sorted({node.op_type for node in proto.graph.node})}
-    enforced = verify_images is not None
-    if verify_images is None:
-        verify_images = verification_images(None, graph.image_size(model))
-    with atomic.staged_path(path) as staged:  # checked before it is published
-        with open(staged, "wb") as handle:
-            handle.write(content)
-        report.update(agreement.compare_with_keras(logits_model, ONNXModel(staged),
-                                                   verify_images, include_preprocessing))
-        if enforced:
-            agreement.enforce(report, None, min_agreement, on_low_agreement,
-                              advice="A float file should match Keras: please report the "
-                                     "model's options.")
-    return report
+    bar = (None, min_agreement, on_low_agreement,
+           "A float file should match Keras: please report the model's options.")
+    if verify_images is None:  # reported, not enforced
+        bar, verify_images = None, verification_images(None, graph.image_size(model))
+    return agreement.publish_verified(path, content, report, runner=ONNXModel,
+                                      logits_model=logits_model, images=verify_images,
+                                      include_preprocessing=include_preprocessing, bar=bar)
 
 
 def _convert(logits_model: keras.Model, opset: int, dynamic_batch: bool,
