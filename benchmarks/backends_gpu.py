@@ -92,7 +92,7 @@ def versions() -> dict:
 def _device_batch(batch: int, image_size: int):
     import jax
 
-    from vit.training import bench
+    from training import bench
 
     images, labels = bench.random_batch(batch, image_size, CLASSES)
     return jax.device_put(images), jax.device_put(labels.astype("int32"))
@@ -184,7 +184,7 @@ def run_ours(name: str, args) -> dict:
     import keras
 
     import vit_keras
-    from vit.training import bench
+    from training import bench
     from vit_keras.fast_paths import training_forms
 
     forms, changes, how = OURS[name]
@@ -215,7 +215,7 @@ def run_keras_hub(args) -> dict:
     import keras_hub
 
     import vit_keras
-    from vit.training import bench
+    from training import bench
 
     config = vit_keras.get_variant(args.model)
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
@@ -306,7 +306,7 @@ def training_flops_per_image(model: str, image_size: int, ours: bool) -> float:
     Returns:
         FLOPs of one training step per image.
     """
-    from vit.training import bench
+    from training import bench
     from vit_keras import get_variant
     from vit_keras.analysis import complexity
 

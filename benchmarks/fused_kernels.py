@@ -76,7 +76,7 @@ def optimizer_row():
     import keras
 
     import vit_keras
-    from vit.training.recipe import AdamW
+    from training.recipe import AdamW
 
     model = vit_keras.VisionTransformer(vit_keras.get_variant("B/16"))
     rng = np.random.default_rng(0)

@@ -26,7 +26,7 @@ def measure(variant: str, image_size: int, batch_size: int, precision: str, mode
             steps: int) -> dict:
     """One resolution, in this process: throughput, complexity and peak RSS."""
     import vit_keras
-    from vit.training import bench
+    from training import bench
     from vit_keras.analysis import complexity
 
     config = vit_keras.get_variant(variant, image_size=image_size)

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 
 import vit_keras  # noqa: E402
-from vit.training import bench  # noqa: E402
+from training import bench  # noqa: E402
 from vit_keras.timing import median_seconds  # noqa: E402
 
 MODELS = ("ours", "keras_hub")
@@ -90,7 +90,7 @@ def peak_rss_mb(kind, variant, precision, batch_size, optimizer) -> float:
     code = (
         "import os, sys; sys.path.insert(0, %r);"
         "os.environ['TF_CPP_MIN_LOG_LEVEL']='3';"
-        "import throughput as t, keras, vit_keras; from vit.training import bench;"
+        "import throughput as t, keras, vit_keras; from training import bench;"
         "keras.mixed_precision.set_global_policy(bench.POLICIES[%r]);"
         "c=vit_keras.get_variant(%r);"
         "m=bench.compile_for_training(t.build(%r, c), optimizer=%r);"

@@ -231,8 +231,8 @@ def test_few_shot_on_digits_beats_chance_with_random_features(tiny_config):
 @pytest.fixture(scope="module")
 def digits_model_path(tmp_path_factory):
     """A digits_tiny model trained here for 10 epochs (about 97% top-1; tens of seconds)."""
-    from vit.training import run
-    from vit.training.presets import get_preset
+    from training import run
+    from training.presets import get_preset
 
     output = tmp_path_factory.mktemp("digits")
     run.train(get_preset("digits_tiny").replace(epochs=10, mixed_precision=""), output=str(output),

@@ -174,7 +174,7 @@ def test_readme_example_keeps_the_first_and_last_epochs():
 
 
 def test_a_preset_reports_every_bad_value_at_once():
-    from vit.training.presets import get_preset
+    from training.presets import get_preset
 
     with pytest.raises(ValueError) as caught:
         get_preset("digits_tiny").replace(epochs=0, lr=float("nan"), label_smoothing=1.0,

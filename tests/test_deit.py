@@ -88,7 +88,7 @@ def test_matches_timm_deit():
 
 
 def test_deit_distill_preset_trains_a_student(tmp_path):
-    from vit.training import presets, run
+    from training import presets, run
 
     teacher_path = str(tmp_path / "teacher.keras")
     _teacher(10, size=8).save(teacher_path)

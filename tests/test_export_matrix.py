@@ -25,7 +25,7 @@ from conftest import train_once
 from opencv_runtime import MAJORS, UNSUPPORTED, OpenCVError, opencv_logits, opencv_missing
 
 from vit.inference import export as export_command
-from vit.training.presets import get_preset
+from training.presets import get_preset
 from vit_keras import ViTConfig
 from vit_keras.export import graph
 

@@ -402,7 +402,7 @@ def test_vit_train_fine_tunes_family_weights_with_their_preprocessing(tmp_path, 
     """`vit train --model NAME --weights FILE`: the family's architecture, pooling, registers and
     preprocessing, the timm file loaded (its head replaced), the rule recorded in the run."""
     from vit import cli
-    from vit.training import presets
+    from training import presets
 
     case = CONFIGS["dinov2_reg"]
     table = families.FAMILY_MODELS["vit_small_patch14_reg4_dinov2"]

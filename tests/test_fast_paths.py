@@ -16,7 +16,7 @@ from helpers import dtype_name, randomize_weights, requires_tf, to_numpy, value_
 from keras import ops
 
 import vit_keras
-from vit.training import recipe
+from training import recipe
 from vit_keras.fast_paths.tensorflow import scaled_softmax
 from vit_keras.core.layers import gelu
 from vit_keras.fast_paths import export_forms

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from helpers import random_images, randomize_weights, to_numpy
 
-from vit.training import finetune, probe, recipe
-from vit.training.presets import Preset, get_preset
+from training import finetune, probe, recipe
+from training.presets import Preset, get_preset
 from vit_keras import VisionTransformer, ViTConfig, keras_compat, lora
 from vit_keras.core.deit import DistillationTrainer, soft_distillation_loss
 

@@ -10,8 +10,8 @@ import pytest
 from helpers import random_pixels
 
 import vit_keras
-from vit.training import callbacks, run
-from vit.training.presets import get_preset
+from training import callbacks, run
+from training.presets import get_preset
 
 TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
                   num_layers=1)

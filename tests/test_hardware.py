@@ -1,6 +1,6 @@
 """`vit.hardware`: the dtype policy picked for the hardware found."""
 
-from vit.training import presets, run
+from training import presets, run
 from vit import hardware
 
 

@@ -79,7 +79,7 @@ def test_pretrain_step_and_transfer_to_a_classifier(tiny_config):
 def test_mpp_encoder_fine_tunes_through_weights(tmp_path):
     """The encoder.npz an mpp run writes loads into the fine-tuning preset's classifier."""
     import vit_keras
-    from vit.training import presets, run
+    from training import presets, run
 
     tiny = dict(image_size=8, hidden_size=32, mlp_dim=32, num_layers=1)
     preset = presets.get_preset("mpp_digits").replace(epochs=1, batch_size=256).replace_model(

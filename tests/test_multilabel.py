@@ -15,8 +15,8 @@ from vit import cli
 from vit.data import csv_source, evaluation, sources
 from vit.images import scale
 from vit.inference import multilabel_scores
-from vit.training import multilabel, objectives, pipeline, run
-from vit.training.presets import get_preset
+from training import multilabel, objectives, pipeline, run
+from training.presets import get_preset
 
 CLASSES = ("cat", "dog", "owl")
 TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,

@@ -102,8 +102,8 @@ def test_objectives_stop_on_a_nan_loss(tmp_path, monkeypatch, objective):
     """The NaN stop guards every objective: a poisoned batch ends the run at its step."""
     import keras
 
-    from vit.training import callbacks, pipeline, run
-    from vit.training.presets import get_preset
+    from training import callbacks, pipeline, run
+    from training.presets import get_preset
 
     teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
                                 keras.layers.Dense(10)])

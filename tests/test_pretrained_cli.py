@@ -12,8 +12,8 @@ from helpers import randomize_weights
 from vit import cli
 from vit.images import load_files
 from vit.inference.classifier import scores_from_logits
-from vit.training.objectives import get_objective
-from vit.training.train import resolve_preset
+from training.objectives import get_objective
+from training.train import resolve_preset
 from vit_keras import pretrained
 from vit_keras.checkpoints import save_npz
 from vit_keras.pretrained import registry

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "vit"
-LAYER_OF_PACKAGE = {"vit.inference": 1, "vit.training": 2, "vit.cli": 3, "vit.__main__": 3}
+LAYER_OF_PACKAGE = {"vit.inference": 1, "training": 2, "vit.cli": 3, "vit.__main__": 3}
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit.training import adapt
-from vit.training.presets import get_preset
-from vit.training.presets.overrides import apply_overrides
+from training import adapt
+from training.presets import get_preset
+from training.presets.overrides import apply_overrides
 
 
 def test_the_rule_gives_digits_tiny_for_the_digits():

@@ -8,8 +8,8 @@ import tensorflow as tf
 from PIL import Image
 
 from vit.data import evaluation, sources
-from vit.training import augment, pipeline
-from vit.training.presets import Preset
+from training import augment, pipeline
+from training.presets import Preset
 
 
 def _write_folder(root, per_class=3, classes=("cat", "dog"), size=(12, 10)):

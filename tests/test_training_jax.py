@@ -89,7 +89,7 @@ def test_two_way_model_parallel_equals_unsharded(tmp_path):
 
 SHARDING_PROBE = textwrap.dedent("""
     import json, keras
-    from vit.training import jax_distribution
+    from training import jax_distribution
     from vit_keras import ViTConfig, VisionTransformer
     keras.distribution.set_distribution(jax_distribution.make_distribution(model_parallel=2))
     model = VisionTransformer(ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
@@ -177,8 +177,8 @@ def test_every_objective_trains_on_jax(tmp_path, config):
 NAN_RUN = textwrap.dedent("""
     import sys
     import numpy as np
-    from vit.training import callbacks, pipeline, run
-    from vit.training.presets import get_preset
+    from training import callbacks, pipeline, run
+    from training.presets import get_preset
     preset = get_preset("digits_tiny").replace(epochs=1, batch_size=128).replace_model(
         image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
     original = pipeline.train_dataset
@@ -238,7 +238,7 @@ def test_jax_step_forms_are_refused_on_tensorflow(capsys, tmp_path):
 
 
 def test_the_header_says_what_each_step_form_does_in_the_run():
-    from vit.training.run import describe_step_forms
+    from training.run import describe_step_forms
     from vit_keras import ViTConfig
 
     config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
@@ -272,8 +272,8 @@ LORA_RESUME_RUN = textwrap.dedent("""
     import sys
     import numpy as np
     import keras
-    from vit.training import callbacks, run
-    from vit.training.presets import get_preset
+    from training import callbacks, run
+    from training.presets import get_preset
 
     class Killed(Exception):
         pass

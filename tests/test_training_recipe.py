@@ -7,9 +7,9 @@ import pytest
 
 import keras
 
-from vit.training import recipe
-from vit.training.presets import PRESET_NAMES, Preset, get_preset
-from vit.training.presets.overrides import apply_overrides
+from training import recipe
+from training.presets import PRESET_NAMES, Preset, get_preset
+from training.presets.overrides import apply_overrides
 
 
 def test_warmup_cosine_values_at_key_steps():
@@ -134,7 +134,7 @@ def test_every_model_option_is_settable_and_typed():
 def test_model_flag_takes_a_variants_shape_and_keeps_the_presets_options():
     import dataclasses
 
-    from vit.training import train
+    from training import train
     from vit_keras import ViTConfig, get_variant
 
     parser = __import__("argparse").ArgumentParser()
@@ -165,7 +165,7 @@ def test_preset_to_dict_nests_the_model_config():
 
 
 def test_sections_validate_their_own_fields_when_created():
-    from vit.training.presets import sections
+    from training.presets import sections
 
     for section, changes, message in [
             (sections.Optim, dict(optimizer="lamb"), "optim.optimizer must be one of"),
@@ -187,8 +187,8 @@ def test_sections_validate_their_own_fields_when_created():
 def test_run_options_gather_the_flags_apart_from_the_recipe():
     import argparse
 
-    from vit.training import train
-    from vit.training.presets import RunOptions
+    from training import train
+    from training.presets import RunOptions
 
     parser = argparse.ArgumentParser()
     train.add_arguments(parser)

@@ -17,8 +17,8 @@ import pytest
 from localhost import free_ports
 from runs import kill_after_backup, start_vit, vit_command, vit_env
 from vit import cli
-from vit.training import run
-from vit.training.presets import get_preset
+from training import run
+from training.presets import get_preset
 
 # A tiny custom ViT on digits: a few steps take well under a second.
 TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
@@ -88,7 +88,7 @@ class _Killed(Exception):
 def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_path, monkeypatch):
     """The last epoch's backup is the last thing its epoch end writes: a run killed right after
     it resumes with nothing to train and still has every history row and the best weights."""
-    from vit.training import callbacks
+    from training import callbacks
     from vit import outputs
 
     preset = get_preset("digits_tiny").replace(epochs=2, eval_every=1).replace_model(**TINY_MODEL)
@@ -176,9 +176,9 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras, vit_keras
-    from vit.training import pipeline, recipe
+    from training import pipeline, recipe
     from vit.data import sources
-    from vit.training.presets import Preset
+    from training.presets import Preset
     from vit_keras import keras_compat
     # SGD: Adam's m / sqrt(v) would amplify float32 noise in near-zero gradients. The global
     # clip (1.0) is active in the last steps: it must see the summed gradient, not each replica's.

@@ -12,8 +12,8 @@ from helpers import to_numpy
 
 import keras
 import vit_keras
-from vit.training import recipe
-from vit.training.presets import Preset
+from training import recipe
+from training.presets import Preset
 from vit_keras.core import masked_patch
 
 EXEMPT_NAMES = ("cls", "dist", "registers", "pos_embedding", "row_embedding", "col_embedding",

@@ -60,7 +60,7 @@ def machine() -> str:
 def default_parameter_count() -> int:
     """Parameters of the default job's model (digits: 10 classes)."""
     import vit_keras
-    from vit.training import presets
+    from training import presets
 
     config = presets.get_preset("digits_tiny").model.replace(num_classes=10)
     return vit_keras.VisionTransformer(config).count_params()

@@ -12,7 +12,7 @@ Errors look alike in every command: a bad argument or input (`ValueError`) print
 `vit export`, and `vit train` at its export, exit with 3 when an exported file failed its
 agreement check with the Keras model (every other file and the trained model are written).
 `vit train` stopped by SIGTERM exits with 75 after its backup, by Ctrl+C with 130
-(`vit.training.preemption`). `--debug` shows the traceback instead.
+(`training.preemption`). `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import importlib
 import sys
 
 COMMANDS = {
-    "train": "vit.training.train",
+    "train": "training.train",
     "evaluate": "vit.inference.evaluate",
     "predict": "vit.inference.predict",
     "embed": "vit.inference.embed",
     "serve": "vit.inference.serve",
     "export": "vit.inference.export",
     "inspect": "vit.inference.inspect",
-    "bench": "vit.training.bench",
+    "bench": "training.bench",
     "weights": "vit.inference.weights",
 }
 

@@ -104,7 +104,7 @@ RUN_FILES = ("backup", "model.keras", "labels.txt", "metrics.json", "history.csv
              "model_dynamic_int8.onnx", "model_int8.onnx", "rejected", "export.json")
 
 
-# The file that makes a backup folder a backup: `vit.training.callbacks` writes it last.
+# The file that makes a backup folder a backup: `training.callbacks` writes it last.
 BACKUP_STATE_FILE = "state.json"
 
 

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
-from vit.training import run
-from vit.training.presets import get_preset
+from training import run
+from training.presets import get_preset
 
 # digits on a 1-block, 8 px ViT with dropout and augmentation on: ~11 steps, a few seconds.
 PRESET = get_preset("digits_tiny").replace(

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from vit.training import callbacks, pipeline, run
-from vit.training.presets import get_preset
+from training import callbacks, pipeline, run
+from training.presets import get_preset
 
 POISONED_STEP = 7  # 1-based global step whose batch holds NaN pixels
 # digits on a 1-block, 8 px ViT: 2 epochs of 8 steps run in a few seconds.
@@ -64,7 +64,7 @@ def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypa
 
 def test_cli_reports_the_step_and_exits_1(tmp_path, monkeypatch, capsys):
     from vit import cli
-    from vit.training import train
+    from training import train
 
     monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, 2))
     monkeypatch.setattr(train, "resolve_preset", lambda args: PRESET)

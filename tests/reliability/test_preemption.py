@@ -20,7 +20,7 @@ import pytest
 from localhost import free_ports
 from runs import read_state, start_vit, vit_env, wait_for_backup
 
-from vit.training import preemption
+from training import preemption
 
 EPOCHS, BATCH = 3, 32
 STEPS = 1437 // BATCH  # digits' training split
@@ -179,7 +179,7 @@ def test_two_jax_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path)
 
 WATCH_SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
-    from vit.training.preemption import SignalWatch
+    from training.preemption import SignalWatch
     with SignalWatch() as watch, watch.deferred():
         for _ in range(int(sys.argv[1])):
             os.kill(os.getpid(), signal.SIGINT)
@@ -253,7 +253,7 @@ def test_a_stop_before_training_prints_the_same_command(tmp_path, capsys, monkey
     """SIGTERM during start-up (here: while the devices are placed, before anything global is
     set): nothing was trained, exit 75, and the advice is the command itself."""
     from vit import cli
-    from vit.training import distribute
+    from training import distribute
 
     def preempted_place(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
@@ -269,7 +269,7 @@ def test_a_stop_before_training_prints_the_same_command(tmp_path, capsys, monkey
 def test_a_stop_on_the_last_batch_of_an_epoch_waits_for_the_epoch_end(tmp_path):
     """The last step of an epoch is not a stop point (a backup there would resume an epoch of 0
     steps): the stop comes at the epoch's end, after its backup and validation."""
-    from vit.training import callbacks
+    from training import callbacks
 
     backup = callbacks.ResumableBackup(str(tmp_path), steps_per_epoch=4, write=False)
     watch = preemption.SignalWatch()
@@ -318,7 +318,7 @@ def test_two_tensorflow_workers_stop_at_the_same_step_when_one_is_signalled(tmp_
 def test_processes_that_disagree_on_resuming_all_refuse(tmp_path):
     """Each process reads the output folder on its own: when one finds a backup and another
     does not (an output folder that is not shared), every process refuses, none hangs."""
-    from vit.training import presets, run
+    from training import presets, run
 
     job = run.Run(presets.get_preset("digits_tiny"), presets.RunOptions(output=str(tmp_path)))
 

@@ -6,8 +6,8 @@ embeddings, as big_vision. Needs the data:
 `--data tfds:imagenet2012 --data-dir gs://...` or `--data folder:/data/imagenet/train`.
 """
 
-from vit.training.presets import Preset
-from vit.training.presets.sections import Augment, Data, Loop, Optim, Schedule
+from training.presets import Preset
+from training.presets.sections import Augment, Data, Loop, Optim, Schedule
 from vit_keras import get_variant
 
 PRESET = Preset(

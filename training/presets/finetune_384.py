@@ -8,8 +8,8 @@ plain resize for evaluation. Start from official weights with `--weights augreg-
 (10k steps in the paper = 102 epochs of 50k at batch 512; the default here is shorter).
 """
 
-from vit.training.presets import Preset
-from vit.training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
+from training.presets import Preset
+from training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
 from vit_keras import get_variant
 
 PRESET = Preset(

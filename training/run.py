@@ -5,7 +5,7 @@ the seed; open the training and validation data; plan the batches; let the objec
 model inside the strategy scope and compile it with the recipe's optimizer; restore a backup
 (`--resume`); fit with the NaN stop, best weights, history, backups and TensorBoard; evaluate;
 write model.keras, labels, config, metrics and curves; export and inspect. The objective
-(`vit.training.objectives`) supplies only the model, its loss and its outputs.
+(`training.objectives`) supplies only the model, its loss and its outputs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from vit.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, export_model,
                                   parse_min_agreement)
 from vit.inference.export import report_failures as report_export_failures
 from vit.inference.export import summary_rows as export_summary_rows
-from vit.training import (adapt, callbacks, distribute, finetune, objectives, pipeline,
+from training import (adapt, callbacks, distribute, finetune, objectives, pipeline,
                           preemption, presets, recipe)
 from vit_keras import atomic, keras_compat, lora
 from vit_keras.fast_paths import training_forms
@@ -221,7 +221,7 @@ class Run:
         self.plan = make_plan(preset, self.num_examples, self.placement.replicas)
         self.config = self.objective.model_config(self.data.train.num_classes)
         if self.options.model_parallel > 1:
-            from vit.training.jax_distribution import check_model_parallel
+            from training.jax_distribution import check_model_parallel
 
             check_model_parallel(self.config, self.options.model_parallel)
         self._log_header()
@@ -398,7 +398,7 @@ class Run:
 
     def _fit_probe(self) -> None:
         """The linear probe: features of the training images once, then each head fitted."""
-        from vit.training import probe
+        from training import probe
 
         network = self.objective.network(self.model)
         heads = [layer for layer in finetune.head_layers(network) if layer.name != "pre_logits"]

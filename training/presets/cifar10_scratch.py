@@ -5,8 +5,8 @@ MixUp 0.8 / CutMix 1.0, random erasing 0.25, pad-and-crop + flips; a ViT-Ti-widt
 patches (64 tokens) with mean pooling.
 """
 
-from vit.training.presets import Preset
-from vit.training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
+from training.presets import Preset
+from training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
 from vit_keras import ViTConfig
 
 PRESET = Preset(

@@ -6,7 +6,7 @@
   any run does, and the adapters (`lora.npz`) to load onto the same pre-trained weights.
 - `head`: only the head (and `pre_logits`, and a DeiT model's `head_dist`) trains.
 - `probe`: no gradient step: the features of the training images are computed once and the
-  head is a linear classifier fitted on them (`vit.training.probe`).
+  head is a linear classifier fitted on them (`training.probe`).
 
 `prepare` freezes the network before it is compiled, so the optimizer holds only what trains.
 """

@@ -17,7 +17,7 @@ from vit.data.evaluation import targets, with_options
 from vit.data.source import Source
 from vit.images import resize, scale
 from vit_keras.preprocessing import OFFICIAL
-from vit.training.augment import build_augment
+from training.augment import build_augment
 
 
 def inception_crop(image: tf.Tensor, size, area_min: float, seed: tf.Tensor) -> tf.Tensor:

@@ -7,7 +7,7 @@ import math
 import keras
 from keras import ops
 
-from vit.training.presets.sections import DECAYS
+from training.presets.sections import DECAYS
 from vit_keras import keras_compat, no_weight_decay
 
 # Top-level layers before the first encoder block (layer 0 of layer-wise decay).
@@ -205,7 +205,7 @@ def make_optimizer(preset, steps_per_epoch: int,
     `grad_accum_steps` > 1 and layer-wise learning-rate decay when `layer_decay` < 1.
 
     Args:
-        preset: a `vit.training.presets.Preset`.
+        preset: a `training.presets.Preset`.
         steps_per_epoch: optimizer steps per epoch.
         model: the model it will train (built); its exempt weights are never decayed.
 

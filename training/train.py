@@ -28,8 +28,8 @@ import argparse
 import shlex
 import sys
 
-from vit.training import presets
-from vit.training.presets import overrides, sections
+from training import presets
+from training.presets import overrides, sections
 
 _FLAG_KEYS = {  # command-line flag -> preset key
     "data": "data.train", "val_data": "data.val", "epochs": "schedule.epochs",
@@ -243,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
     file failed its agreement check; 75 (`preemption.EXIT_PREEMPTED`) when SIGTERM stopped it,
     130 when Ctrl+C did (errors: see `vit.cli`)."""
     preset = resolve_preset(args)
-    from vit.training import preemption
-    from vit.training import run as training_run
+    from training import preemption
+    from training import run as training_run
 
     try:
         return training_run.train(preset, run_options(args))

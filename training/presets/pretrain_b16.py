@@ -5,8 +5,8 @@ clip 1.0, a pre_logits layer of width 768, head bias -10, dropout 0.1, inception
 Needs the data (e.g. `--data tfrecord:gs://bucket/imagenet21k/train-*`).
 """
 
-from vit.training.presets import Preset
-from vit.training.presets.sections import Augment, Data, Loop, Optim, Schedule
+from training.presets import Preset
+from training.presets.sections import Augment, Data, Loop, Optim, Schedule
 from vit_keras import get_variant
 
 PRESET = Preset(

@@ -1,10 +1,10 @@
 """Named experiment presets: one `Preset` in sections, one module per preset, one registry.
 
-A preset is the whole recipe of a run, in sections (`vit.training.presets.sections`): `data`,
+A preset is the whole recipe of a run, in sections (`training.presets.sections`): `data`,
 `model` (a `vit_keras.ViTConfig`), `optim`, `schedule`, `augment`, `objective`, `finetune` and
 `loop`, each validated when created. `vit train --config NAME` starts from one; command-line
-flags and `--set SECTION.FIELD=value` override single fields (`vit.training.presets.overrides`).
-Add a preset by writing `vit/training/presets/<name>.py` with a `PRESET = Preset(...)` and
+flags and `--set SECTION.FIELD=value` override single fields (`training.presets.overrides`).
+Add a preset by writing `training/presets/<name>.py` with a `PRESET = Preset(...)` and
 listing its name in `PRESET_NAMES`.
 
 This module imports neither Keras nor TensorFlow (`vit train --help` reads it).
@@ -18,7 +18,7 @@ import importlib
 import json
 from typing import TYPE_CHECKING
 
-from vit.training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, Objective,
+from training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, Objective,
                                            Optim, Schedule)
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def get_preset(name: str) -> Preset:
     """Returns the preset called `name` (one of `PRESET_NAMES`)."""
     if name not in PRESET_NAMES:
         raise ValueError(f"unknown preset {name!r}; expected one of {list(PRESET_NAMES)}")
-    return importlib.import_module(f"vit.training.presets.{name}").PRESET
+    return importlib.import_module(f"training.presets.{name}").PRESET
 
 
 def describe(preset: Preset) -> str:

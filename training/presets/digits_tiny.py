@@ -7,12 +7,12 @@ depth 0.1, label smoothing 0.1, AdamW (lr 3e-3) with warmup + cosine and mean po
 RBF SVM (98.9%); the convolutional stem (Xiao et al. 2021) and locality self-attention (Lee
 et al. 2021) make that hold over seeds and splits.
 
-It is the small-data rule's recipe for the digits (`data.adapt`, `vit.training.adapt`): given
+It is the small-data rule's recipe for the digits (`data.adapt`, `training.adapt`): given
 other images (`--data folder:...`), it adapts image size, patch size, width and epochs to them.
 """
 
-from vit.training.presets import Preset
-from vit.training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
+from training.presets import Preset
+from training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
 from vit_keras import ViTConfig
 
 PRESET = Preset(

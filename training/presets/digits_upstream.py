@@ -1,6 +1,6 @@
 """digits_upstream: digits_tiny's recipe on the digits 0-4 only: the pre-training half of the
 offline transfer demonstration (`digits_transfer` fine-tunes it on the digits 5-9)."""
 
-from vit.training.presets.digits_tiny import PRESET as DIGITS
+from training.presets.digits_tiny import PRESET as DIGITS
 
 PRESET = DIGITS.replace(name="digits_upstream", classes="0,1,2,3,4")

@@ -9,7 +9,7 @@ saved_models/mpp_digits/encoder.npz; fine-tune it with the mpp_digits_finetune p
     vit train --config mpp_digits_finetune --weights saved_models/mpp_digits/encoder.npz
 """
 
-from vit.training.presets.digits_tiny import PRESET as DIGITS
+from training.presets.digits_tiny import PRESET as DIGITS
 
 PRESET = DIGITS.replace(
     name="mpp_digits",

@@ -214,7 +214,7 @@ class StopOnSignal(keras.callbacks.Callback):
 
     Args:
         watch: the run's `SignalWatch`.
-        backup: the run's `vit.training.callbacks.ResumableBackup`.
+        backup: the run's `training.callbacks.ResumableBackup`.
         any_process: function(flag) -> whether any process of the run has `flag` set; a
             collective that every process calls at the same step (`Placement.any_process`).
         backup_dir: the run's backup folder, for the message (the chief's; other processes

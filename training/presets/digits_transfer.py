@@ -10,7 +10,7 @@ this small (width 64) query and value alone are too few weights to follow full f
 `benchmarks/finetune_modes.py` runs every mode and from-scratch training side by side.
 """
 
-from vit.training.presets.digits_tiny import PRESET as DIGITS
+from training.presets.digits_tiny import PRESET as DIGITS
 
 PRESET = DIGITS.replace(name="digits_transfer", classes="5,6,7,8,9", epochs=30,
                         lora_targets="query,value,mlp")

@@ -10,7 +10,7 @@ a digits_tiny model trained first:
 DeiT's regularisation (stochastic depth 0.1) is on; the rest is digits_tiny's recipe.
 """
 
-from vit.training.presets.digits_tiny import PRESET as DIGITS
+from training.presets.digits_tiny import PRESET as DIGITS
 
 PRESET = DIGITS.replace(
     name="deit_distill",

@@ -69,7 +69,7 @@ class Data(Section):
             the training and validation data); '' = every class.
         shuffle_buffer: tf.data shuffle buffer (elements) of streamed sources.
         adapt: fit the model (image size, patch size, stem, width) and the epochs to the
-            training data by the small-data rule (`vit.training.adapt`) where they differ
+            training data by the small-data rule (`training.adapt`) where they differ
             from what it gives; fields set on the command line stay. For presets made to
             train from scratch on small data (`digits_tiny`).
     """

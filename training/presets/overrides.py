@@ -16,8 +16,8 @@ import types
 import typing
 from typing import Any
 
-from vit.training.presets import Preset, flat_keys
-from vit.training.presets.sections import SECTIONS
+from training.presets import Preset, flat_keys
+from training.presets.sections import SECTIONS
 
 MODEL_PREFIX = "model."
 

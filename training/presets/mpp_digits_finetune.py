@@ -4,6 +4,6 @@ Pass the pre-trained encoder with `--weights saved_models/mpp_digits/encoder.npz
 `--weights` it is the from-scratch baseline at the same fine-tuning budget.
 """
 
-from vit.training.presets.digits_tiny import PRESET as DIGITS
+from training.presets.digits_tiny import PRESET as DIGITS
 
 PRESET = DIGITS.replace(name="mpp_digits_finetune")

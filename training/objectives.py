@@ -1,6 +1,6 @@
 """What a run trains for: each objective supplies its model, its loss and its outputs.
 
-`vit.training.run.Run` does everything else the same way for all of them (strategy, data, plan,
+`training.run.Run` does everything else the same way for all of them (strategy, data, plan,
 precision, optimizer, backups and `--resume`, the NaN stop, history, best weights, evaluation,
 export and inspection):
 
@@ -12,7 +12,7 @@ export and inspection):
   against the `teacher` `.keras` model, on its argmax ('hard') or its softened distribution
   ('soft').
 - `multilabel`: a `VisionTransformer` whose classes are independent (sigmoid cross-entropy,
-  timm's `--bce-loss`), scored by mAP and F1 (`vit.training.multilabel`); its exports and
+  timm's `--bce-loss`), scored by mAP and F1 (`training.multilabel`); its exports and
   `vit predict` / `vit serve` give sigmoid scores (`activation` in config.json).
 
 The losses live in the models' `compute_loss` (keras.ops), so `fit` trains all three alike.
@@ -27,7 +27,7 @@ import numpy as np
 
 import vit_keras
 from vit.inference import multilabel_scores
-from vit.training import finetune, multilabel, recipe
+from training import finetune, multilabel, recipe
 from vit_keras import ViTConfig, atomic
 
 
@@ -219,7 +219,7 @@ class MultiLabel(Classification):
 
     Any source trains: a single-label one's one-hot targets are multi-hot with one class. The
     best weights follow Keras' binned PR-AUC (`pr_auc`); metrics.json reports the exact mAP and
-    F1 of the whole validation set (`vit.training.multilabel`).
+    F1 of the whole validation set (`training.multilabel`).
     """
 
     name = "multilabel"

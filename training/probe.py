@@ -110,7 +110,7 @@ def fit_probe(network: keras.Model, heads: list, dataset, l2: float = 0.0,
 
     Args:
         network: the model (its other weights are not touched).
-        heads: the head layers to fit (`vit.training.finetune.head_layers` without pre_logits).
+        heads: the head layers to fit (`training.finetune.head_layers` without pre_logits).
         dataset: batches of (images, targets) of the training data, without augmentation.
         l2: the penalty; 0 = chosen by `choose_l2` (on the first head's features).
         multilabel: fit sigmoid heads.

@@ -88,7 +88,7 @@ def compile_for_training(model, learning_rate: float = 1e-4, optimizer: str = "v
     import keras
 
     if optimizer == "vit":
-        from vit.training.recipe import AdamW
+        from training.recipe import AdamW
     elif optimizer == "keras":
         AdamW = keras.optimizers.AdamW
     else:

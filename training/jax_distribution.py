@@ -53,7 +53,7 @@ def initialize_processes(coordinator: str | None = None, num_processes: int | No
         raise ValueError(f"--process-id must be in [0, {num_processes}), got {process_id}")
     import jax
 
-    # `vit train` stops on SIGTERM itself (vit.training.preemption), all processes at the same
+    # `vit train` stops on SIGTERM itself (training.preemption), all processes at the same
     # step; JAX's preemption service would install its own SIGTERM handler in its place.
     jax.config.update("jax_enable_preemption_service", False)
     keras.distribution.initialize(coordinator, num_processes, process_id)

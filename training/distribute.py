@@ -1,7 +1,7 @@
 """Where a run computes: a `Placement` for either backend.
 
 On TensorFlow it wraps a tf.distribute strategy: default, mirrored (GPUs), multi-worker
-(TF_CONFIG) or TPU. On JAX it wraps a `keras.distribution` (`vit.training.jax_distribution`).
+(TF_CONFIG) or TPU. On JAX it wraps a `keras.distribution` (`training.jax_distribution`).
 
 Choosing the tf.distribute strategy: default, mirrored (GPUs), multi-worker (TF_CONFIG), TPU.
 
@@ -71,7 +71,7 @@ class Placement:
         if self.processes == 1:
             return flag
         if self.distribution is not None:
-            from vit.training.jax_distribution import any_process
+            from training.jax_distribution import any_process
 
             return any_process(flag)
         if self._any_worker is None:
@@ -97,7 +97,7 @@ def place(backend: str, options) -> Placement:
         options: the run's `RunOptions`: its strategy and tpu (see `get_strategy`; on JAX
             only 'auto'), model_parallel (devices each model is sharded over, JAX) and
             coordinator, num_processes, process_id (a multi-process JAX run, see
-            `vit.training.jax_distribution.initialize_processes`).
+            `training.jax_distribution.initialize_processes`).
     """
     strategy, model_parallel = options.strategy, options.model_parallel
     coordinator, num_processes = options.coordinator, options.num_processes
@@ -125,7 +125,7 @@ def _place_on_jax(model_parallel, coordinator, num_processes, process_id) -> Pla
     import jax
     import keras
 
-    from vit.training import jax_distribution
+    from training import jax_distribution
 
     jax_distribution.hide_accelerators_from_tensorflow()
     if jax_distribution.multihost_requested(coordinator, num_processes):
