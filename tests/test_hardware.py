@@ -1,6 +1,6 @@
 """`vit.hardware`: the dtype policy picked for the hardware found."""
 
-from training import presets, run
+from training import presets, setup
 from vit import hardware
 
 
@@ -25,7 +25,7 @@ def test_auto_precision_uses_the_fastest_policy(monkeypatch):
     preset = presets.get_preset("imagenet_s16")
     assert preset.loop.mixed_precision == "auto"
     monkeypatch.setattr(hardware, "cpu_has_bfloat16", lambda: False)
-    assert run.resolve_precision(preset, on_tpu=False) == "float32"
+    assert setup.resolve_precision(preset, on_tpu=False) == "float32"
     monkeypatch.setattr(hardware, "cpu_has_bfloat16", lambda: True)
-    assert run.resolve_precision(preset, on_tpu=False) == "mixed_bfloat16"
-    assert run.resolve_precision(preset, on_tpu=True) == "mixed_bfloat16"
+    assert setup.resolve_precision(preset, on_tpu=False) == "mixed_bfloat16"
+    assert setup.resolve_precision(preset, on_tpu=True) == "mixed_bfloat16"

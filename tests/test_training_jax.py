@@ -238,7 +238,7 @@ def test_jax_step_forms_are_refused_on_tensorflow(capsys, tmp_path):
 
 
 def test_the_header_says_what_each_step_form_does_in_the_run():
-    from training.run import describe_step_forms
+    from training.report import describe_step_forms
     from vit_keras import ViTConfig
 
     config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,

@@ -17,7 +17,7 @@ import pytest
 from localhost import free_ports
 from runs import kill_after_backup, start_vit, vit_command, vit_env
 from vit import cli
-from training import run
+from training import finish, run
 from training.presets import get_preset
 
 # A tiny custom ViT on digits: a few steps take well under a second.
@@ -67,7 +67,7 @@ def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3(tmp_pa
     preset = get_preset("digits_tiny").replace(
         epochs=2, warmup_epochs=1, eval_every=2).replace_model(**TINY_MODEL)
     status = run.train(preset, output=str(tmp_path), strategy="default", inspect=False)
-    assert status == run.EXIT_EXPORT_FAILED == 3
+    assert status == finish.EXIT_EXPORT_FAILED == 3
     out, err = capsys.readouterr()
     for name in ("model.keras", "metrics.json", "config.json", "model.tflite", "model.onnx",
                  "model_int8.onnx", "rejected/model_int8.tflite"):

@@ -53,6 +53,7 @@ class Classification:
     exports = True
     monitor = "val_accuracy"  # the logged metric that chooses the best weights (higher = better)
     activation = "softmax"  # what turns the model's logits into its scores, in every format
+    multilabel = False  # each class scored on its own (sigmoid), e.g. for the linear probe
 
     def __init__(self, preset):
         self.preset = preset
@@ -61,6 +62,16 @@ class Classification:
     def monitor_label(self) -> str:
         """How the result table names the `monitor` metric."""
         return self.metric_label
+
+    def loss_note(self) -> str:
+        """The header's line on how the epoch lines' loss differs from the table's ('' when
+        it does not)."""
+        smoothing = self.preset.objective.label_smoothing
+        if not smoothing:
+            return ""
+        return (f"loss: the epoch lines' loss is the training objective, cross-entropy with "
+                f"label smoothing {smoothing}; the result table reports plain cross-entropy, "
+                "as `vit evaluate` does")
 
     def check_data(self, data) -> None:
         """Refuses training data this objective cannot learn from (a multi-label source).
@@ -146,6 +157,9 @@ class MaskedPatchPrediction(Classification):
     def check_data(self, data) -> None:
         """Any data: the labels are not used."""
 
+    def loss_note(self) -> str:
+        return ""  # the table reports this objective's own loss
+
     def compile_args(self, config: ViTConfig) -> dict:
         return {}  # the loss and the patch accuracy are the pretrainer's own
 
@@ -183,6 +197,9 @@ class Distillation(Classification):
 
     def model_config(self, num_classes):
         return super().model_config(num_classes).replace(distilled=True)
+
+    def loss_note(self) -> str:
+        return ""  # the table reports this objective's own loss
 
     def build(self, config):
         from vit_keras.core.deit import DistillationTrainer
@@ -228,9 +245,13 @@ class MultiLabel(Classification):
     monitor = "val_pr_auc"
     monitor_label = "PR-AUC (binned mAP)"
     activation = "sigmoid"
+    multilabel = True
 
     def check_data(self, data) -> None:
         """Any labelled data."""
+
+    def loss_note(self) -> str:
+        return ""  # the table reports this objective's own loss
 
     def compile_args(self, config: ViTConfig) -> dict:
         return {"loss": multilabel.SigmoidCrossEntropy(self.preset.objective.label_smoothing),

@@ -62,6 +62,17 @@ def quiet_native_stderr():
             yield
 
 
+def say(*parts, error: bool = False) -> None:
+    """The application's one way to write a line: stdout (stderr with `error=True`), flushed
+    at once so progress shows up when piped.
+
+    Args:
+        parts: printed like `print`'s positional arguments.
+        error: write to stderr (errors, warnings, what to try).
+    """
+    print(*parts, file=sys.stderr if error else sys.stdout, flush=True)
+
+
 def is_verbose() -> bool:
     """Whether `--verbose` was given."""
     return _state["verbose"]

@@ -318,17 +318,13 @@ def test_two_tensorflow_workers_stop_at_the_same_step_when_one_is_signalled(tmp_
 def test_processes_that_disagree_on_resuming_all_refuse(tmp_path):
     """Each process reads the output folder on its own: when one finds a backup and another
     does not (an output folder that is not shared), every process refuses, none hangs."""
-    from training import presets, run
-
-    job = run.Run(presets.get_preset("digits_tiny"), presets.RunOptions(output=str(tmp_path)))
+    from training.setup import check_same_start
 
     class TwoProcesses:
         processes = 2
         any_process = staticmethod(lambda flag: True)  # the other process resumes
 
-    job.placement, job.start = TwoProcesses, "fresh"  # and this one does not
     with pytest.raises(ValueError, match="every process must see the same output folder"):
-        job._check_same_start()
-    job.start = "resume"  # both resume
-    TwoProcesses.any_process = staticmethod(lambda flag: flag)
-    job._check_same_start()
+        check_same_start(TwoProcesses, "fresh", str(tmp_path))  # and this one does not
+    TwoProcesses.any_process = staticmethod(lambda flag: flag)  # both resume
+    check_same_start(TwoProcesses, "resume", str(tmp_path))
