@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from vit import console
+
 PRECISIONS = ("fp32", "bf16")
 MODES = ("infer", "train")
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
@@ -156,14 +158,14 @@ def run(args) -> int:
     rows = []
     for precision in _selected(args.precision, PRECISIONS):
         peak = matmul_peak_gflops(precision)
-        print(f"matmul peak {precision}: {peak:.0f} GFLOP/s")
+        console.say(f"matmul peak {precision}: {peak:.0f} GFLOP/s")
         for mode in _selected(args.mode, MODES):
             rows.append(bench_one(args.variant, args.image_size, args.batch_size, precision,
                                   mode, args.steps, peak))
             row = rows[-1]
-            print(f"{row['variant']:>6} {row['image_size']}px b{row['batch_size']} "
-                  f"{precision:>4} {mode:>5}: {row['img_per_s']:8.2f} img/s "
-                  f"{row['gflops']:7.0f} GFLOP/s  MFU {100 * row['mfu']:5.1f}%", flush=True)
+            console.say(f"{row['variant']:>6} {row['image_size']}px b{row['batch_size']} "
+                        f"{precision:>4} {mode:>5}: {row['img_per_s']:8.2f} img/s "
+                        f"{row['gflops']:7.0f} GFLOP/s  MFU {100 * row['mfu']:5.1f}%")
     if args.json:
         from vit.outputs import write_json
 

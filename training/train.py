@@ -30,6 +30,7 @@ import sys
 
 from training import presets
 from training.presets import overrides, sections
+from vit import console
 
 _FLAG_KEYS = {  # command-line flag -> preset key
     "data": "data.train", "val_data": "data.val", "epochs": "schedule.epochs",
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         argv = getattr(args, "command_line", None) or ["train"]
         again = (f"resume with: {preemption.resume_command(argv)}" if stop.resumable else
                  f"nothing was trained yet; run again: vit {shlex.join(argv)}")
-        print(f"vit train: {stop}\n{again}", flush=True)
+        console.say(f"vit train: {stop}\n{again}")
         return stop.exit_status
 
 

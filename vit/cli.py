@@ -21,6 +21,8 @@ import argparse
 import importlib
 import sys
 
+from vit import console
+
 COMMANDS = {
     "train": "training.train",
     "evaluate": "vit.inference.evaluate",
@@ -110,12 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError, OSError) as error:
         if args.debug:
             raise
-        print(f"vit {args.command}: error: {error}", file=sys.stderr)
+        console.say(f"vit {args.command}: error: {error}", error=True)
         return 2 if isinstance(error, ValueError) else 1
     except KeyboardInterrupt:
         if args.debug:
             raise
-        print(f"vit {args.command}: interrupted", file=sys.stderr)
+        console.say(f"vit {args.command}: interrupted", error=True)
         return 130
 
 

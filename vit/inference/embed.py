@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from vit import console
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit embed` options."""
@@ -97,14 +99,14 @@ def run(args: argparse.Namespace) -> int:
     vectors = np.asarray(embed.predict_on_batch(inputs), np.float32)
     for path, vector in zip(args.images, vectors):
         head = ", ".join(f"{value:.4f}" for value in vector[:4])
-        print(f"{path}: {vector.shape[0]} values, L2 norm {np.linalg.norm(vector):.4f}, "
-              f"[{head}, ...]")
+        console.say(f"{path}: {vector.shape[0]} values, L2 norm {np.linalg.norm(vector):.4f}, "
+                    f"[{head}, ...]")
     if args.output:
         from vit_keras import atomic
 
         buffer = io.BytesIO()
         np.save(buffer, vectors, allow_pickle=False)
         atomic.write_bytes(args.output, buffer.getvalue())
-        print(f"saved {vectors.shape[0]}x{vectors.shape[1]} float32 to "
-              f"{os.path.abspath(args.output)}")
+        console.say(f"saved {vectors.shape[0]}x{vectors.shape[1]} float32 to "
+                    f"{os.path.abspath(args.output)}")
     return 0

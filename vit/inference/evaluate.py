@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 
+from vit import console
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit evaluate` options."""
@@ -220,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
         row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
     height, width = evaluation_size(model, args.image_size)
     where = f"{args.data}: {results['examples']} images at {height}x{width}"
-    print("\n".join((_multilabel_lines if multilabel else _lines)(results, where)))
+    console.say("\n".join((_multilabel_lines if multilabel else _lines)(results, where)))
     if args.output:
         write_json(args.output, {"model": args.model, "data": args.data, **results})
     return 0

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from vit import console
+
 DEFAULT_SIZES = (224, 384, 512)
 FIGURES = {
     "rollout": "rollout.png",
@@ -44,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs `vit inspect`."""
     if args.complexity:
-        print(complexity_table(args.complexity, args.image_size or DEFAULT_SIZES,
-                               args.batch_size))
+        console.say(complexity_table(args.complexity, args.image_size or DEFAULT_SIZES,
+                                     args.batch_size))
         return 0
     if not args.model or not args.images:
         raise ValueError("give --model PATH and at least one IMAGE (or --complexity VARIANT)")
@@ -61,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
                             image_names=[os.path.basename(path) for path in args.images],
                             discard_ratio=args.discard_ratio, head_fusion=args.head_fusion)
     for name, path in summary["figures"].items():
-        print(f"{name:>20}: {path}")
-    print(f"{'numbers':>20}: {summary['json']}")
+        console.say(f"{name:>20}: {path}")
+    console.say(f"{'numbers':>20}: {summary['json']}")
     return 0
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 
+from vit import console
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit predict` options."""
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     scores = model.predict_encoded([read_file(path) for path in args.images])["probabilities"]
     names = model.class_names
     for path, image_scores in zip(args.images, scores):
-        print(path)
+        console.say(path)
         for index in np.argsort(-image_scores, kind="stable")[:args.top_k]:
-            print(f"  {names[index]:<20} {image_scores[index]:.4f}")
+            console.say(f"  {names[index]:<20} {image_scores[index]:.4f}")
     return 0

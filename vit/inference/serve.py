@@ -25,6 +25,8 @@ import argparse
 import os
 import re
 
+from vit import console
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Host headers a loopback server (127.0.0.1, localhost or ::1) answers: a web page elsewhere
 # that re-points its own domain at the loopback address (DNS rebinding) sends its domain, and is
@@ -105,13 +107,12 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(model, name, options, allowed_hosts=LOOPBACK_HOSTS if local else None)
     host = f"[{args.host}]" if ":" in args.host else args.host
     size = "x".join(map(str, model.image_size)) if model.image_size else "any size"
-    print(f"Serving {name!r} ({model.format}, {size}, {model.num_classes} classes) on "
-          f"http://{host}:{args.port}/  (POST /v1/models/{name}:predict; Ctrl+C stops)",
-          flush=True)
+    console.say(f"Serving {name!r} ({model.format}, {size}, {model.num_classes} classes) on "
+                f"http://{host}:{args.port}/  (POST /v1/models/{name}:predict; Ctrl+C stops)")
     if args.host not in LOOPBACK:
-        print(f"Note: listening on {args.host}, reachable from other machines; there is no "
-              "authentication.", flush=True)
+        console.say(f"Note: listening on {args.host}, reachable from other machines; there is no "
+                    "authentication.")
     running.run_until_stopped(app, args.host, args.port, drain_seconds=args.drain_seconds,
                               verbose=args.verbose)
-    print("vit serve: stopped", flush=True)
+    console.say("vit serve: stopped")
     return 0

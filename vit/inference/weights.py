@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from vit import console
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit weights` sub-commands."""
@@ -65,19 +67,19 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "list":
         releases = [release for release in pretrained.releases()
                     if variant is None or release.variant == variant]
-        print("\n".join(release_table(releases)))
-        print(f"\nfrom {pretrained.base_url()}; cached in {pretrained.cache_root()}")
-        print("*: the released head is all zeros (for fine-tuning only)")
-        print("'?': size not published (nor checksums); downloads are checked by length "
-              "and structure.")
+        console.say("\n".join(release_table(releases)))
+        console.say(f"\nfrom {pretrained.base_url()}; cached in {pretrained.cache_root()}")
+        console.say("*: the released head is all zeros (for fine-tuning only)")
+        console.say("'?': size not published (nor checksums); downloads are checked by length "
+                    "and structure.")
         if variant is None:
-            print("\nDeiT-III, DINOv2, SigLIP and CLIP (timm's files on the Hugging Face Hub; "
-                  "vit_keras.create_model(NAME, weights=TAG)):")
-            print("\n".join(family_table()))
+            console.say("\nDeiT-III, DINOv2, SigLIP and CLIP (timm's files on the Hugging Face "
+                        "Hub; vit_keras.create_model(NAME, weights=TAG)):")
+            console.say("\n".join(family_table()))
         return 0
     path = pretrained.weights_file(args.name, variant)
     if not os.path.exists(path):
         raise ValueError(f"{args.name!r} is neither a weight name (`vit weights list`), a "
                          "URL nor an existing file")
-    print(path)
+    console.say(path)
     return 0
