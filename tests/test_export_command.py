@@ -191,3 +191,59 @@ def test_on_random_images_only_float_files_are_held_to_a_bar(trained_tiny, tmp_p
     assert formats["tflite_dynamic_int8"]["min_agreement"] is None
     assert formats["tflite_dynamic_int8"]["passed"] and report["failed"] == []
     assert "| not checked |" in export_command.format_report(report)
+
+
+def test_one_table_holds_every_formats_facts():
+    from vit.inference.export_formats import EXPORT_FORMATS
+
+    assert export_command.FORMATS == tuple(EXPORT_FORMATS)
+    assert export_command.DEFAULT_FORMATS == ("saved_model", "tflite", "tflite_fp16",
+                                              "tflite_int8", "onnx", "onnx_int8")
+    assert export_command.CALIBRATED_FORMATS == ("tflite_int8", "onnx_int8")
+    files = [entry.file for entry in EXPORT_FORMATS.values()]
+    assert files == ["saved_model", "model.tflite", "model_fp16.tflite",
+                     "model_dynamic_int8.tflite", "model_int8.tflite", "model.onnx",
+                     "model_dynamic_int8.onnx", "model_int8.onnx"]
+    assert [name for name, entry in EXPORT_FORMATS.items() if entry.kind == "int8"] == [
+        "tflite_dynamic_int8", "tflite_int8", "onnx_dynamic_int8", "onnx_int8"]
+    assert not EXPORT_FORMATS["saved_model"].timed and EXPORT_FORMATS["onnx"].timed
+    assert "--int8-float-ops" in EXPORT_FORMATS["tflite_int8"].advice
+    assert "bug" in EXPORT_FORMATS["tflite_fp16"].advice
+
+
+def test_export_options_are_checked_and_frozen():
+    import dataclasses
+
+    from vit.inference.export_formats import tflite_arguments
+
+    options = export_command.ExportOptions(formats="tflite, tflite_int8",
+                                           int8_float_ops=["SOFTMAX"], image_size=[40, 16])
+    assert options.formats == ("tflite", "tflite_int8") and options.image_size == (40, 16)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.formats = ("onnx",)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        export_command.ExportOptions(activation="relu")
+    with pytest.raises(ValueError, match="formats must be a non-empty subset"):
+        export_command.ExportOptions(formats="")
+    assert tflite_arguments("tflite", int8_per_channel=False, int8_float_ops=("SOFTMAX",)) == {
+        "quantization": None, "num_calibration_images": 300, "float_ops": (),
+        "per_channel": True, "keep_tensor_names": False, "image_size": None}
+    assert tflite_arguments("tflite_int8", int8_per_channel=False)["per_channel"] is False
+    with pytest.raises(ValueError, match="must be a TFLite format"):
+        tflite_arguments("onnx")
+
+
+@pytest.mark.parametrize("preset", [
+    {"data": {"train": "digits", "val": "", "val_split": 0.2}, "seed": 3},
+    {"data": "digits", "val_data": "", "val_split": 0.2, "seed": 3},  # an earlier, flat preset
+])
+def test_the_training_data_is_read_from_either_config_json_form(preset, tmp_path):
+    from vit.inference import run_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"preset": preset,
+                                                      "activation": "sigmoid"}))
+    model_path = str(tmp_path / "model.keras")
+    assert run_config.training_data(model_path) == {"data": "digits", "val_split": 0.2,
+                                                    "seed": 3}
+    assert run_config.read(model_path)["activation"] == "sigmoid"
+    assert run_config.training_data(str(tmp_path / "elsewhere" / "model.keras")) == {}
