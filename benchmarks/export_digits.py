@@ -23,18 +23,17 @@ import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402,F401
 from vit.data import evaluation, sources  # noqa: E402
+from vit.inference.export_formats import tflite_arguments, tflite_precisions  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.export import graph  # noqa: E402
 
-VARIANTS = {  # name -> tflite() keyword arguments
-    "fp32": {},
-    "fp16": {"quantization": "fp16"},
-    "dynamic_int8": {"quantization": "dynamic_int8"},
-    "int8": {"quantization": "int8"},
-    "int8_per_tensor": {"quantization": "int8", "per_channel": False},
-    "int8_float_attention": {"quantization": "int8", "float_ops": ("BATCH_MATMUL", "SOFTMAX")},
-    "fp32_named": {"keep_tensor_names": True},
-    "int8_named": {"quantization": "int8", "keep_tensor_names": True},
+FLOAT_ATTENTION = ("BATCH_MATMUL", "SOFTMAX")
+VARIANTS = {  # name -> tflite() keyword arguments, as `vit export` writes each format
+    **tflite_precisions(),  # fp32, fp16, dynamic_int8, int8
+    "int8_per_tensor": tflite_arguments("tflite_int8", int8_per_channel=False),
+    "int8_float_attention": tflite_arguments("tflite_int8", int8_float_ops=FLOAT_ATTENTION),
+    "fp32_named": tflite_arguments("tflite", keep_tensor_names=True),
+    "int8_named": tflite_arguments("tflite_int8", keep_tensor_names=True),
 }
 INT8_VARIANTS = ("int8", "int8_per_tensor", "int8_float_attention", "int8_named")
 

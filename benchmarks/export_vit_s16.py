@@ -21,6 +21,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402
+from vit.inference.export_formats import tflite_arguments, tflite_precisions  # noqa: E402
 from vit_keras import export  # noqa: E402
 
 REFERENCE = {  # keras-hub ViT-S/16, same converter + LiteRT, 2 threads, batch 1
@@ -29,12 +30,9 @@ REFERENCE = {  # keras-hub ViT-S/16, same converter + LiteRT, 2 threads, batch 1
     "fp16": (30.2, 44e6),
 }
 ATTENTION_CORE = ("BATCH_MATMUL", "SOFTMAX")
-VARIANTS = {  # name -> tflite() keyword arguments
-    "fp32": {},
-    "fp16": {"quantization": "fp16"},
-    "dynamic_int8": {"quantization": "dynamic_int8"},
-    "int8": {"quantization": "int8"},
-    "int8_float_attention": {"quantization": "int8", "float_ops": ATTENTION_CORE},
+VARIANTS = {  # name -> tflite() keyword arguments, as `vit export` writes each format
+    **tflite_precisions(),  # fp32, fp16, dynamic_int8, int8
+    "int8_float_attention": tflite_arguments("tflite_int8", int8_float_ops=ATTENTION_CORE),
 }
 
 

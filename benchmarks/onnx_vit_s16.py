@@ -19,6 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402
+from vit.inference.export_formats import EXPORT_FORMATS  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.export import onnx_quantize  # noqa: E402
 
@@ -27,9 +28,9 @@ def write_files(model, folder: str, calibration: int) -> dict:
     """Writes the four files; returns name -> (runner, size in bytes)."""
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 255, (calibration, 224, 224, 3)).astype(np.float32)
-    paths = {name: os.path.join(folder, file) for name, file in (
-        ("onnx fp32", "model.onnx"), ("onnx dynamic int8", "model_dynamic_int8.onnx"),
-        ("onnx int8 (static QDQ)", "model_int8.onnx"), ("tflite fp32", "model.tflite"))}
+    paths = {label: os.path.join(folder, EXPORT_FORMATS[name].file) for label, name in (
+        ("onnx fp32", "onnx"), ("onnx dynamic int8", "onnx_dynamic_int8"),
+        ("onnx int8 (static QDQ)", "onnx_int8"), ("tflite fp32", "tflite"))}
     report = export.onnx(model, paths["onnx fp32"])
     print(f"onnx fp32: {report['fused_layer_norms']} LayerNorms fused, max abs logit diff "
           f"{report['max_abs_logit_diff']:.2e}")
