@@ -14,8 +14,8 @@ from training.fitting import Fitted
 from training.setup import Setup
 from vit import console, hardware, outputs
 from vit.data import evaluation
-from vit.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, export_model,
-                                  parse_min_agreement)
+from vit.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, ExportOptions,
+                                  export_model, parse_min_agreement)
 from vit.inference.export import report_failures as report_export_failures
 from vit.inference.export import summary_rows as export_summary_rows
 from vit.inference.inspect import inspect_model
@@ -145,8 +145,9 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
                                                     CALIBRATION_SAMPLES, rule)
         report_ = export_model(classifier, output, representative_images=calibration,
                                eval_images=images, eval_labels=labels,
-                               activation=objective.activation,
-                               min_agreement=parse_min_agreement(options.min_agreement))
+                               options=ExportOptions(
+                                   activation=objective.activation,
+                                   min_agreement=parse_min_agreement(options.min_agreement)))
     if options.inspect:
         with console.stage("analysis: attention maps, distances, embeddings (inspect/)"):
             inspect_model(classifier, images[:INSPECT_SAMPLES],
