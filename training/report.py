@@ -1,10 +1,11 @@
 """What a training run tells its user: the header before it trains and the result table after.
 
-Pure text from the run's values (no framework import): `training.run` prints it through
-`vit.console`.
+Text made from the run's values; `training.run` prints it through `vit.console`.
 """
 
 from __future__ import annotations
+
+from vit_keras.config import variant_of
 
 
 def describe_model(config) -> str:
@@ -13,8 +14,6 @@ def describe_model(config) -> str:
     Args:
         config: the run's `ViTConfig`.
     """
-    from vit_keras.config import variant_of
-
     name = variant_of(config) or (f"custom patch {config.patch_size} D={config.hidden_size} "
                                   f"L={config.num_layers} heads={config.num_heads}")
     height, width = config.image_hw
