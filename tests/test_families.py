@@ -15,6 +15,7 @@ import pytest
 
 import vit_keras
 from vit_keras import families, preprocessing
+from vit_keras.checkpoints import processors as processor_files
 from vit_keras.preprocessing import Preprocessing
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "families")
@@ -183,7 +184,7 @@ def test_preprocessing_equals_timm_transform(name, photo):
     import tensorflow as tf
 
     cfg = TIMM_CONFIGS[name]
-    rule = preprocessing.from_timm_config(cfg)
+    rule = processor_files.from_timm_config(cfg)
     size = tuple(cfg["input_size"][1:])
     with np.load(os.path.join(DATA, "preprocessing.npz"), allow_pickle=False) as arrays:
         expected = arrays[f"{name}/{photo}"].astype(np.float32)
@@ -202,7 +203,7 @@ def test_family_table_preprocessing_matches_timm_configs():
     for name, cfg in TIMM_CONFIGS.items():
         architecture, _, tag = name.partition(".")
         assert families.FAMILY_MODELS[architecture].tags[tag] == \
-            preprocessing.from_timm_config(cfg), name
+            processor_files.from_timm_config(cfg), name
 
 
 def test_official_preprocessing_is_unchanged():
@@ -319,7 +320,7 @@ def _deit_e2e(tmp_path):
     config = vit_keras.ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=128,
                                  num_heads=2, num_layers=2, num_classes=5,
                                  gelu_approximate=False,
-                                 preprocessing=preprocessing.from_timm_config(reference["cfg"]))
+                                 preprocessing=processor_files.from_timm_config(reference["cfg"]))
     model = vit_keras.VisionTransformer(config)
     vit_keras.load_weights(model, os.path.join(DATA, "deit_e2e.safetensors"), skip_head=False)
     path = str(tmp_path / "model.keras")
@@ -468,7 +469,7 @@ def test_transformers_processors_equal_ours(family):
     import tensorflow as tf
 
     processors = _json("hf_processors.json")
-    rule = preprocessing.from_hf_processor(processors[family])
+    rule = processor_files.from_hf_processor(processors[family])
     crop = processors[family].get("crop_size") or processors[family]["size"]
     with np.load(os.path.join(DATA, "preprocessing.npz"), allow_pickle=False) as arrays:
         expected = arrays[f"hf_{family}/chelsea"].astype(np.float32)
@@ -479,7 +480,7 @@ def test_transformers_processors_equal_ours(family):
 
 def test_older_processor_files_with_int_sizes():
     """Older preprocessor_config.json files (OpenAI CLIP's) give sizes as ints."""
-    rule = preprocessing.from_hf_processor({"size": 224, "crop_size": 224, "resample": 3,
+    rule = processor_files.from_hf_processor({"size": 224, "crop_size": 224, "resample": 3,
                                             "do_center_crop": True, "image_mean": [0.5] * 3,
                                             "image_std": [0.5] * 3})
     assert rule == Preprocessing(interpolation="bicubic", crop_fraction=1.0, crop_mode="center")
@@ -499,9 +500,9 @@ def test_per_channel_statistics_need_rgb():
 
 def test_unreadable_processor_settings_are_refused():
     with pytest.raises(ValueError, match="resample=1: expected one of"):
-        preprocessing.from_hf_processor({"resample": 1, "size": {"shortest_edge": 8}})
+        processor_files.from_hf_processor({"resample": 1, "size": {"shortest_edge": 8}})
     with pytest.raises(ValueError, match="size=.*expected"):
-        preprocessing.from_hf_processor({"size": {"longest_edge": 8}})
+        processor_files.from_hf_processor({"size": {"longest_edge": 8}})
 
 
 def test_preprocessing_beside_a_downloaded_file_wins(tmp_path, monkeypatch):
@@ -519,7 +520,7 @@ def test_preprocessing_beside_a_downloaded_file_wins(tmp_path, monkeypatch):
                         dataclass_replace(table, config=tiny))
     model = vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"),
                                    gelu_approximate=True)
-    assert model.config.preprocessing == preprocessing.from_hf_processor(processors["siglip"])
+    assert model.config.preprocessing == processor_files.from_hf_processor(processors["siglip"])
     assert model.config.preprocessing.crop_mode == "squash"
     (tmp_path / "preprocessor_config.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read the preprocessing"):

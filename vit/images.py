@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_keras import preprocessing as rules
-from vit_keras.export.serving import MAX_IMAGE_PIXELS
+from vit_keras.preprocessing import MAX_IMAGE_PIXELS
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 # File signatures of the formats tf.io.decode_image reads.

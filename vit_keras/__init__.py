@@ -4,42 +4,73 @@ Layout: `config` (ViTConfig), `core` (layers and the `VisionTransformer` model),
 (backend and export kernels), `quantization` and `lora` (Keras' own, on every projection),
 `weights` (resolve -> read -> fit -> assign pretrained weights), `checkpoints` (one module per
 foreign layout), `pretrained` (registry, download cache, labels), `families` (DeiT-III, DINOv2,
-SigLIP, CLIP by timm's names), `preprocessing` (what the weights expect, carried by the model),
-`intermediates` (any block's tokens: `features`), `export`, `analysis`.
+SigLIP, CLIP by timm's names), `applications` (`ViTB16`, `create_model`), `preprocessing` (what
+the weights expect, carried by the model), `intermediates` (any block's tokens: `features`),
+`export`, `analysis`.
+
+Importing the package loads no framework: each public name below is imported on first use
+(PEP 562), so `import vit_keras.config` stays cheap. The layers register themselves with Keras
+as soon as Keras is imported (`vit_keras.serializable`), so `.keras` files load after
+`import vit_keras` alone, whichever of the two is imported first.
 """
 
-from vit_keras.config import HYBRID_VARIANTS, VARIANTS, ViTConfig, get_variant
-from vit_keras.core.applications import (ViTB8, ViTB16, ViTB32, ViTH14, ViTL16, ViTL32,
-                                         ViTR26B32, ViTR26S32, ViTR50B16, ViTR50L32, ViTRTi16,
-                                         ViTS16, ViTS32, ViTTi16, create_model,
-                                         preprocess_input)
-from vit_keras.core.attention import MultiHeadSelfAttention
-from vit_keras.core.heads import MAPHead
-from vit_keras.core.layers import (ClassToken, EncoderBlock, MLPBlock, PatchEmbedding,
-                                   PositionEmbedding, TokenPooling)
-from vit_keras.core.model import VisionTransformer, config_from_model
-from vit_keras.core.stems import ConvStem, ShiftedPatchEmbedding
-from vit_keras.checkpoints import resample_patch_embedding
-from vit_keras.intermediates import features, features_model
-from vit_keras.preprocessing import Preprocessing
-from vit_keras.lora import load_lora_weights, merge_lora, save_lora_weights
-from vit_keras.pretrained import decode_predictions
-from vit_keras.weight_decay import no_weight_decay
-from vit_keras.weights import load_weights
-# Every module that registers serializable layers, so `.keras` files of every model option load
-# after `import vit_keras` alone.
-from vit_keras.core import deit, masked_patch, posemb, resnet  # noqa: E402,F401
+import importlib
+import sys
+
+from vit_keras import _after_import
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "VARIANTS", "ViTConfig", "get_variant", "ClassToken", "EncoderBlock", "MLPBlock",
-    "MultiHeadSelfAttention", "MAPHead", "PatchEmbedding", "ConvStem", "ShiftedPatchEmbedding",
-    "PositionEmbedding", "TokenPooling",
-    "VisionTransformer", "config_from_model", "preprocess_input", "ViTTi16", "ViTS16", "ViTS32",
-    "ViTB8", "ViTB16", "ViTB32", "ViTL16", "ViTL32", "ViTH14",
-    "ViTRTi16", "ViTR26S32", "ViTR26B32", "ViTR50B16", "ViTR50L32", "HYBRID_VARIANTS",
-    "load_weights", "no_weight_decay", "decode_predictions", "create_model",
-    "resample_patch_embedding", "save_lora_weights", "load_lora_weights", "merge_lora",
-    "features", "features_model", "Preprocessing",
-]
+# Public name -> the module that defines it.
+_HOMES = {
+    "vit_keras.config": ("HYBRID_VARIANTS", "VARIANTS", "ViTConfig", "get_variant"),
+    "vit_keras.applications": (
+        "ViTB8", "ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTR26B32", "ViTR26S32",
+        "ViTR50B16", "ViTR50L32", "ViTRTi16", "ViTS16", "ViTS32", "ViTTi16", "create_model",
+        "preprocess_input"),
+    "vit_keras.core.attention": ("MultiHeadSelfAttention",),
+    "vit_keras.core.heads": ("MAPHead",),
+    "vit_keras.core.layers": ("ClassToken", "EncoderBlock", "MLPBlock", "PatchEmbedding",
+                              "PositionEmbedding", "TokenPooling"),
+    "vit_keras.core.model": ("VisionTransformer", "config_from_model"),
+    "vit_keras.core.stems": ("ConvStem", "ShiftedPatchEmbedding"),
+    "vit_keras.checkpoints": ("resample_patch_embedding",),
+    "vit_keras.intermediates": ("features", "features_model"),
+    "vit_keras.preprocessing": ("Preprocessing",),
+    "vit_keras.lora": ("load_lora_weights", "merge_lora", "save_lora_weights"),
+    "vit_keras.pretrained": ("decode_predictions",),
+    "vit_keras.weight_decay": ("no_weight_decay",),
+    "vit_keras.weights": ("load_weights",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = sorted(_HOME_OF)
+
+
+def __getattr__(name: str):
+    """A public name, imported from its module on first use; or a submodule."""
+    if name in _HOME_OF:
+        value = getattr(importlib.import_module(_HOME_OF[name]), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as error:
+        if error.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module 'vit_keras' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _register_layers_with_keras() -> None:
+    """Imports `vit_keras.serializable` now when Keras is loaded, else right after it is."""
+    if "keras" in sys.modules:
+        importlib.import_module("vit_keras.serializable")
+        return
+    _after_import.call_after("keras", lambda: importlib.import_module("vit_keras.serializable"))
+
+
+_register_layers_with_keras()

@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.model import VisionTransformer, keep_preprocessing, last_block_outputs
 from vit_keras.legacy import config_of
 
 
@@ -112,8 +113,6 @@ def features_model(model, blocks=None, grid: bool = True, norm: bool = False) ->
         patches, prefix = split(tokens, patch_grid) if patch_grid is not None else split(tokens)
         outputs[f"block_{index}"] = patches
         outputs[f"block_{index}_prefix"] = prefix
-    from vit_keras.export.graph import keep_preprocessing
-
     return keep_preprocessing(model, keras.Model(source.inputs[0], outputs,
                                                  name=f"{model.name}_features"))
 
@@ -154,8 +153,6 @@ def block_embedding_model(model, block: int) -> keras.Model:
     else:
         pooled = keras.layers.GlobalAveragePooling1D(name="patch_mean")(
             outputs[f"block_{index}"])
-    from vit_keras.export.graph import keep_preprocessing
-
     return keep_preprocessing(model, keras.Model(extractor.inputs[0], pooled,
                                                  name=f"{model.name}_block_{index}"))
 
@@ -194,8 +191,6 @@ def block_indices(blocks, num_layers: int) -> list[int]:
 def _full_token_model(model, config):
     """`model` itself when its last block outputs every token; otherwise (a class-token head
     skips the others in the last block) a headless twin holding a copy of its weights."""
-    from vit_keras.core.model import last_block_outputs
-
     if hasattr(model, "include_top"):  # a VisionTransformer says how its last block was built
         truncated = last_block_outputs(config, model.include_top, model.pooling) is not None
     else:
@@ -203,8 +198,6 @@ def _full_token_model(model, config):
         truncated = last.output.shape[1] not in (None, config.seq_len)
     if not truncated:
         return model
-    from vit_keras.core.model import VisionTransformer
-
     twin = VisionTransformer(config, include_top=False, name=model.name,
                              dtype=model.dtype_policy)
     for layer in twin.layers:

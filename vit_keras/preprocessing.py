@@ -20,6 +20,10 @@ import math
 import numbers
 
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+# Largest image decoded anywhere (width x height, PIL's bomb limit): training data, `vit
+# predict`, `vit serve` and a SavedModel's serve_bytes. A few-kB PNG can declare 20000x20000
+# pixels, which would take 1.2 GB to decode.
+MAX_IMAGE_PIXELS = 89_478_485
 CROP_MODES = ("squash", "center")
 
 
@@ -122,88 +126,6 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-
-
-def of_model(model) -> Preprocessing:
-    """The preprocessing a model's weights expect.
-
-    Args:
-        model: any Keras model.
-
-    Returns:
-        Its `ViTConfig`'s preprocessing (or that of the model an export view was made from),
-        else the official one (any other Keras model is assumed to take [-1, 1] inputs, as
-        every model here did).
-    """
-    from vit_keras.config import ViTConfig
-
-    config = getattr(model, "config", None)
-    if isinstance(config, ViTConfig):
-        return config.preprocessing
-    marked = getattr(model, "vit_preprocessing", None)
-    return marked if isinstance(marked, Preprocessing) else OFFICIAL
-
-
-def from_timm_config(pretrained_cfg: dict) -> Preprocessing:
-    """The preprocessing of a timm `pretrained_cfg` (its `config.json` on the Hub).
-
-    Args:
-        pretrained_cfg: with `mean`, `std` and optionally `interpolation` (default bicubic),
-            `crop_pct` (default 0.875, timm's) and `crop_mode` (default 'center').
-
-    Returns:
-        The `Preprocessing`.
-    """
-    interpolation = pretrained_cfg.get("interpolation") or "bicubic"
-    return Preprocessing(mean=pretrained_cfg.get("mean", IMAGENET_MEAN),
-                         std=pretrained_cfg.get("std", IMAGENET_STD),
-                         interpolation=interpolation if interpolation in INTERPOLATIONS
-                         else "bicubic",
-                         crop_fraction=pretrained_cfg.get("crop_pct") or 0.875,
-                         crop_mode="squash" if pretrained_cfg.get("crop_mode") == "squash"
-                         else "center")
-
-
-# PIL's resampling codes, as transformers' image processors store them.
-_PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
-
-
-def from_hf_processor(processor: dict) -> Preprocessing:
-    """The preprocessing of a Hugging Face image processor (`preprocessor_config.json`).
-
-    Args:
-        processor: with `image_mean`, `image_std`, `resample` (PIL's code: 2 bilinear,
-            3 bicubic), `size` ({'shortest_edge': s} or {'height', 'width'}) and optionally
-            `do_center_crop` with `crop_size`.
-
-    Returns:
-        The `Preprocessing`: a shorter-side resize and centre crop (crop fraction
-        crop / shortest edge), or a squash to (height, width).
-
-    Raises:
-        ValueError: a resampling filter or size this library does not run.
-    """
-    resample = processor.get("resample", 3)
-    if resample not in _PIL_RESAMPLE:
-        raise ValueError(f"image processor resample={resample!r}: expected one of "
-                         f"{sorted(_PIL_RESAMPLE)} (PIL nearest, bilinear, bicubic)")
-    size, crop = processor.get("size") or {}, processor.get("crop_size") or {}
-    if isinstance(size, int):  # older files: "size": 224 (the shorter side)
-        size = {"shortest_edge": size}
-    if isinstance(crop, int):
-        crop = {"height": crop, "width": crop}
-    common = dict(mean=processor.get("image_mean", OFFICIAL.mean),
-                  std=processor.get("image_std", OFFICIAL.std),
-                  interpolation=_PIL_RESAMPLE[resample])
-    if "shortest_edge" in size:
-        crop_side = crop.get("height", size["shortest_edge"]) if processor.get(
-            "do_center_crop", True) else size["shortest_edge"]
-        return Preprocessing(crop_fraction=min(crop_side / size["shortest_edge"], 1.0),
-                             crop_mode="center", **common)
-    if "height" in size and "width" in size:
-        return Preprocessing(crop_mode="squash", **common)
-    raise ValueError(f"image processor size={size!r}: expected {{'shortest_edge': N}} or "
-                     "{'height': H, 'width': W}")
 
 
 def resize_plan(height: int, width: int, target, preprocessing: Preprocessing):

@@ -2,22 +2,22 @@
 
 Keys are `SECTION.FIELD` (`optim.lr`, `augment.translate`, `model.drop_path_rate`); the flat keys
 of the presets before they had sections (`lr`, `translate`, `objective`) still work. Values are
-typed like the fields. Nothing here imports Keras: `ViTConfig`'s fields and docs are read from its
-source file when `vit train --help` lists them.
+typed like the fields. `vit train --help` lists every field with the first line of its docs,
+read from the sections' and `ViTConfig`'s dataclass fields and docstrings (no framework is
+imported for it).
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib.util
-import os
+import inspect
 import types
 import typing
 from typing import Any
 
 from training.presets import Preset, flat_keys
 from training.presets.sections import SECTIONS
+from vit_keras.config import ViTConfig
 
 MODEL_PREFIX = "model."
 
@@ -50,8 +50,6 @@ def apply_overrides(preset: Preset, assignments: list[str]) -> Preset:
 
 def field_types() -> dict[str, Any]:
     """`SECTION.FIELD` -> its annotated type, for every section and model field."""
-    from vit_keras.config import ViTConfig
-
     types_ = {MODEL_PREFIX + name: kind for name, kind in typing.get_type_hints(ViTConfig).items()}
     for name, section in SECTIONS.items():
         types_.update({f"{name}.{field}": kind
@@ -109,17 +107,8 @@ def _parse_one(text: str, kind: Any) -> Any:
 
 
 def model_fields() -> dict[str, str]:
-    """`ViTConfig`'s field names and one-line docs, read from `vit_keras/config.py` without
-    importing `vit_keras` (which imports Keras)."""
-    spec = importlib.util.find_spec("vit_keras")
-    path = os.path.join(spec.submodule_search_locations[0], "config.py")
-    with open(path) as file:
-        tree = ast.parse(file.read())
-    config = next(node for node in tree.body
-                  if isinstance(node, ast.ClassDef) and node.name == "ViTConfig")
-    names = [node.target.id for node in config.body if isinstance(node, ast.AnnAssign)]
-    docs = docstring_fields(ast.get_docstring(config, clean=False) or "")
-    return {name: docs.get(name, "") for name in names}
+    """`ViTConfig`'s field names and one-line docs."""
+    return section_fields(ViTConfig)
 
 
 def section_fields(section) -> dict[str, str]:
@@ -130,14 +119,14 @@ def section_fields(section) -> dict[str, str]:
 
 def docstring_fields(doc: str) -> dict[str, str]:
     """The one-line description of each field, read from the 'Attributes:' section of a class
-    docstring (entries 'name: text' or 'name1, name2: text')."""
-    doc = doc.split("Attributes:", 1)[-1]
+    docstring (entries 'name: text' or 'name1, name2: text', continued on deeper lines)."""
+    doc = inspect.cleandoc(doc).split("Attributes:", 1)[-1]
     entries, current = {}, None
     for line in doc.splitlines():
         stripped = line.strip()
         head, sep, text = stripped.partition(": ")
         names = [name.strip() for name in head.split(",")]
-        if sep and line.startswith(" " * 8) and not line.startswith(" " * 12) and all(
+        if sep and line.startswith(" " * 4) and not line.startswith(" " * 5) and all(
                 name.isidentifier() for name in names):
             current = names
             for name in names:

@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from vit.images import decode_checked
-from vit_keras.preprocessing import OFFICIAL, Preprocessing, of_model
+from vit_keras.core.model import preprocessing_of
+from vit_keras.preprocessing import OFFICIAL, Preprocessing
 from vit.inference.model_files import (ACTIVATIONS, activation_beside, labels_beside,
                                        load_model, preprocessing_beside)
 
@@ -221,7 +222,7 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None,
                       num_classes=int(model.output_shape[-1]), labels=labels,
                       run_outputs=outputs_from_logits(run_logits, activation), keras_model=model,
                       takes_any_size=graph.takes_any_size(model), activation=activation,
-                      preprocessing=of_model(model))
+                      preprocessing=preprocessing_of(model))
 
 
 def _keras(path: str, labels_path: str | None) -> Classifier:

@@ -88,13 +88,13 @@ def run(args: argparse.Namespace) -> int:
     import vit_keras
     from vit.images import decode_checked, read_file
     from vit_keras.core.model import input_image_size
-    from vit_keras.preprocessing import of_model
+    from vit_keras.core.model import preprocessing_of
 
     model = load_model(args.model, args.weights)
     embed = embedding_model(model, args.block)
     files = [read_file(path) for path in args.images]
     pixels = decode_checked(files, input_image_size(model), names=list(args.images),
-                            preprocessing=of_model(model))
+                            preprocessing=preprocessing_of(model))
     inputs = vit_keras.preprocess_input(pixels, model=model)
     vectors = np.asarray(embed.predict_on_batch(inputs), np.float32)
     for path, vector in zip(args.images, vectors):

@@ -92,10 +92,10 @@ def _logits_and_labels(model, source, batch_size: int, image_size):
 
     from vit.data import evaluation
     from vit.images import scale
-    from vit_keras.preprocessing import of_model
+    from vit_keras.core.model import preprocessing_of
 
     size = evaluation_size(model, image_size)
-    rule = of_model(model)
+    rule = preprocessing_of(model)
     logits, labels = [], []
     for images, batch_labels in evaluation.eval_images(source, size, rule).batch(batch_size):
         logits.append(np.asarray(model(scale(images, rule), training=False), np.float64))
@@ -174,10 +174,10 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
     from vit.data import evaluation, sources
     from vit.images import scale
     from vit_keras import analysis
-    from vit_keras.preprocessing import of_model
+    from vit_keras.core.model import preprocessing_of
 
     size = evaluation_size(model, image_size)
-    rule = of_model(model)
+    rule = preprocessing_of(model)
     train_source = sources.load_source(spec, "train", data_dir, val_split=0.0)
     train_images, train_labels = evaluation.take_raw_images(train_source, size, FEW_SHOT_POOL,
                                                             rule)

@@ -163,7 +163,7 @@ def _command_images(args, model, options: ExportOptions) -> export_data.ExportIm
     """The images of --data, else of the data the model was trained on (its config.json);
     none when neither is known and no format needs calibration."""
     from vit_keras.export import graph
-    from vit_keras.preprocessing import of_model
+    from vit_keras.core.model import preprocessing_of
 
     image_hw = graph.image_size(graph.at_image_size(model, options.image_size))
     trained_on = {} if args.data else run_config.training_data(args.model)
@@ -173,7 +173,7 @@ def _command_images(args, model, options: ExportOptions) -> export_data.ExportIm
             console.say(f"vit export: calibrating and evaluating on {data_spec!r}, the data the "
                         "model was trained on (from its config.json)")
         return export_data.load(data_spec, image_hw, args.calibration_images, args.eval_images,
-                                trained_on, of_model(model))
+                                trained_on, preprocessing_of(model))
     calibrated = ", ".join(name for name in options.formats if name in CALIBRATED_FORMATS)
     if calibrated:
         raise ValueError(f"{calibrated} needs --data to calibrate on (a few hundred training "

@@ -39,12 +39,12 @@ def header(eval_images, latency_runs: int, keras_scores: dict) -> dict:
 def model_contract(model, image_size, activation) -> dict:
     """export.json's account of what the runtimes must do around the files."""
     from vit_keras.export import graph
-    from vit_keras.preprocessing import of_model
+    from vit_keras.core.model import preprocessing_of
 
     # The exported graphs normalise inside; a runtime still resizes by the weights' rule.
     return {"serving_default_any_size": image_size is None and graph.takes_any_size(model),
             "activation": activation or "softmax",
-            "preprocessing": of_model(model).to_dict()}
+            "preprocessing": preprocessing_of(model).to_dict()}
 
 
 def label_scores(logits, labels) -> dict:

@@ -9,6 +9,7 @@ import keras
 from vit_keras.core import layers as vit_layers
 from vit_keras import legacy, lora, quantization
 from vit_keras.config import ViTConfig
+from vit_keras.preprocessing import OFFICIAL, Preprocessing
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.normalization import LayerNorm
 from vit_keras.core.patch_dropout import PatchDropout
@@ -327,3 +328,28 @@ def input_image_size(model: keras.Model) -> tuple[int, int]:
     except ValueError as error:
         raise ValueError(f"model {model.name!r} takes images of any size and is not a ViT of "
                          f"vit_keras: give the image size explicitly ({error})") from None
+
+
+def preprocessing_of(model) -> Preprocessing:
+    """The preprocessing a model's weights expect.
+
+    Args:
+        model: any Keras model.
+
+    Returns:
+        Its `ViTConfig`'s preprocessing (or that of the model an export view was made from),
+        else the official one (any other Keras model is assumed to take [-1, 1] inputs, as
+        every model here did).
+    """
+    config = getattr(model, "config", None)
+    if isinstance(config, ViTConfig):
+        return config.preprocessing
+    marked = getattr(model, "vit_preprocessing", None)
+    return marked if isinstance(marked, Preprocessing) else OFFICIAL
+
+
+def keep_preprocessing(model: keras.Model, derived: keras.Model) -> keras.Model:
+    """Marks `derived` (a view or copy of `model`) with `model`'s preprocessing, which a plain
+    functional model does not carry (`preprocessing_of` reads the mark)."""
+    derived.vit_preprocessing = preprocessing_of(model)
+    return derived

@@ -9,7 +9,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from vit_keras.core.applications import preprocess_input
+from vit_keras.applications import preprocess_input
+from vit_keras.core.model import input_image_size, keep_preprocessing, preprocessing_of
 
 
 def require_tensorflow(what: str) -> None:
@@ -56,15 +57,6 @@ def float32_model(model: keras.Model) -> keras.Model:
     clone = keras.models.clone_model(model, clone_function=clone_layer)
     clone.set_weights(model.get_weights())
     return keep_preprocessing(model, clone)
-
-
-def keep_preprocessing(model: keras.Model, derived: keras.Model) -> keras.Model:
-    """Marks `derived` (a view or copy of `model`) with `model`'s preprocessing, which a plain
-    functional model does not carry (`vit_keras.preprocessing.of_model` reads the mark)."""
-    from vit_keras import preprocessing as rules
-
-    derived.vit_preprocessing = rules.of_model(model)
-    return derived
 
 
 def _float32_config(value):
@@ -148,8 +140,6 @@ def at_image_size(model: keras.Model, size=None) -> keras.Model:
     Raises:
         ValueError: `size` differs from a fixed model's size.
     """
-    from vit_keras.core.model import input_image_size
-
     if not takes_any_size(model):
         if size is not None and tuple(size) != image_size(model):
             raise ValueError(f"the model takes {image_size(model)} images only, got image size "
@@ -179,11 +169,9 @@ def logits_function(logits_model: keras.Model, include_preprocessing: bool = Tru
         include_preprocessing: normalise 0..255 as the weights expect first (False: the model
             takes 0..255 itself).
         preprocessing: the weights' `Preprocessing`; default: the model's own (see
-            `vit_keras.preprocessing.of_model`), [-1, 1] for a model that carries none.
+            `vit_keras.core.model.preprocessing_of`), [-1, 1] for a model that carries none.
     """
-    from vit_keras import preprocessing as rules
-
-    rule = preprocessing or rules.of_model(logits_model)
+    rule = preprocessing or preprocessing_of(logits_model)
 
     def logits(images):
         if include_preprocessing:

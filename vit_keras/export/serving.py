@@ -7,13 +7,12 @@ import tensorflow as tf
 
 from vit_keras import atomic
 from vit_keras.export import graph
-from vit_keras.core.model import input_image_size
+from vit_keras import preprocessing as rules
+from vit_keras.core.model import input_image_size, preprocessing_of
 
 SERVING_DEFAULT = "serving_default"
 SERVE_BYTES = "serve_bytes"
-# Largest image serve_bytes decodes (width x height, PIL's bomb limit, as `vit train` data): a
-# few-kB PNG can declare 20000x20000 pixels, which would take 1.2 GB per request to decode.
-MAX_IMAGE_PIXELS = 89_478_485
+MAX_IMAGE_PIXELS = rules.MAX_IMAGE_PIXELS
 
 
 def declared_pixels(encoded: tf.Tensor) -> tf.Tensor:
@@ -56,9 +55,7 @@ class _ServingFunctions:
 
     def __init__(self, model: keras.Model, include_preprocessing: bool, image_size=None,
                  activation=None):
-        from vit_keras import preprocessing as rules
-
-        self.preprocessing = rules.of_model(model)
+        self.preprocessing = preprocessing_of(model)
         if image_size is not None or not graph.takes_any_size(model):
             model = graph.at_image_size(model, image_size)
         self.model = graph.float32_model(model)
@@ -105,8 +102,6 @@ class _ServingFunctions:
         with tf.control_dependencies([small_enough]):  # check before allocating
             image = tf.io.decode_image(encoded, channels=3, expand_animations=False,
                                        dtype=tf.uint8)
-        from vit_keras import preprocessing as rules
-
         return rules.resize_image(image, (self.height, self.width), self.preprocessing)
 
 

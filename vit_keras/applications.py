@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import keras
 
-from vit_keras.config import get_variant
-from vit_keras.core.model import VisionTransformer
+from vit_keras import families
+from vit_keras import preprocessing as rules
+from vit_keras.config import get_variant, variant_name
+from vit_keras.core.model import VisionTransformer, preprocessing_of
+from vit_keras.family_models import create_family_model
+from vit_keras.weights import assign_checkpoint, read_pretrained
 
 
 def preprocess_input(images, model=None, preprocessing=None):
@@ -23,10 +27,8 @@ def preprocess_input(images, model=None, preprocessing=None):
     Returns:
         float32 tensor of the same shape.
     """
-    from vit_keras import preprocessing as rules
-
     if model is not None and preprocessing is None:
-        preprocessing = rules.of_model(model)
+        preprocessing = preprocessing_of(model)
     return rules.normalize(images, preprocessing or rules.OFFICIAL)
 
 
@@ -42,8 +44,6 @@ def _application(variant: str, default_name: str):
             raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}")
         checkpoint, overrides = None, dict(config_overrides)
         if weights is not None:
-            from vit_keras.weights import read_pretrained  # only needed with weights
-
             checkpoint, path, trained = read_pretrained(
                 weights, variant, config_overrides, classes=classes, include_top=include_top)
             overrides = {**trained, **overrides}
@@ -55,8 +55,6 @@ def _application(variant: str, default_name: str):
         model = VisionTransformer(config, include_top=include_top, pooling=pooling,
                                   classifier_activation=classifier_activation, name=default_name)
         if checkpoint is not None:
-            from vit_keras.weights import assign_checkpoint
-
             assign_checkpoint(model, checkpoint, path, skip_head=True if not include_top else None)
         return model
 
@@ -119,12 +117,7 @@ def create_model(variant: str, **kwargs) -> keras.Model:
     Returns:
         The model.
     """
-    from vit_keras import families
-    from vit_keras.config import variant_name
-
     if families.is_family_name(variant):
-        from vit_keras.core.family_models import create_family_model
-
         return create_family_model(variant, **kwargs)
     key = variant_name(variant)
     return (APPLICATIONS.get(key) or _application(key, "vit"))(**kwargs)

@@ -8,8 +8,10 @@ import json
 import logging
 import os
 
-from vit_keras import families, preprocessing
+from vit_keras import families
+from vit_keras.checkpoints import processors
 from vit_keras.core.model import VisionTransformer
+from vit_keras.weights import assign_checkpoint, read_weights_file
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +50,6 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
     config = spec.config.replace(preprocessing=spec.tags[tag or next(iter(spec.tags))])
     checkpoint = path = None
     if reference is not None:
-        from vit_keras.weights import read_weights_file
-
         checkpoint, path = read_weights_file(reference, config.num_heads)
         checkpoint.posemb_method = "bicubic"  # timm's resize, as users of these files expect
         config = config.replace(preprocessing=_file_preprocessing(path) or config.preprocessing)
@@ -69,8 +69,6 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
                               classifier_activation=classifier_activation,
                               name=spec.name)
     if checkpoint is not None:
-        from vit_keras.weights import assign_checkpoint
-
         assign_checkpoint(model, checkpoint, path, skip_head=True if new_head else None)
     return model
 
@@ -113,11 +111,11 @@ def _file_preprocessing(path: str):
 
 
 def _hf_processor(data: dict):
-    return preprocessing.from_hf_processor(data) if "image_mean" in data else None
+    return processors.from_hf_processor(data) if "image_mean" in data else None
 
 
 def _timm_pretrained_cfg(data: dict):
     pretrained_cfg = data.get("pretrained_cfg")
     if not isinstance(pretrained_cfg, dict) or "mean" not in pretrained_cfg:
         return None
-    return preprocessing.from_timm_config(pretrained_cfg)
+    return processors.from_timm_config(pretrained_cfg)
