@@ -1,53 +1,110 @@
-"""The application's layers import one way: base <- inference <- training <- cli, with no
-import circle among the modules (imports inside functions included); `--help` imports no
-framework."""
+"""Imports flow one way through the whole project: the library `vit_keras`, then the app's base
+(`vit`), its inference commands, the training application (`training`) and the command line.
+
+`RANKS` gives every module group a rank; a module may import (anywhere in it, imports inside
+functions included) only modules of its own rank or lower, no two modules may import each
+other in a circle, and every module must be in the table. `docs/architecture.md` explains
+each rank. `--help` imports no framework.
+"""
 
 import ast
 import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "vit"
-LAYER_OF_PACKAGE = {"vit.inference": 1, "training": 2, "vit.cli": 3, "vit.__main__": 3}
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("vit_keras", "vit", "training")
+
+# Lowest first. A group is a module or a package (all its modules); the longest match wins.
+RANKS = (
+    # The library: what a model is, then how it computes, then how weights reach it.
+    ("vit_keras.preprocessing", "vit_keras.atomic", "vit_keras.timing", "vit_keras.names",
+     "vit_keras._after_import"),
+    ("vit_keras.config",),
+    ("vit_keras.keras_compat", "vit_keras.families", "vit_keras.legacy"),
+    ("vit_keras.quantization", "vit_keras.fast_paths"),
+    ("vit_keras.checkpoints",),
+    ("vit_keras.lora", "vit_keras.weight_decay", "vit_keras.pretrained"),
+    ("vit_keras.core",),
+    ("vit_keras.weights",),
+    ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates"),
+    ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
+    ("vit_keras.__init__",),
+    # The application: its base, the inference and deployment commands, training, the CLI.
+    ("vit.__init__", "vit.console", "vit.outputs", "vit.backend", "vit.hardware", "vit.images",
+     "vit.data"),
+    ("vit.inference",),
+    ("training.__init__", "training.presets"),
+    ("training",),
+    ("training.report", "training.setup"),
+    ("training.fitting",),
+    ("training.finish",),
+    ("training.run",),
+    ("training.train", "training.bench"),
+    ("vit.cli", "vit.__main__"),
+)
 
 
 def module_name(path: pathlib.Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    """'vit_keras.core.model' for vit_keras/core/model.py; packages keep '.__init__'."""
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
 
 
-def layer(name: str) -> int:
-    for package, rank in LAYER_OF_PACKAGE.items():
-        if name == package or name.startswith(package + "."):
-            return rank
-    return 0  # the base: console, outputs, backend, hardware, images, data
+def importable_name(name: str) -> str:
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
-def imported_modules(path: pathlib.Path, known: set[str]) -> set[str]:
-    """Every `vit` module that the file at `path` imports, anywhere in it."""
+def rank(name: str) -> int:
+    """The rank of module `name` (`module_name` form): that of its longest matching group."""
+    best, best_length = None, -1
+    for position, groups in enumerate(RANKS):
+        for group in groups:
+            matches = name == group or name.startswith(group + ".")
+            if matches and len(group) > best_length:
+                best, best_length = position, len(group)
+    if best is None:
+        raise AssertionError(f"{name} has no rank: add it (or its package) to RANKS in "
+                             "tests/test_structure.py and to docs/architecture.md")
+    return best
+
+
+def modules() -> dict[str, pathlib.Path]:
+    return {module_name(path): path for package in PACKAGES
+            for path in (REPO / package).rglob("*.py")}
+
+
+def imported_modules(path: pathlib.Path, by_import_name: dict[str, str]) -> set[str]:
+    """Every project module that the file at `path` imports, anywhere in it."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from package import module` needs the module; `from module import name`, the module.
-            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & known
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names}
+            submodules &= set(by_import_name)
             found.update(submodules or {node.module})
-    return {name for name in found if name in known}
+    return {by_import_name[name] for name in found if name in by_import_name}
 
 
 def import_graph() -> dict[str, set[str]]:
-    files = {module_name(path): path for path in ROOT.rglob("*.py")}
-    known = set(files)
-    return {name: imported_modules(path, known) - {name} for name, path in files.items()}
+    files = modules()
+    by_import_name = {importable_name(name): name for name in files}
+    return {name: imported_modules(path, by_import_name) - {name}
+            for name, path in files.items()}
 
 
-def test_layers_import_downwards_only():
-    upward = [f"{importer} imports {imported}"
+def test_every_module_has_a_rank():
+    for name in modules():
+        rank(name)  # raises, naming the module, when it has none
+
+
+def test_imports_flow_downwards_only():
+    upward = [f"{importer} (rank {rank(importer)}) imports {imported} (rank {rank(imported)})"
               for importer, imports in import_graph().items()
               for imported in imports
-              if layer(imported) > layer(importer)]
-    assert upward == []
+              if rank(imported) > rank(importer)]
+    assert not upward, "imports that go up:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_circle():
@@ -64,31 +121,85 @@ def test_no_import_circle():
                     stack.append((nxt, path + (nxt,)))
 
 
+def test_the_rank_check_catches_an_upward_import(tmp_path):
+    """The checker itself: a core module importing the weights stack is reported."""
+    assert rank("vit_keras.core.layers") < rank("vit_keras.weights")
+    assert rank("vit_keras.config") < rank("vit_keras.core.model") < rank("vit.inference.serve")
+    assert rank("vit.inference.export") < rank("training.run") < rank("vit.cli")
+    probe = tmp_path / "probe.py"
+    probe.write_text("def late():\n    from vit_keras import weights\n")
+    graph = imported_modules(probe, {"vit_keras.weights": "vit_keras.weights"})
+    assert graph == {"vit_keras.weights"}
+
+
 HEAVY_MODULES = ("keras", "tensorflow", "jax", "torch")
-HELP_PROBE = """
+IMPORT_PROBE = """
 import sys
+{STATEMENT}
+print(sorted(name for name in {HEAVY} if name in sys.modules))
+"""
+HELP_PROBE = """
 from vit import cli
 try:
     cli.main(sys.argv[1:] + ["--help"])
 except SystemExit:
     pass
-print(sorted(name for name in {HEAVY} if name in sys.modules))
 """
+
+
+def _heavy_modules_after(statement: str, tmp_path, *argv: str) -> tuple[list, str]:
+    """The frameworks loaded by running `statement` in a fresh process, and its stdout."""
+    import subprocess
+    import sys
+
+    from runs import vit_env
+
+    probe = IMPORT_PROBE.replace("{HEAVY}", repr(HEAVY_MODULES)).replace("{STATEMENT}",
+                                                                         statement)
+    done = subprocess.run([sys.executable, "-c", probe, *argv], env=vit_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1]), done.stdout
 
 
 @pytest.mark.parametrize("command", ["", "train", "evaluate", "predict", "serve", "export",
                                      "inspect", "bench", "weights", "embed"])
 def test_help_imports_neither_keras_nor_tensorflow(command, tmp_path):
     """`vit --help` and `vit CMD --help` answer at once: no framework is imported."""
-    import subprocess
-    import sys
+    loaded, stdout = _heavy_modules_after(HELP_PROBE, tmp_path, *([command] if command else []))
+    assert loaded == []
+    assert "usage: vit" in stdout
 
-    from runs import vit_env
 
-    probe = HELP_PROBE.replace("{HEAVY}", repr(HEAVY_MODULES))
-    done = subprocess.run([sys.executable, "-c", probe, *([command] if command else [])],
-                          env=vit_env(), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]"
-    assert "usage: vit" in done.stdout
+@pytest.mark.parametrize("module", ["vit_keras", "vit_keras.config", "vit_keras.preprocessing",
+                                    "training.presets"])
+def test_configs_import_without_a_framework(module, tmp_path):
+    """A config, a preset or the package itself is read without loading Keras."""
+    loaded, _ = _heavy_modules_after(f"import {module}", tmp_path)
+    assert loaded == []
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def code_lines(function: ast.FunctionDef) -> int:
+    """The lines of a function from its `def` to its end, its docstring apart."""
+    body = function.body
+    docstring = ast.get_docstring(function, clean=False) is not None
+    if docstring:
+        body = body[1:]
+        if not body:
+            return 1
+        return (body[-1].end_lineno - body[0].lineno + 1) + 1  # and the `def` line
+    return function.end_lineno - function.lineno + 1
+
+
+def test_functions_are_short():
+    """A function whose code (its docstring apart) runs over `MAX_FUNCTION_LINES` is split."""
+    long = [f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({code_lines(node)} lines)"
+            for path in modules().values()
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and code_lines(node) > MAX_FUNCTION_LINES]
+    assert not long, "functions to split:\n" + "\n".join(long)
+
