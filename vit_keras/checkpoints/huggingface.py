@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from vit_keras.checkpoints import keys
+from vit_keras.checkpoints import keys, torch_layout
 
 _LAYER = re.compile(r"^(?:encoder\.layer|layers)\.(\d+)\.(.+)\.(weight|bias)$")
 _LAYER_NORMS = {"layernorm_before": "LayerNorm_0", "layernorm_after": "LayerNorm_2"}
@@ -32,8 +32,8 @@ _LAYER_DENSES = {
     "mlp.fc1": f"{keys.MLP}/Dense_0",
     "mlp.fc2": f"{keys.MLP}/Dense_1",
 }
-_TOP_LEVEL_NORMS = {"layernorm": "Transformer/encoder_norm"}
-_TOP_LEVEL_DENSES = {"pooler.dense": "pre_logits", "classifier": "head"}
+_TOP_LEVEL_NORMS = {"layernorm": keys.ENCODER_NORM_PREFIX}
+_TOP_LEVEL_DENSES = {"pooler.dense": keys.PRE_LOGITS_PREFIX, "classifier": keys.HEAD_PREFIX}
 
 
 def looks_huggingface(tensors) -> bool:
@@ -43,21 +43,17 @@ def looks_huggingface(tensors) -> bool:
 
 
 def _dense(target: str, kind: str, value, heads: int):
-    """torch Linear (out, in) -> kernel (in, out); attention gets its head axes back."""
-    if kind == "bias":
-        if target.endswith(("/query", "/key", "/value")):
-            value = keys.split_heads(value, heads, axis=-1)
-        return {f"{target}/bias": value}
-    kernel = value.T
-    if target.endswith(("/query", "/key", "/value")):
-        kernel = keys.split_heads(kernel, heads, axis=-1)
-    elif target.endswith("/out"):
-        kernel = keys.split_heads(kernel, heads, axis=0)
-    return {f"{target}/kernel": kernel}
+    """A torch Linear under `target` (a canonical prefix ending in '/'); the attention's
+    projections get their head axes back."""
+    if target.endswith(("/query/", "/key/", "/value/")):
+        return torch_layout.attention_input(target, kind, value, heads)
+    if target.endswith("/out/"):
+        return torch_layout.attention_output(target, kind, value, heads)
+    return torch_layout.dense(target, kind, value)
 
 
 def _norm(target: str, kind: str, value):
-    return {f"{target}/{'scale' if kind == 'weight' else 'bias'}": value}
+    return {f"{target}{'scale' if kind == 'weight' else 'bias'}": value}
 
 
 def _convert(name: str, value, heads: int) -> dict:
@@ -66,22 +62,22 @@ def _convert(name: str, value, heads: int) -> dict:
         prefix = keys.block_prefix(int(layer.group(1)))
         part, kind = layer.group(2), layer.group(3)
         if part in _LAYER_NORMS:
-            return _norm(prefix + _LAYER_NORMS[part], kind, value)
+            return _norm(f"{prefix}{_LAYER_NORMS[part]}/", kind, value)
         if part in _LAYER_DENSES:
-            return _dense(prefix + _LAYER_DENSES[part], kind, value, heads)
+            return _dense(f"{prefix}{_LAYER_DENSES[part]}/", kind, value, heads)
         return {}
     if name == "embeddings.cls_token":
         return {keys.CLS: value}
     if name == "embeddings.position_embeddings":
         return {keys.POSEMB: value}
     if name == "embeddings.patch_embeddings.projection.weight" and value.ndim == 4:
-        return {"embedding/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
+        return {keys.EMBEDDING_KERNEL: torch_layout.conv_kernel(value)}
     if name == "embeddings.patch_embeddings.projection.bias":
         return {"embedding/bias": value}
     module, _, kind = name.rpartition(".")
     if module in _TOP_LEVEL_NORMS:
         return _norm(_TOP_LEVEL_NORMS[module], kind, value)
-    if module in _TOP_LEVEL_DENSES:
+    if module in _TOP_LEVEL_DENSES and kind in torch_layout.KERAS_PARAMETER:
         return _dense(_TOP_LEVEL_DENSES[module], kind, value, heads)
     return {}
 

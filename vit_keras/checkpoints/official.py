@@ -21,17 +21,19 @@ import re
 
 import numpy as np
 
+from vit_keras import names
 from vit_keras.checkpoints import io, keys
 
 PREFIXES = (("opt/target/", "official npz (opt/target/ prefix)"),
             # SigLIP's two-tower files: the image tower (the text tower is left out).
             ("params/img/", "big_vision two-tower npz (params/img/, the image tower)"),
             ("params/", "big_vision npz (params/ prefix)"))
-LINEN_NAMES = {"MultiHeadDotProductAttention_0": keys.ATTENTION, "LayerNorm_1": "LayerNorm_2",
+LINEN_NAMES = {"MultiHeadDotProductAttention_0": keys.ATTENTION, "LayerNorm_1": names.LAYER_NORM_2,
                "MlpBlock_0": keys.MLP}
 BIG_VISION_POSEMB = ("pos_embedding", "Transformer/pos_embedding")
-_BLOCK_PART = re.compile(r"^(Transformer/encoderblock_\d+/)([^/]+)(/.*)$")
-_SCANNED = "Transformer/encoderblock/"
+_BLOCK_PART = re.compile(
+    rf"^({re.escape(names.TRANSFORMER)}/{re.escape(names.BLOCK_PREFIX)}\d+/)([^/]+)(/.*)$")
+_SCANNED = names.encoder_scope("encoderblock")  # big_vision's scanned blocks, stacked
 
 
 def looks_official(tensors) -> bool:

@@ -1,7 +1,7 @@
 """timm `VisionTransformer` state dicts (`.safetensors`): `blocks.N.*` names, fused `qkv`.
 
-torch `Linear` weights are (out, in), so kernels are transposed; the fused `qkv` projection
-stacks query, key and value along its output axis, each ordered head by head. The same layout
+The torch layouts (transposed `Linear` kernels, the fused `qkv` projection stacking query, key
+and value along its output axis) are converted by `torch_layout`. The same layout
 holds timm's DeiT, DeiT-III, DINOv2 (with registers), SigLIP and CLIP image towers: layer
 scales (`ls1.gamma`), `norm_pre`, `fc_norm` and the attention-pooling head (`attn_pool.*`)
 map to the options of `ViTConfig`. A file of those families loaded by name (`vit_keras.families`)
@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from vit_keras.checkpoints import keys
+from vit_keras.checkpoints import keys, torch_layout
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 # Hybrid models (`vision_transformer_hybrid`): a ResNetV2 backbone inside the patch embedding.
@@ -27,8 +27,8 @@ _TOP_LEVEL = {
     "cls_token": keys.CLS,
     "pos_embed": keys.POSEMB,
     "patch_embed.proj.bias": "embedding/bias",
-    "norm.weight": "Transformer/encoder_norm/scale",
-    "norm.bias": "Transformer/encoder_norm/bias",
+    "norm.weight": keys.ENCODER_NORM_PREFIX + "scale",
+    "norm.bias": keys.ENCODER_NORM_PREFIX + "bias",
     "head.bias": "head/bias",
     "head_dist.bias": "head_dist/bias",
     "dist_token": keys.DIST,
@@ -37,8 +37,8 @@ _TOP_LEVEL = {
     "norm_pre.weight": keys.PRE_NORM_PREFIX + "scale",
     "norm_pre.bias": keys.PRE_NORM_PREFIX + "bias",
     # timm's fc_norm replaces the token norm (then Identity) after the pooling.
-    "fc_norm.weight": "Transformer/encoder_norm/scale",
-    "fc_norm.bias": "Transformer/encoder_norm/bias",
+    "fc_norm.weight": keys.ENCODER_NORM_PREFIX + "scale",
+    "fc_norm.bias": keys.ENCODER_NORM_PREFIX + "bias",
 }
 _BLOCK_SIMPLE = {
     "norm1.weight": "LayerNorm_0/scale", "norm1.bias": "LayerNorm_0/bias",
@@ -49,6 +49,7 @@ _BLOCK_SIMPLE = {
 }
 _BLOCK_LINEAR = {"mlp.fc1.weight": f"{keys.MLP}/Dense_0/kernel",
                  "mlp.fc2.weight": f"{keys.MLP}/Dense_1/kernel"}
+_QKV = ("query", "key", "value")  # timm's fused `qkv`, stacked in this order
 
 
 def looks_timm(tensors) -> bool:
@@ -68,7 +69,7 @@ def _backbone(name: str, value: np.ndarray) -> dict:
         prefix = f"block{int(unit.group(1)) + 1}/unit{int(unit.group(2)) + 1}/"
         module = _UNIT_PARTS[unit.group(3)]
     if module.startswith("conv") and kind == "weight" and value.ndim == 4:
-        return {f"{prefix}{module}/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
+        return {f"{prefix}{module}/kernel": torch_layout.conv_kernel(value)}
     if module.startswith("gn") and kind in ("weight", "bias"):
         return {f"{prefix}{module}/{'scale' if kind == 'weight' else 'bias'}": value}
     return {}
@@ -79,17 +80,11 @@ def _block(part: str, value: np.ndarray, heads: int) -> dict:
         return {_BLOCK_SIMPLE[part]: value}
     if part in _BLOCK_LINEAR:
         return {_BLOCK_LINEAR[part]: value.T}
-    if part in ("attn.qkv.weight", "attn.qkv.bias") and value.shape[0] % 3 == 0:
-        is_weight = part.endswith("weight")
-        result = {}
-        for name, chunk in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
-            if is_weight:  # (D_out, D_in) -> (D_in, heads, head_dim)
-                result[f"{keys.ATTENTION}/{name}/kernel"] = keys.split_heads(chunk.T, heads, -1)
-            else:
-                result[f"{keys.ATTENTION}/{name}/bias"] = keys.split_heads(chunk, heads, -1)
-        return result
-    if part == "attn.proj.weight":  # (D_out, D_in) -> (heads, head_dim, D_out)
-        return {f"{keys.ATTENTION}/out/kernel": keys.split_heads(value.T, heads, axis=0)}
+    if part in ("attn.qkv.weight", "attn.qkv.bias"):
+        kind = part.rpartition(".")[2]
+        return torch_layout.fused_attention_inputs(f"{keys.ATTENTION}/", _QKV, kind, value, heads)
+    if part == "attn.proj.weight":
+        return torch_layout.attention_output(f"{keys.ATTENTION}/out/", "weight", value, heads)
     return {}
 
 
@@ -110,16 +105,8 @@ def _attention_pool(part: str, value: np.ndarray, heads: int) -> dict:
                 for name, array in _block(f"attn.proj.{kind}", value, heads).items()}
     if layer not in ("q", "kv") or kind not in ("weight", "bias"):
         return {}
-    names = ("query",) if layer == "q" else ("key", "value")
-    if value.shape[0] % len(names):
-        return {}
-    result = {}
-    for name, chunk in zip(names, np.split(value, len(names), axis=0)):
-        if kind == "weight":  # (D_out, D_in) -> (D_in, heads, head_dim)
-            result[f"{attention}{name}/kernel"] = keys.split_heads(chunk.T, heads, -1)
-        else:
-            result[f"{attention}{name}/bias"] = keys.split_heads(chunk, heads, -1)
-    return result
+    parts = ("query",) if layer == "q" else ("key", "value")
+    return torch_layout.fused_attention_inputs(attention, parts, kind, value, heads)
 
 
 def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
@@ -145,7 +132,7 @@ def from_timm(tensors: dict, num_heads: int) -> keys.Checkpoint:
             # fc_norm stands for the final norm only where `norm` is timm's Identity.
             converted = {_TOP_LEVEL[name]: value}
         elif name == "patch_embed.proj.weight" and value.ndim == 4:
-            converted = {"embedding/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
+            converted = {keys.EMBEDDING_KERNEL: torch_layout.conv_kernel(value)}
         elif name in ("head.weight", "head_dist.weight", "pre_logits.fc.weight"):
             converted = {name.split(".")[0] + "/kernel": value.T}
         elif name.startswith(_BACKBONE):
