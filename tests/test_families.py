@@ -63,8 +63,7 @@ def our_model(case: dict, image_size=None):
     from vit_keras.weights import assign_checkpoint
 
     path = os.path.join(DATA, case["weights"])
-    checkpoint = read_checkpoint(path, config.num_heads)
-    checkpoint.posemb_method = "bicubic"
+    checkpoint = read_checkpoint(path, config.num_heads, posemb_method="bicubic")
     assign_checkpoint(model, checkpoint, path, skip_head=False if not headless else None)
     return model
 

@@ -50,8 +50,8 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
     config = spec.config.replace(preprocessing=spec.tags[tag or next(iter(spec.tags))])
     checkpoint = path = None
     if reference is not None:
-        checkpoint, path = read_weights_file(reference, config.num_heads)
-        checkpoint.posemb_method = "bicubic"  # timm's resize, as users of these files expect
+        # timm's resize, as users of these files expect.
+        checkpoint, path = read_weights_file(reference, config.num_heads, posemb_method="bicubic")
         config = config.replace(preprocessing=_file_preprocessing(path) or config.preprocessing)
     new_head = classes is not None
     if include_top is None:

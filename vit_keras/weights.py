@@ -17,7 +17,7 @@ from vit_keras.checkpoints.assign import assign
 from vit_keras.checkpoints.fit import fit_checkpoint
 from vit_keras.checkpoints.read import read_checkpoint
 from vit_keras.config import ViTConfig, get_variant, variant_of
-from vit_keras.legacy import config_of
+from vit_keras.core.model import config_from_model
 from vit_keras.pretrained import download, registry, sources, trained
 
 logger = logging.getLogger(__name__)
@@ -59,14 +59,16 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
     if skip_head not in (None, True, False):
         raise ValueError(f"skip_head must be None, True or False, got {skip_head!r}")
     keys.model_variables(model)  # a model of another kind fails here, before any download
-    config = config_of(model)
+    config = config_from_model(model)
     family_file = families.weights_file_reference(weights) if isinstance(weights, str) else None
-    checkpoint, path, _ = _read(family_file or weights,
-                                None if family_file else
-                                variant or _variant_of_model(config, weights), config.num_heads)
     if family_file:
-        checkpoint.posemb_method = "bicubic"  # timm's resize, as for create_model
+        # timm's resize, as for create_model.
+        checkpoint, path = read_weights_file(family_file, config.num_heads,
+                                             posemb_method="bicubic")
         _warn_on_other_preprocessing(config, weights)
+    else:
+        checkpoint, path, _ = _read(weights, variant or _variant_of_model(config, weights),
+                                    config.num_heads)
     assign_checkpoint(model, checkpoint, path, skip_head=skip_head, config=config)
 
 
@@ -76,12 +78,12 @@ def assign_checkpoint(model, checkpoint: keys.Checkpoint, path: str, *,
 
     Args:
         model: the target model.
-        checkpoint: from `read_checkpoint`; its tensors are modified (head dropped, posemb fit).
+        checkpoint: from `read_checkpoint` (unchanged: its tensors are fitted in a copy).
         path: where the checkpoint came from, for messages.
         skip_head: as in `load_weights`.
         config: the model's config, when the caller has it.
     """
-    config = config or config_of(model)
+    config = config or config_from_model(model)
     variables = keys.model_variables(model)
     tensors, targets, skipped, reason = fit_checkpoint(checkpoint, variables, config.grid_size,
                                                        skip_head)
@@ -133,14 +135,15 @@ def read_pretrained(weights: str, variant: str, config_overrides: dict, *,
     return checkpoint, path, fields
 
 
-def _read(weights: str, variant: str | None,
-          num_heads: int) -> tuple[keys.Checkpoint, str, registry.Release | None]:
+def _read(weights: str, variant: str | None, num_heads: int,
+          posemb_method: str = "official") -> tuple[keys.Checkpoint, str, registry.Release | None]:
     """`local_weights`, then the file read into canonical names.
 
     Args:
         weights: as `local_weights`.
         variant: as `local_weights`.
         num_heads: attention heads of the target model (to split fused torch weights).
+        posemb_method: as in `read_checkpoint`.
 
     Returns:
         (checkpoint, path, release or None).
@@ -151,7 +154,7 @@ def _read(weights: str, variant: str | None,
     """
     path, release = sources.local_weights(weights, variant)
     try:
-        return read_checkpoint(path, num_heads), path, release
+        return read_checkpoint(path, num_heads, posemb_method=posemb_method), path, release
     except ValueError as error:
         if os.path.abspath(path).startswith(download.cache_root() + os.sep):
             raise ValueError(f"{error}\n  {path} is in the weights cache: delete it to download "
@@ -171,17 +174,20 @@ def _warn_on_other_preprocessing(config: ViTConfig, weights: str) -> None:
                        config.preprocessing.describe(), spec.name)
 
 
-def read_weights_file(weights: str, num_heads: int) -> tuple[keys.Checkpoint, str]:
+def read_weights_file(weights: str, num_heads: int, *,
+                      posemb_method: str = "official") -> tuple[keys.Checkpoint, str]:
     """An `https://` URL, `hf://` reference or path, fetched and read into canonical names.
 
     Args:
         weights: where the file is (no weight name: those are official releases).
         num_heads: attention heads of the target model.
+        posemb_method: how its position embedding is resized to another grid: 'official' or
+            'bicubic' (timm's, which users of timm's family files expect).
 
     Returns:
         (checkpoint, local path).
     """
-    checkpoint, path, _ = _read(weights, None, num_heads)
+    checkpoint, path, _ = _read(weights, None, num_heads, posemb_method)
     return checkpoint, path
 
 

@@ -18,7 +18,7 @@ def fit_checkpoint(checkpoint: keys.Checkpoint, targets: dict, grid, skip_head=N
     """The checkpoint's tensors fitted to the model's variables.
 
     Args:
-        checkpoint: from `read_checkpoint`; its tensors are replaced by the fitted ones.
+        checkpoint: from `read_checkpoint` (left as it is: the fitted tensors are a new dict).
         targets: canonical name -> the model's variable (`keys.model_variables`).
         grid: the model's patch grid (rows, cols).
         skip_head: None, True or False (see `vit_keras.load_weights`).
@@ -26,13 +26,13 @@ def fit_checkpoint(checkpoint: keys.Checkpoint, targets: dict, grid, skip_head=N
     Returns:
         (fitted tensors, the targets they are for, the names left out, why or None).
     """
-    _fit_projection(checkpoint.tensors, targets)
-    skipped, reason = _head_names_to_skip(checkpoint.tensors, targets, skip_head)
-    tensors = {name: value for name, value in checkpoint.tensors.items() if name not in skipped}
+    tensors = dict(checkpoint.tensors)
+    _fit_projection(tensors, targets)
+    skipped, reason = _head_names_to_skip(tensors, targets, skip_head)
+    tensors = {name: value for name, value in tensors.items() if name not in skipped}
     targets = {name: value for name, value in targets.items() if name not in skipped}
-    checkpoint.tensors = tensors
     _fit_patch_embedding(tensors, targets)
-    _fit_position_embedding(checkpoint, targets, grid)
+    _fit_position_embedding(checkpoint, tensors, targets, grid)
     _fit_2d_position_embedding(tensors, targets)
     return tensors, targets, skipped, reason
 
@@ -109,9 +109,9 @@ def _with_cls_row(posemb: np.ndarray, has_cls: bool, flag, num_patches: int,
     return np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
 
 
-def _fit_position_embedding(checkpoint, targets, grid):
-    """Puts the checkpoint posemb into the model's form, resizing it to the model's `grid`."""
-    tensors = checkpoint.tensors
+def _fit_position_embedding(checkpoint, tensors, targets, grid):
+    """Puts the posemb of `tensors` (the checkpoint's, being fitted) into the model's form,
+    resizing it to the model's `grid` by the checkpoint's `posemb_method`."""
     if keys.POSEMB not in tensors or keys.POSEMB not in targets:
         return
     has_cls = keys.CLS in targets and keys.CLS in tensors

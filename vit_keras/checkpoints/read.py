@@ -6,20 +6,30 @@ One module per foreign layout converts names and shapes (`official`, `timm`, `hu
 
 from __future__ import annotations
 
+import dataclasses
+
 from vit_keras.checkpoints import huggingface, io, keys, official, timm, transformers_towers
 
 
-def read_checkpoint(path: str, num_heads: int) -> keys.Checkpoint:
+def read_checkpoint(path: str, num_heads: int, *,
+                    posemb_method: str = "official") -> keys.Checkpoint:
     """Reads a weight file and converts it to canonical names, detecting its layout.
 
     Args:
         path: an `.npz` or `.safetensors` file (local or `gs://`), or a `.keras` ViT model
             (e.g. the `model.keras` of an earlier `vit train`).
         num_heads: attention heads of the target model (needed to split fused torch weights).
+        posemb_method: how its position embedding is resized to another grid: 'official'
+            or 'bicubic' (timm's, for the files of timm's families).
 
     Returns:
         The `Checkpoint`.
     """
+    return dataclasses.replace(_read_layout(path, num_heads), posemb_method=posemb_method)
+
+
+def _read_layout(path: str, num_heads: int) -> keys.Checkpoint:
+    """The file at `path` under canonical names, by the reader of its layout."""
     if path.lower().endswith(".keras"):
         return official.from_official(_keras_model_tensors(path))
     file_format, tensors = io.read_tensors(path)

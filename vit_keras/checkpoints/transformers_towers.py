@@ -18,6 +18,7 @@ A two-tower file's text tower and logit scale are not image weights and are left
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -163,7 +164,7 @@ def from_transformers_tower(tensors: dict, num_heads: int) -> keys.Checkpoint:
     family = family_of(tensors)
     renamed = _dinov2_to_timm(tensors) if family == "dinov2" else _tower_to_timm(tensors)
     checkpoint = timm.from_timm(renamed, num_heads)
-    checkpoint.layout = f"Hugging Face transformers {family} safetensors"
-    if family == "dinov2":
-        checkpoint.posemb_has_cls_row = True  # the table always has the class-token row
-    return checkpoint
+    # DINOv2's table always has the class-token row.
+    has_cls_row = True if family == "dinov2" else checkpoint.posemb_has_cls_row
+    return dataclasses.replace(checkpoint, layout=f"Hugging Face transformers {family} "
+                               "safetensors", posemb_has_cls_row=has_cls_row)
