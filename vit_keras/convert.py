@@ -87,7 +87,7 @@ def convert_keras_file(source: str, destination: str) -> None:
     import keras
 
     from vit_keras import atomic
-    from vit_keras.legacy import config_from_layers
+    from vit_keras.core.layer_config import config_from_layers
     from vit_keras.core.model import VisionTransformer
 
     with zipfile.ZipFile(source) as archive:

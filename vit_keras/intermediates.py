@@ -11,9 +11,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from vit_keras import names
 from vit_keras.core.initializers import PACKAGE
-from vit_keras.core.model import VisionTransformer, keep_preprocessing, last_block_outputs
-from vit_keras.legacy import config_of
+from vit_keras.core.model import (VisionTransformer, config_from_model, keep_preprocessing,
+                                  last_block_outputs)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -95,16 +96,16 @@ def features_model(model, blocks=None, grid: bool = True, norm: bool = False) ->
     Raises:
         ValueError: a block index out of range, or a model without the ViT's layers.
     """
-    config = config_of(model)
+    config = config_from_model(model)
     indices = block_indices(blocks, config.num_layers)
     source = _full_token_model(model, config)
-    patch_grid = source.get_layer("embedding").output if config.dynamic_image_size else None
+    patch_grid = source.get_layer(names.EMBEDDING).output if config.dynamic_image_size else None
     # With a pooled norm (timm's fc_norm) the tokens have no final norm: norm=True is a no-op,
     # as timm's (its `norm` is then the identity).
-    final_norm = None if config.pooled_norm else source.get_layer("encoder_norm")
+    final_norm = None if config.pooled_norm else source.get_layer(names.ENCODER_NORM)
     outputs = {}
     for index in indices:
-        tokens = source.get_layer(f"encoderblock_{index}").output
+        tokens = source.get_layer(names.block(index)).output
         if norm and final_norm is not None:
             tokens = final_norm(tokens)
         split = SplitTokens(config.num_prefix_tokens, config.num_register_tokens, grid,
@@ -144,7 +145,7 @@ def block_embedding_model(model, block: int) -> keras.Model:
     Returns:
         The model (sharing `model`'s weights, as `features_model`).
     """
-    config = config_of(model)
+    config = config_from_model(model)
     (index,) = block_indices([block], config.num_layers)
     extractor = features_model(model, [index], grid=False, norm=True)
     outputs = extractor.output
@@ -194,7 +195,7 @@ def _full_token_model(model, config):
     if hasattr(model, "include_top"):  # a VisionTransformer says how its last block was built
         truncated = last_block_outputs(config, model.include_top, model.pooling) is not None
     else:
-        last = model.get_layer(f"encoderblock_{config.num_layers - 1}")
+        last = model.get_layer(names.block(config.num_layers - 1))
         truncated = last.output.shape[1] not in (None, config.seq_len)
     if not truncated:
         return model

@@ -7,10 +7,11 @@ import functools
 import keras
 
 from vit_keras.core import layers as vit_layers
-from vit_keras import legacy, lora, quantization
+from vit_keras import lora, names, quantization
 from vit_keras.config import ViTConfig
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.layer_config import config_from_layers
 from vit_keras.core.normalization import LayerNorm
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
@@ -34,11 +35,11 @@ def patch_tokens(config: ViTConfig, images, dtype=None):
     if config.resnet_layers is not None:
         from vit_keras.core.resnet import ResNetStem
 
-        features = ResNetStem(config.resnet_layers, config.resnet_width, name="resnet",
+        features = ResNetStem(config.resnet_layers, config.resnet_width, name=names.RESNET,
                               dtype=dtype)(images)
     return _stem_class(config.stem)(
         config.hidden_size, config.patch_size, flatten=not config.dynamic_image_size,
-        pad=config.dynamic_image_pad, name="embedding", dtype=dtype)(features)
+        pad=config.dynamic_image_pad, name=names.EMBEDDING, dtype=dtype)(features)
 
 
 def _stem_class(stem: str):
@@ -66,19 +67,19 @@ def _add_positions(config: ViTConfig, patches, dtype=None):
 
         kind = (posemb.SinCosPositionEmbedding if config.posemb == "sincos2d"
                 else posemb.Learned2DPositionEmbedding)
-        tokens = _call_with_grid(kind(config.grid_size, name="posembed_input", dtype=dtype),
+        tokens = _call_with_grid(kind(config.grid_size, name=names.POSEMB, dtype=dtype),
                                  tokens, grid)
     if config.classifier == "token":
-        tokens = vit_layers.ClassToken(name="cls", dtype=dtype)(tokens)
+        tokens = vit_layers.ClassToken(name=names.CLS, dtype=dtype)(tokens)
     if config.distilled:
         from vit_keras.core.deit import DistillationToken
 
-        tokens = DistillationToken(name="dist", dtype=dtype)(tokens)
+        tokens = DistillationToken(name=names.DIST, dtype=dtype)(tokens)
     if config.posemb == "learn":
         stored = (dict(grid_size=config.grid_size, num_prefix_tokens=config.num_prefix_tokens)
                   if grid is not None else {})
         tokens = _call_with_grid(
-            vit_layers.PositionEmbedding(name="posembed_input", dtype=dtype, **stored), tokens,
+            vit_layers.PositionEmbedding(name=names.POSEMB, dtype=dtype, **stored), tokens,
             grid)
     return tokens
 
@@ -110,16 +111,16 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, d
         tokens = PatchDropout(config.patch_drop_rate, config.num_prefix_tokens,
                               name="patch_dropout", dtype=dtype)(tokens)
     if config.num_register_tokens:
-        tokens = vit_layers.RegisterTokens(config.num_register_tokens, name="registers",
+        tokens = vit_layers.RegisterTokens(config.num_register_tokens, name=names.REGISTERS,
                                            dtype=dtype)(tokens)
     if config.pre_norm:
-        tokens = _final_norm(config, "pre_norm", dtype)(tokens)
+        tokens = _final_norm(config, names.PRE_NORM, dtype)(tokens)
     for index in range(config.num_layers):
         last = index == config.num_layers - 1
         block = _encoder_block(config, index, dtype)
         tokens = block(tokens, output_tokens=output_tokens) if last and output_tokens else \
             block(tokens)
-    return tokens if config.pooled_norm else _final_norm(config, "encoder_norm", dtype)(tokens)
+    return tokens if config.pooled_norm else _final_norm(config, names.ENCODER_NORM, dtype)(tokens)
 
 
 def _final_norm(config: ViTConfig, name: str, dtype=None):
@@ -140,7 +141,7 @@ def _encoder_block(config: ViTConfig, index: int, dtype=None):
         gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
         layer_scale_init=config.layer_scale_init, locality=config.locality_attention,
         activation=config.activation, layer_norm_epsilon=config.layer_norm_epsilon,
-        name=f"encoderblock_{index}", dtype=dtype)
+        name=names.block(index), dtype=dtype)
 
 
 def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtype=None):
@@ -160,15 +161,16 @@ def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtyp
 def _pool(config: ViTConfig, tokens, mode: str, dtype=None):
     """Token sequence -> one vector per image, through the pooled norm, pre_logits and the
     projection when configured."""
-    pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, "pool", dtype=dtype)(tokens)
+    pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, names.POOL,
+                            dtype=dtype)(tokens)
     if config.pooled_norm:
-        pooled = _final_norm(config, "encoder_norm", dtype)(pooled)
+        pooled = _final_norm(config, names.ENCODER_NORM, dtype)(pooled)
     if config.representation_size is not None:
         pooled = keras.layers.Dense(config.representation_size, activation="tanh",
-                                    name="pre_logits", dtype=dtype)(pooled)
+                                    name=names.PRE_LOGITS, dtype=dtype)(pooled)
     if config.projection_size is not None:
-        pooled = keras.layers.Dense(config.projection_size, use_bias=False, name="projection",
-                                    dtype=dtype)(pooled)
+        pooled = keras.layers.Dense(config.projection_size, use_bias=False,
+                                    name=names.PROJECTION, dtype=dtype)(pooled)
     return pooled
 
 
@@ -271,12 +273,13 @@ def _build_graph(config: ViTConfig, include_top, pooling, classifier_activation,
         return images, tokens if pooling is None else _pool(config, tokens, pooling, dtype)
     features = _pool(config, tokens, config.classifier, dtype)
     # The head runs in float32 so mixed-precision models still return float32 logits.
-    outputs = _head(config, "head", dtype)(features)
+    outputs = _head(config, names.HEAD, dtype)(features)
     if config.distilled:
         # DeiT: the distillation token has its own head; inference averages the two.
-        distilled = _pooling_layer(config, "token", "pool_dist", index=1, dtype=dtype)(tokens)
+        distilled = _pooling_layer(config, "token", names.POOL_DIST, index=1,
+                                   dtype=dtype)(tokens)
         outputs = keras.layers.Average(name="head_average", dtype="float32")(
-            [outputs, _head(config, "head_dist", dtype)(distilled)])
+            [outputs, _head(config, names.HEAD_DIST, dtype)(distilled)])
     if classifier_activation is not None:
         outputs = keras.layers.Activation(classifier_activation, dtype="float32",
                                           name="predictions")(outputs)
@@ -291,11 +294,12 @@ def _head(config: ViTConfig, name: str, dtype=None):
 
 
 def config_from_model(model: keras.Model) -> ViTConfig:
-    """The `ViTConfig` of a model: `model.config` for a `VisionTransformer`.
+    """The `ViTConfig` of a model: `model.config` for a `VisionTransformer`; the one place
+    every reader of a model's config goes through.
 
     A model that does not carry its config (a functional model using the ViT layers, such as a
     `.keras` file of an earlier release or a re-wired view) has it read off its layers' names
-    and shapes.
+    and shapes (`config_from_layers`).
 
     Args:
         model: a `VisionTransformer`, or a functional model with its layers.
@@ -303,8 +307,12 @@ def config_from_model(model: keras.Model) -> ViTConfig:
     Returns:
         Its config; read off the layers, `num_classes` comes from the head (1 when the model
         has none) and `head_bias_init` is left at its default.
+
+    Raises:
+        ValueError: a model without `config` and without the ViT's layers.
     """
-    return legacy.config_of(model)
+    config = getattr(model, "config", None)
+    return config if isinstance(config, ViTConfig) else config_from_layers(model)
 
 
 def input_image_size(model: keras.Model) -> tuple[int, int]:
