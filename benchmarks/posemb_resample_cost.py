@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 
+from vit_keras import names
 from vit_keras.timing import median_seconds
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,7 +58,7 @@ def measure(variant: str, batch: int, steps: int) -> dict:
         for name, model, images in cases:
             rounds[name].append(median_seconds(lambda: model.predict_on_batch(images), steps))
     seconds = {name: sorted(times)[len(times) // 2] for name, times in rounds.items()}
-    posemb = dynamic.get_layer("posembed_input")
+    posemb = dynamic.get_layer(names.POSEMB)
     grid = np.zeros((1, 24, 24, 1), "float32")
     seconds["resample_only"] = median_seconds(
         lambda: np.asarray(posemb.table(grid)), steps)

@@ -8,11 +8,11 @@ import keras
 from keras import ops
 
 from training.presets.sections import DECAYS
-from vit_keras import keras_compat, no_weight_decay
+from vit_keras import keras_compat, names, no_weight_decay
 
-# Top-level layers before the first encoder block (layer 0 of layer-wise decay).
-EMBEDDING_LAYERS = ("embedding", "resnet", "cls", "dist", "registers", "posembed_input",
-                    "mpp_corruption")
+# Top-level layers before the first encoder block (layer 0 of layer-wise decay), and masked
+# patch prediction's corruption layer.
+EMBEDDING_LAYERS = (*names.EMBEDDING_LAYERS, "mpp_corruption")
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
@@ -157,9 +157,8 @@ def layer_decay_multipliers(model: keras.Model, num_layers: int,
         owner = path.split("/")[0]
         if owner in EMBEDDING_LAYERS:
             return 0
-        if owner.startswith("encoderblock_"):
-            return int(owner[len("encoderblock_"):]) + 1
-        return num_layers + 1
+        block = names.block_index(owner)
+        return num_layers + 1 if block is None else block + 1
 
     return {variable.path: decay ** (num_layers + 1 - layer_id(variable.path))
             for variable in model.trainable_variables}

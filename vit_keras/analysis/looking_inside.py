@@ -12,6 +12,7 @@ import keras
 import numpy as np
 from PIL import Image
 
+from vit_keras import names
 from vit_keras.core.model import config_from_model, input_image_size
 
 HEAD_FUSIONS = ("mean", "max", "min")
@@ -37,9 +38,9 @@ class AttentionProbe(keras.Model):
         # The model's own layers from the image to the first block's input: patch embedding
         # (through the ResNet of hybrids), class/distillation tokens, position embedding of
         # any kind and registers, exactly as the model composes them.
-        self.tokens = keras.Model(model.inputs[0], model.get_layer("encoderblock_0").input,
+        self.tokens = keras.Model(model.inputs[0], model.get_layer(names.block(0)).input,
                                   name="tokens")
-        self.blocks = [model.get_layer(f"encoderblock_{i}") for i in range(config.num_layers)]
+        self.blocks = [model.get_layer(names.block(i)) for i in range(config.num_layers)]
 
     def call(self, images):
         """Images [batch, h, w, c] -> attention [layers, batch, heads, tokens, tokens], float32."""
@@ -286,7 +287,7 @@ def position_embedding_similarity(model: keras.Model) -> np.ndarray:
     """
     config = config_from_model(model)
     embedding = keras.ops.convert_to_numpy(
-        model.get_layer("posembed_input").pos_embedding).astype(np.float64)[0]
+        model.get_layer(names.POSEMB).pos_embedding).astype(np.float64)[0]
     embedding = embedding[config.seq_len - config.num_patches:]
     unit = embedding / np.maximum(np.linalg.norm(embedding, axis=-1, keepdims=True), 1e-12)
     rows, cols = config.grid_size
@@ -350,7 +351,7 @@ def patch_filter_kernel(model: keras.Model) -> np.ndarray:
         raise ValueError("a convolutional stem has no linear patch filters (its 3x3 "
                          "convolutions see across patches); patch filters need stem "
                          "'patchify' or 'shifted_patches'")
-    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").projection.kernel)
+    kernel = keras.ops.convert_to_numpy(model.get_layer(names.EMBEDDING).projection.kernel)
     if config.stem == "shifted_patches":
         patch = config.patch_size
         kernel = kernel.reshape(patch, patch, 5, config.channels, -1)[:, :, 0]
@@ -363,8 +364,8 @@ def patch_filter_kernel(model: keras.Model) -> np.ndarray:
 
 def feature_extractor(model: keras.Model) -> keras.Model:
     """A model sharing `model`'s layers that returns the pre-logit features (the head's input)."""
-    if "head" in {layer.name for layer in model.layers}:
-        return keras.Model(model.inputs[0], model.get_layer("head").input,
+    if names.HEAD in {layer.name for layer in model.layers}:
+        return keras.Model(model.inputs[0], model.get_layer(names.HEAD).input,
                            name=f"{model.name}_features")
     if len(model.outputs[0].shape) == 2:
         return model
