@@ -41,7 +41,7 @@ RANKS = (
     ("training.finish",),
     ("training.run",),
     ("training.train", "training.bench"),
-    ("vit.cli", "vit.__main__"),
+    ("vit.commands", "vit.cli", "vit.__main__"),
 )
 
 
