@@ -203,3 +203,26 @@ def test_functions_are_short():
             and code_lines(node) > MAX_FUNCTION_LINES]
     assert not long, "functions to split:\n" + "\n".join(long)
 
+
+
+@pytest.mark.parametrize("imports", ["import vit_keras; import keras",
+                                     "import keras; import vit_keras",
+                                     "import vit_keras.config; import tensorflow; import keras"])
+def test_keras_files_load_after_import_vit_keras_alone(imports, tmp_path):
+    """The lazy package still registers its layers, whichever is imported first (TensorFlow
+    asks whether Keras is installed before importing it)."""
+    import subprocess
+    import sys
+
+    import vit_keras
+    from runs import vit_env
+
+    config = vit_keras.ViTConfig(image_size=8, patch_size=4, hidden_size=8, mlp_dim=16,
+                                 num_heads=2, num_layers=1, num_classes=3)
+    vit_keras.VisionTransformer(config).save(tmp_path / "tiny.keras")
+    probe = f"{imports}\nkeras.saving.load_model({str(tmp_path / 'tiny.keras')!r}, " \
+            "safe_mode=True)\nprint('loaded')"
+    done = subprocess.run([sys.executable, "-c", probe], env=vit_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("loaded")

@@ -14,23 +14,30 @@ from typing import Callable
 
 class _CallAfter(importlib.abc.MetaPathFinder):
     """Finds `module_name` through the other finders, then wraps its loader so that `then`
-    runs once the module has executed; removes itself after the first use."""
+    runs once the module has executed; removes itself then."""
 
     def __init__(self, module_name: str, then: Callable[[], object]):
         self.module_name, self.then = module_name, then
 
     def find_spec(self, fullname, path=None, target=None):
+        # Stays in place until the module executes: a bare `importlib.util.find_spec` (e.g.
+        # TensorFlow asking whether Keras is installed) finds it without importing it.
         if fullname != self.module_name:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        sys.meta_path.remove(self)  # the other finders locate the module
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
-        execute, then = spec.loader.exec_module, self.then
+        execute = spec.loader.exec_module
 
         def execute_then(module):
             execute(module)
-            then()
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+                self.then()
 
         spec.loader.exec_module = execute_then
         return spec
