@@ -19,12 +19,19 @@ import os
 from typing import Callable
 
 import numpy as np
+import tensorflow as tf
 
+import vit_keras
 from vit.images import decode_checked
-from vit_keras.core.model import preprocessing_of
-from vit_keras.preprocessing import OFFICIAL, Preprocessing
 from vit.inference.model_files import (ACTIVATIONS, activation_beside, labels_beside,
                                        load_model, preprocessing_beside)
+from vit.outputs import read_labels
+from vit_keras import analysis, families, pretrained, preprocess_input
+from vit_keras.core.model import config_from_model, input_image_size, preprocessing_of
+from vit_keras.export import ONNXModel, TFLiteModel, graph
+from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT
+from vit_keras.preprocessing import OFFICIAL, Preprocessing
+from vit_keras.pretrained import labels as released_labels
 
 IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (multi-label)
 FORMATS = ("keras", "saved_model", "tflite", "onnx", "pretrained")
@@ -97,8 +104,6 @@ class Classifier:
     @functools.cached_property
     def _patch_rule(self) -> tuple[int, bool]:
         """(pixels per patch side, whether other sizes are padded) of the Keras model."""
-        from vit_keras.core.model import config_from_model
-
         config = config_from_model(self.keras_model)
         return config.patch_step, config.dynamic_image_pad
 
@@ -125,8 +130,6 @@ class Classifier:
         if self.keras_model is None:
             raise ValueError(f"attention rollout needs a .keras model; this is a {self.format} "
                              "file")
-        from vit_keras import analysis, preprocess_input
-
         maps = analysis.attention_rollout(self.keras_model,
                                           preprocess_input(images, model=self.keras_model))
         peaks = maps.reshape(len(maps), -1).max(axis=1).reshape(-1, 1, 1)
@@ -211,10 +214,6 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None,
     Returns:
         The `Classifier`, with attention rollout.
     """
-    from vit_keras import preprocess_input
-    from vit_keras.export import graph
-    from vit_keras.core.model import input_image_size
-
     def run_logits(images):  # the compiled predict function (tf.function / jax.jit)
         return np.asarray(model.predict_on_batch(preprocess_input(images, model=model)))
 
@@ -231,8 +230,6 @@ def _keras(path: str, labels_path: str | None) -> Classifier:
 
 
 def _pretrained(architecture: str, weights: str, labels_path: str | None) -> Classifier:
-    import vit_keras
-
     refuse_untrained_head(weights, architecture)
     model = vit_keras.create_model(architecture, weights=weights)
     labels = _imagenet_labels(int(model.output_shape[-1]), labels_path)
@@ -240,8 +237,6 @@ def _pretrained(architecture: str, weights: str, labels_path: str | None) -> Cla
 
 
 def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
-    from vit_keras.export import ONNXModel, TFLiteModel
-
     runner = (ONNXModel if path.lower().endswith(".onnx") else TFLiteModel)(path, num_threads=2)
     activation = activation_beside(path)
     return Classifier(path=path, format=path.rsplit(".", 1)[1].lower(),
@@ -253,10 +248,6 @@ def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
 
 
 def _saved_model(path: str, labels_path: str | None) -> Classifier:
-    import tensorflow as tf
-
-    from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT
-
     loaded = tf.saved_model.load(path)
     missing = {SERVING_DEFAULT, SERVE_BYTES} - set(loaded.signatures)
     if missing:
@@ -283,8 +274,6 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
 def refuse_untrained_head(weights: str, architecture: str) -> None:
     """Predictions of a release whose head was zeroed for release would be meaningless, and a
     family model without a head (DINOv2, SigLIP, CLIP) gives embeddings, not classes."""
-    from vit_keras import families, pretrained
-
     if families.is_family_name(architecture):
         spec, _ = families.split_name(architecture)
         if not spec.has_head:
@@ -304,11 +293,8 @@ def refuse_untrained_head(weights: str, architecture: str) -> None:
 
 
 def _imagenet_labels(num_classes: int, labels_path: str | None) -> list[str] | None:
-    from vit.outputs import read_labels
-    from vit_keras.pretrained import labels
-
     if labels_path:
         return read_labels(labels_path)
-    if num_classes in labels.LABEL_FILES:
-        return [name for _, name in labels.imagenet_classes(num_classes)]
+    if num_classes in released_labels.LABEL_FILES:
+        return [name for _, name in released_labels.imagenet_classes(num_classes)]
     return None

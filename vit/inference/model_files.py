@@ -1,10 +1,18 @@
 """The files of a trained model: the `.keras` model itself, and what `vit train` and `vit export`
-write beside it (labels.txt; the activation in config.json or export.json)."""
+write beside it (labels.txt; the activation in config.json or export.json).
+
+`vit.inference.export`, still a command module that `vit.cli` imports to build its parser,
+imports `ACTIVATIONS` from here before the Keras backend is chosen: so Keras and TensorFlow
+(through `vit.outputs`) are imported inside the two functions that use them, until export's
+flags move to `vit.commands` too.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+
+from vit_keras.preprocessing import OFFICIAL, Preprocessing
 
 ACTIVATIONS = ("softmax", "sigmoid")
 # Files next to a model that record its activation: the run's, then the export's.
@@ -38,8 +46,6 @@ def labels_beside(model_path: str, labels_path: str | None) -> list[str] | None:
 def preprocessing_beside(model_path: str):
     """The preprocessing recorded next to a TFLite/ONNX file or SavedModel (`export.json`),
     else the official one (files exported before it was recorded took [-1, 1])."""
-    from vit_keras.preprocessing import OFFICIAL, Preprocessing
-
     path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "export.json")
     if not os.path.exists(path):
         return OFFICIAL

@@ -10,6 +10,7 @@ zero_division=np.nan)`.
 from __future__ import annotations
 
 import numpy as np
+from keras import ops
 
 THRESHOLD = 0.5  # a class is predicted present when sigmoid(logit) > THRESHOLD
 
@@ -100,8 +101,6 @@ def report(targets: np.ndarray, logits: np.ndarray) -> dict:
 
 def predictions(model, dataset) -> tuple[np.ndarray, np.ndarray]:
     """(float64 logits, float32 targets) of `model` on every batch of (images, targets)."""
-    from keras import ops
-
     logits, targets = [], []
     for images, batch_targets in dataset:
         logits.append(np.asarray(ops.convert_to_numpy(model(images, training=False)), np.float64))
