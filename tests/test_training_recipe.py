@@ -135,10 +135,11 @@ def test_model_flag_takes_a_variants_shape_and_keeps_the_presets_options():
     import dataclasses
 
     from training import train
+    from vit.commands import train as train_command
     from vit_keras import ViTConfig, get_variant
 
     parser = __import__("argparse").ArgumentParser()
-    train.add_arguments(parser)
+    train_command.add_arguments(parser)
     preset = train.resolve_preset(parser.parse_args(
         ["--model", "S/16", "--image-size", "64", "--set", "model.num_layers=2"]))
     s16 = get_variant("S/16")
@@ -189,9 +190,10 @@ def test_run_options_gather_the_flags_apart_from_the_recipe():
 
     from training import train
     from training.presets import RunOptions
+    from vit.commands import train as train_command
 
     parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
+    train_command.add_arguments(parser)
     args = parser.parse_args(["--output", "out", "--resume", "--strategy", "mirrored",
                               "--no-export", "--set", "optim.lr=0.1", "--seed", "4"])
     assert train.run_options(args) == RunOptions(output="out", resume=True, strategy="mirrored",

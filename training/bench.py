@@ -1,42 +1,29 @@
-"""Measure ViT throughput on this machine: img/s, GFLOP/s and MFU against its matmul peak.
-
-Examples:
-  vit bench                                   # B/16, 224 px, batch 16, fp32 and bf16
-  vit bench --variant S/16 --precision bf16 --mode train --batch-size 32
-
-The matmul peak is measured in the same run (a 2048^3 matrix product), so the MFU figure is
-relative to what this hardware reaches, not to a datasheet number. The functions here also serve
-`benchmarks/throughput.py`.
+"""ViT throughput on this machine for `vit bench` (whose flags are `vit.commands.bench`'s) and
+`benchmarks/throughput.py`: img/s, GFLOP/s and MFU against the matmul peak measured in the
+same run.
 """
 
 from __future__ import annotations
 
 import time
 
+import keras
+import numpy as np
+import tensorflow as tf
+
+import vit_keras
+from training import recipe
 from vit import console
+from vit.outputs import write_json
+from vit_keras.analysis import complexity
+from vit_keras.core.model import last_block_outputs
+from vit_keras.timing import median_seconds
 
-PRECISIONS = ("fp32", "bf16")
-MODES = ("infer", "train")
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
-
-
-def add_arguments(parser):
-    """Options of `vit bench`."""
-    parser.add_argument("--variant", default="B/16", help="ViT variant (default B/16)")
-    parser.add_argument("--image-size", type=int, default=224, help="input side in pixels")
-    parser.add_argument("--batch-size", type=int, default=16, help="images per step")
-    parser.add_argument("--precision", choices=PRECISIONS + ("all",), default="all",
-                        help="fp32, bf16 (mixed_bfloat16) or all (default)")
-    parser.add_argument("--mode", choices=MODES + ("all",), default="all",
-                        help="infer (forward only), train (AdamW step) or all (default)")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
-    parser.add_argument("--json", default=None, help="also write the results to this file")
 
 
 def matmul_peak_gflops(precision: str, size: int = 2048, repeats: int = 20) -> float:
     """Best GFLOP/s of a size^3 `tf.matmul` in `precision` ('fp32' or 'bf16')."""
-    import tensorflow as tf
-
     dtype = tf.float32 if precision == "fp32" else tf.bfloat16
     a = tf.random.normal((size, size), dtype=tf.float32)
     a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
@@ -63,7 +50,7 @@ def peak_rss_mb() -> float:
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    import resource
+    import resource  # Unix only: the fallback where /proc is absent
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -87,23 +74,16 @@ def compile_for_training(model, learning_rate: float = 1e-4, optimizer: str = "v
     Returns:
         `model`, compiled.
     """
-    import keras
-
-    if optimizer == "vit":
-        from training.recipe import AdamW
-    elif optimizer == "keras":
-        AdamW = keras.optimizers.AdamW
-    else:
+    optimizers = {"vit": recipe.AdamW, "keras": keras.optimizers.AdamW}
+    if optimizer not in optimizers:
         raise ValueError(f"optimizer must be 'vit' or 'keras', got {optimizer!r}")
-    model.compile(AdamW(learning_rate),
+    model.compile(optimizers[optimizer](learning_rate),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
 
 
 def random_batch(batch_size: int, image_size: int, num_classes: int, seed: int = 0):
     """Images in [-1, 1] and integer labels, fixed by `seed`."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     images = rng.uniform(-1, 1, (batch_size, image_size, image_size, 3)).astype("float32")
     return images, rng.integers(0, num_classes, batch_size)
@@ -112,9 +92,6 @@ def random_batch(batch_size: int, image_size: int, num_classes: int, seed: int =
 def flops_per_image(config, mode: str) -> float:
     """Forward FLOPs per image as the classifier executes them (`last_block_outputs`), x3 for a
     training step (forward + two backward products)."""
-    from vit_keras.analysis import complexity
-    from vit_keras.core.model import last_block_outputs
-
     forward = complexity.estimate(config, batch_size=1,
                                   output_tokens=last_block_outputs(config)).flops
     return forward * (3 if mode == "train" else 1)
@@ -123,11 +100,6 @@ def flops_per_image(config, mode: str) -> float:
 def bench_one(variant: str, image_size: int, batch_size: int, precision: str, mode: str,
               steps: int, peak: float) -> dict:
     """Throughput of one configuration of our model; returns a dict of figures."""
-    import keras
-
-    import vit_keras
-    from vit_keras.timing import median_seconds
-
     keras.mixed_precision.set_global_policy(POLICIES[precision])
     try:
         config = vit_keras.get_variant(variant, image_size=image_size)
@@ -145,29 +117,34 @@ def bench_one(variant: str, image_size: int, batch_size: int, precision: str, mo
             "gflops": gflops, "matmul_peak_gflops": peak, "mfu": gflops / peak}
 
 
-def _selected(value, choices):
-    return list(choices) if value == "all" else [value]
+def print_throughput(variant: str, image_size: int, batch_size: int, precisions, modes,
+                     steps: int, json_path: str | None = None) -> list[dict]:
+    """Measures and prints the throughput of `variant` in every precision and mode.
 
+    Args:
+        variant: a ViT variant name (B/16, ...).
+        image_size: input side in pixels.
+        batch_size: images per step.
+        precisions: names from `POLICIES` ('fp32', 'bf16').
+        modes: 'infer' (forward only) and/or 'train' (an AdamW step).
+        steps: timed steps per measurement.
+        json_path: also write the results here (None: do not).
 
-def run(args) -> int:
-    """Prints a throughput table for the chosen configurations."""
-    import vit_keras
-
+    Returns:
+        One `bench_one` dict per (precision, mode).
+    """
     # An unknown variant or a size the patches do not divide fails before any measuring.
-    vit_keras.get_variant(args.variant, image_size=args.image_size)
+    vit_keras.get_variant(variant, image_size=image_size)
     rows = []
-    for precision in _selected(args.precision, PRECISIONS):
+    for precision in precisions:
         peak = matmul_peak_gflops(precision)
         console.say(f"matmul peak {precision}: {peak:.0f} GFLOP/s")
-        for mode in _selected(args.mode, MODES):
-            rows.append(bench_one(args.variant, args.image_size, args.batch_size, precision,
-                                  mode, args.steps, peak))
+        for mode in modes:
+            rows.append(bench_one(variant, image_size, batch_size, precision, mode, steps, peak))
             row = rows[-1]
             console.say(f"{row['variant']:>6} {row['image_size']}px b{row['batch_size']} "
                         f"{precision:>4} {mode:>5}: {row['img_per_s']:8.2f} img/s "
                         f"{row['gflops']:7.0f} GFLOP/s  MFU {100 * row['mfu']:5.1f}%")
-    if args.json:
-        from vit.outputs import write_json
-
-        write_json(args.json, {"results": rows})
-    return 0
+    if json_path:
+        write_json(json_path, {"results": rows})
+    return rows

@@ -1,10 +1,10 @@
 """The `vit` command line: one sub-command per module, registered in `COMMANDS`.
 
-Each command module defines `add_arguments(parser)` and `run(args) -> int`, and its docstring's
-first line is the command's help. Command modules import Keras and TensorFlow only inside `run`,
-so that `vit --help` and `vit CMD --help` answer at once; `main` parses the command line first,
+Each command module (`vit.commands`) defines `add_arguments(parser)` and `run(args) -> int`,
+and its docstring's first line is the command's help. Command modules import no framework, so
+that `vit --help` and `vit CMD --help` answer at once; `main` parses the command line first,
 then sets the Keras backend and imports TensorFlow with its start-up logging silenced (see
-`vit.console`).
+`vit.console`), then `run` imports the command's implementation.
 
 Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
 `vit CMD: error: ...` and exits with status 2; a run that fails on its way (`RuntimeError`,
@@ -24,15 +24,15 @@ import sys
 from vit import console
 
 COMMANDS = {
-    "train": "training.train",
-    "evaluate": "vit.inference.evaluate",
-    "predict": "vit.inference.predict",
-    "embed": "vit.inference.embed",
-    "serve": "vit.inference.serve",
+    "train": "vit.commands.train",
+    "evaluate": "vit.commands.evaluate",
+    "predict": "vit.commands.predict",
+    "embed": "vit.commands.embed",
+    "serve": "vit.commands.serve",
     "export": "vit.inference.export",
-    "inspect": "vit.inference.inspect",
-    "bench": "training.bench",
-    "weights": "vit.inference.weights",
+    "inspect": "vit.commands.inspect",
+    "bench": "vit.commands.bench",
+    "weights": "vit.commands.weights",
 }
 
 

@@ -1,53 +1,29 @@
-"""Evaluate a trained model: top-1, top-5 and per-class accuracy on a data spec; for a
-multi-label model or data, the exact mAP, F1 and per-class average precision.
-
-Examples:
-  vit evaluate --model saved_models/digits_tiny/model.keras --data digits
-  vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
-  vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
-
-A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
-of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
-those of `vit.inference.multilabel_scores` (a single-label source's labels count as one class each).
-
-`digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
-test split; tfds: validation, else test); `folder:`, `csv:` and `tfrecord:` on every image.
+"""`vit evaluate`: top-1, top-5 and per-class accuracy of a trained model on a data spec; for
+a multi-label model or data, the exact mAP, F1 and per-class average precision
+(`vit.inference.multilabel_scores`); with --few-shot, the paper's few-shot linear evaluation.
+The flags are `vit.commands.evaluate`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 
+import numpy as np
+import tensorflow as tf
+
 from vit import console
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Registers the `vit evaluate` options."""
-    parser.add_argument("--model", required=True, help="a .keras model saved by `vit train`")
-    parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
-                        "tfds:NAME[:SPLIT] | tfrecord:GLOB")
-    parser.add_argument("--data-dir", help="tfds data_dir")
-    parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
-    parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
-                        "data's class names)")
-    parser.add_argument("--output", help="also write the results as JSON here")
-    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
-                        help="evaluate at this size (a model trained with "
-                             "model.dynamic_image_size=true; default: its training size)")
-    parser.add_argument("--few-shot", nargs="*", type=int, metavar="N", default=None,
-                        help="also run the paper's few-shot linear evaluation (ridge regression "
-                        "on frozen pre-logit features) with N training examples per class "
-                        "(default: 1 5 10 25); shots are drawn from the data's training split")
-    parser.add_argument("--block", type=int, metavar="I", default=None,
-                        help="with --few-shot: probe encoder block I instead (negative counts "
-                             "from the end): its final-normed class token, or its patch mean")
+from vit.data import evaluation, sources
+from vit.images import scale
+from vit.inference import model_files, multilabel_scores
+from vit.inference.model_files import load_model
+from vit.outputs import write_json
+from vit_keras import analysis
+from vit_keras.core.model import input_image_size, preprocessing_of
 
 
 def class_names_for(model_path: str, labels_path: str | None, fallback: list[str]) -> list[str]:
     """Class names from --labels, else labels.txt beside the model, else `fallback`."""
-    from vit.inference.model_files import labels_beside
-
-    return labels_beside(model_path, labels_path) or fallback
+    return model_files.labels_beside(model_path, labels_path) or fallback
 
 
 def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
@@ -63,9 +39,6 @@ def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
     Returns:
         {'examples', 'top1', 'top5', 'loss', 'per_class': [{'class', 'examples', 'top1'}]}.
     """
-    import numpy as np
-    import tensorflow as tf
-
     if source.multilabel:
         raise ValueError(f"{source.spec} is multi-label data: evaluate it with "
                          "evaluate_multilabel")
@@ -88,12 +61,6 @@ def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
 
 def _logits_and_labels(model, source, batch_size: int, image_size):
     """(float64 logits, labels) of `model` on every image of `source`, in order."""
-    import numpy as np
-
-    from vit.data import evaluation
-    from vit.images import scale
-    from vit_keras.core.model import preprocessing_of
-
     size = evaluation_size(model, image_size)
     rule = preprocessing_of(model)
     logits, labels = [], []
@@ -121,10 +88,6 @@ def evaluate_multilabel(model, source, batch_size: int = 256, image_size=None) -
         cross-entropy), 'classes_scored', 'per_class': [{'class', 'examples' (positives),
         'average_precision'}]}; a score without a defined value is None.
     """
-    import numpy as np
-
-    from vit.inference import multilabel_scores
-
     logits, labels = _logits_and_labels(model, source, batch_size, image_size)
     targets = labels.astype(np.float32) if source.multilabel else \
         np.eye(source.num_classes, dtype=np.float32)[labels.astype(int)]
@@ -142,9 +105,7 @@ def evaluate_multilabel(model, source, batch_size: int = 256, image_size=None) -
 def is_multilabel(model_path: str, source) -> bool:
     """Whether `vit evaluate` scores as multi-label: multi-label data, or a model whose
     config.json records a sigmoid activation."""
-    from vit.inference.model_files import activation_beside
-
-    return source.multilabel or activation_beside(model_path) == "sigmoid"
+    return source.multilabel or model_files.activation_beside(model_path) == "sigmoid"
 
 
 FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
@@ -153,8 +114,6 @@ FEW_SHOT_POOL = 5000  # training images the shots are drawn from, at most
 def evaluation_size(model, image_size=None) -> tuple[int, int]:
     """The (height, width) to evaluate `model` at: `image_size` if given (a model taking any
     size), else the model's own input size or training size."""
-    from vit_keras.core.model import input_image_size
-
     own = input_image_size(model)
     if image_size is None:
         return own
@@ -171,11 +130,6 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
                     block: int | None = None) -> dict:
     """Few-shot accuracy per shot count: shots from `spec`'s training split, tested on
     `test_source` (for folder/tfrecord data both are the same images)."""
-    from vit.data import evaluation, sources
-    from vit.images import scale
-    from vit_keras import analysis
-    from vit_keras.core.model import preprocessing_of
-
     size = evaluation_size(model, image_size)
     rule = preprocessing_of(model)
     train_source = sources.load_source(spec, "train", data_dir, val_split=0.0)
@@ -190,13 +144,9 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`."""
-    from vit.data import sources
-    from vit.inference import model_files
-    from vit.outputs import write_json
-
     source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                  args.data_dir, val_split=0.0)
-    model = model_files.load_model(args.model)
+    model = load_model(args.model)
     names = class_names_for(args.model, args.labels, source.class_names)
     multilabel = is_multilabel(args.model, source)
     if multilabel:

@@ -1,11 +1,7 @@
-"""Look inside a ViT: attention rollout, attention distance, position embeddings, filters, cost.
-
-  vit inspect --model saved_models/digits_tiny/model.keras a.png b.png --output inspect/
-      writes rollout.png, attention_distance.png, position_similarity.png, filters.png and
-      inspect.json (the numbers behind them) to the output directory.
-  vit inspect --complexity B/16 --image-size 224 384 512
-      prints parameters, GMACs, training activation memory and attention-matrix size per
-      resolution (no model is built).
+"""`vit inspect`: attention rollout, attention distance, position-embedding similarity and
+patch filters of a ViT as PNGs plus inspect.json, or the cost table of a variant
+(--complexity). The flags are `vit.commands.inspect`'s; `training.finish` runs
+`inspect_model` at the end of a run.
 """
 
 from __future__ import annotations
@@ -13,9 +9,18 @@ from __future__ import annotations
 import argparse
 import os
 
-from vit import console
+import keras
+import numpy as np
+import tensorflow as tf
 
-DEFAULT_SIZES = (224, 384, 512)
+import vit_keras
+from vit import console
+from vit.images import load_files
+from vit.inference.model_files import load_model
+from vit.outputs import write_json
+from vit_keras import analysis
+from vit_keras.analysis import complexity, plots
+
 FIGURES = {
     "rollout": "rollout.png",
     "attention_distance": "attention_distance.png",
@@ -24,37 +29,13 @@ FIGURES = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the `vit inspect` options to `parser`."""
-    parser.add_argument("images", nargs="*", metavar="IMAGE",
-                        help="image files to look at (resized to the model's resolution)")
-    parser.add_argument("--model", help="a .keras model saved by `vit train` or vit_keras")
-    parser.add_argument("--output", help="directory for the PNGs and inspect.json "
-                                         "(default: 'inspect' beside the model file)")
-    parser.add_argument("--discard-ratio", type=float, default=0.0,
-                        help="rollout: fraction of the weakest attention weights dropped")
-    parser.add_argument("--head-fusion", choices=("mean", "max", "min"), default="mean",
-                        help="rollout: how the heads of a layer are combined")
-    parser.add_argument("--complexity", metavar="VARIANT",
-                        help="print the cost of a variant (e.g. B/16) instead of inspecting")
-    parser.add_argument("--image-size", type=int, nargs="+", metavar="N",
-                        help=f"resolutions for --complexity (default: {DEFAULT_SIZES})")
-    parser.add_argument("--batch-size", type=int, default=1,
-                        help="batch size of the --complexity memory figures")
-
-
 def run(args: argparse.Namespace) -> int:
     """Runs `vit inspect`."""
     if args.complexity:
-        console.say(complexity_table(args.complexity, args.image_size or DEFAULT_SIZES,
-                                     args.batch_size))
+        console.say(complexity_table(args.complexity, args.image_size, args.batch_size))
         return 0
     if not args.model or not args.images:
         raise ValueError("give --model PATH and at least one IMAGE (or --complexity VARIANT)")
-    import vit_keras
-    from vit.images import load_files
-    from vit.inference.model_files import load_model
-
     model = load_model(args.model)
     config = vit_keras.config_from_model(model)
     images = load_files(args.images, config.image_hw, config.channels, config.preprocessing)
@@ -70,15 +51,13 @@ def run(args: argparse.Namespace) -> int:
 
 def complexity_table(variant: str, image_sizes, batch_size: int = 1) -> str:
     """The `--complexity` report: one row per resolution of `variant`."""
-    from vit_keras import get_variant
-    from vit_keras.analysis.complexity import estimate, format_table
-
-    config = get_variant(variant)
-    rows = [estimate(config, image_size=size, batch_size=batch_size) for size in image_sizes]
+    config = vit_keras.get_variant(variant)
+    rows = [complexity.estimate(config, image_size=size, batch_size=batch_size)
+            for size in image_sizes]
     title = (f"ViT-{variant}: patch {config.patch_size}, width {config.hidden_size}, "
              f"{config.num_layers} layers, {config.num_heads} heads, batch {batch_size} "
              "(MACs of matmuls incl. attention; FLOPs = 2 x MACs)")
-    return title + "\n" + format_table(rows)
+    return title + "\n" + complexity.format_table(rows)
 
 
 def inspect_model(model, images, output_dir: str, *, image_names=None,
@@ -96,15 +75,6 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     Returns:
         The numbers written to inspect.json, plus 'figures' (name -> PNG path) and 'json'.
     """
-    import keras
-    import numpy as np
-    import tensorflow as tf
-
-    import vit_keras
-    from vit.outputs import write_json
-    from vit_keras import analysis
-    from vit_keras.analysis import complexity, plots
-
     config = vit_keras.config_from_model(model)
     pixels = np.asarray(images, dtype=np.float32)
     inputs = keras.ops.convert_to_numpy(vit_keras.preprocess_input(
@@ -155,8 +125,6 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
 
 def _patch_filters(model, config):
     """(principal patch filters, explained variance), or (None, None) for a conv stem."""
-    from vit_keras import analysis
-
     if config.stem == "conv":
         return None, None
     limit = min(config.hidden_size, config.patch_size ** 2 * config.channels)
@@ -171,8 +139,6 @@ def _distance_summary(distances) -> dict:
 
 def _attention_figures_data(model, config, inputs, discard_ratio, head_fusion):
     """(rollout maps [n, rows, cols], mean attention distances [layers, heads]) from one pass."""
-    from vit_keras import analysis
-
     attentions = analysis.attention_maps(model, inputs)
     has_class_token = config.classifier == "token"
     patch_tokens = analysis.patch_token_slice(config)
@@ -186,8 +152,6 @@ def _attention_figures_data(model, config, inputs, discard_ratio, head_fusion):
 
 def _similarity_summary(similarity) -> dict:
     """Neighbour vs overall similarity (is the 2-D grid learned?), and the full array if small."""
-    import numpy as np
-
     rows, cols = similarity.shape[:2]
     flat = similarity.reshape(rows * cols, rows * cols)
     row_index, col_index = np.divmod(np.arange(rows * cols), cols)

@@ -1,12 +1,5 @@
-"""List the released pretrained weights, or download one into the cache ahead of time.
-
-Examples:
-  vit weights list
-  vit weights list --model B/16
-  vit weights fetch imagenet21k+imagenet2012 --model B/16
-
-Weights are cached under $KERAS_HOME/models/vit_keras (default ~/.keras). Set
-VIT_KERAS_WEIGHTS_URL to download from a mirror of the vit_models bucket instead.
+"""`vit weights`: the table of released pretrained weights, or one downloaded into the cache
+ahead of time. The flags are `vit.commands.weights`'s.
 """
 
 from __future__ import annotations
@@ -15,16 +8,8 @@ import argparse
 import os
 
 from vit import console
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Registers the `vit weights` sub-commands."""
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="the registry: name, resolution, classes, cached")
-    listing.add_argument("--model", help="only this architecture (B/16, R50+B/16, ...)")
-    fetch = actions.add_parser("fetch", help="download weights into the cache; prints the path")
-    fetch.add_argument("name", help="a weight name from `vit weights list`, or a URL")
-    fetch.add_argument("--model", help="the architecture of a weight name (B/16, ...)")
+from vit_keras import families, pretrained
+from vit_keras.config import variant_name
 
 
 def release_table(releases) -> list[str]:
@@ -41,8 +26,6 @@ def release_table(releases) -> list[str]:
 
 def family_table() -> list[str]:
     """The lines of `vit weights list` for the DeiT-III, DINOv2, SigLIP and CLIP weights."""
-    from vit_keras import families
-
     rows = [("weights (create_model name or hf:// reference)", "px", "preprocessing")]
     rows += [(model.reference(tag), str(model.config.image_hw[0]), rule.describe())
              for model, tag in families.weight_references()
@@ -60,9 +43,6 @@ def _size(release) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit weights`."""
-    from vit_keras import pretrained
-    from vit_keras.config import variant_name
-
     variant = variant_name(args.model) if args.model else None
     if args.action == "list":
         releases = [release for release in pretrained.releases()

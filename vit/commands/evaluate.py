@@ -1,0 +1,47 @@
+"""Evaluate a trained model: top-1, top-5 and per-class accuracy on a data spec; for a
+multi-label model or data, the exact mAP, F1 and per-class average precision.
+
+Examples:
+  vit evaluate --model saved_models/digits_tiny/model.keras --data digits
+  vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
+  vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
+
+A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
+of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
+those of `vit.inference.multilabel_scores` (a single-label source's labels count as one class each).
+
+`digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
+test split; tfds: validation, else test); `folder:`, `csv:` and `tfrecord:` on every image.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Registers the `vit evaluate` options."""
+    parser.add_argument("--model", required=True, help="a .keras model saved by `vit train`")
+    parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
+                        "tfds:NAME[:SPLIT] | tfrecord:GLOB")
+    parser.add_argument("--data-dir", help="tfds data_dir")
+    parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
+                        "data's class names)")
+    parser.add_argument("--output", help="also write the results as JSON here")
+    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
+                        help="evaluate at this size (a model trained with "
+                             "model.dynamic_image_size=true; default: its training size)")
+    parser.add_argument("--few-shot", nargs="*", type=int, metavar="N", default=None,
+                        help="also run the paper's few-shot linear evaluation (ridge regression "
+                        "on frozen pre-logit features) with N training examples per class "
+                        "(default: 1 5 10 25); shots are drawn from the data's training split")
+    parser.add_argument("--block", type=int, metavar="I", default=None,
+                        help="with --few-shot: probe encoder block I instead (negative counts "
+                             "from the end): its final-normed class token, or its patch mean")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `vit evaluate`."""
+    from vit.inference import evaluate
+
+    return evaluate.run(args)
