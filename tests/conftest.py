@@ -112,4 +112,4 @@ def trained_tiny(tmp_path_factory):
     """`tiny_config` trained on five digits (about 95% top-1 on held-out images, with or without oneDNN)."""
     config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
                        num_layers=2, num_classes=5)
-    return train_once(tmp_path_factory, config, "trained_tiny", epochs=40)
+    return train_once(tmp_path_factory, config, "trained_tiny")
