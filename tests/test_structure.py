@@ -204,13 +204,21 @@ def test_functions_are_short():
     assert not long, "functions to split:\n" + "\n".join(long)
 
 
-
-@pytest.mark.parametrize("imports", ["import vit_keras; import keras",
-                                     "import keras; import vit_keras",
-                                     "import vit_keras.config; import tensorflow; import keras"])
+@pytest.mark.parametrize("imports", [
+    "import vit_keras; import keras",
+    "import keras; import vit_keras",
+    "import vit_keras.config; import tensorflow; import keras",
+    # A module of ours whose first line imports Keras: the layers register after it, not
+    # half-way through it (they import it back).
+    "import vit_keras.fast_paths; import keras",
+    "from vit_keras.core.attention import MultiHeadSelfAttention; import keras",
+    "import vit_keras.lora; import keras",
+    "import vit_keras.quantization; import keras",
+])
 def test_keras_files_load_after_import_vit_keras_alone(imports, tmp_path):
     """The lazy package still registers its layers, whichever is imported first (TensorFlow
-    asks whether Keras is installed before importing it)."""
+    asks whether Keras is installed before importing it; a module of ours may import Keras
+    itself)."""
     import subprocess
     import sys
 

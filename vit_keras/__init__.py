@@ -70,7 +70,8 @@ def _register_layers_with_keras() -> None:
     if "keras" in sys.modules:
         importlib.import_module("vit_keras.serializable")
         return
-    _after_import.call_after("keras", lambda: importlib.import_module("vit_keras.serializable"))
+    _after_import.call_after("keras", __name__,
+                             lambda: importlib.import_module("vit_keras.serializable"))
 
 
 _register_layers_with_keras()
