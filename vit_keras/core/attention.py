@@ -6,12 +6,12 @@ import math
 import keras
 from keras import ops
 
-from vit_keras import fast_paths, legacy
+from vit_keras import fast_paths, legacy, names
 from vit_keras.fast_paths import project, training_forms
 from vit_keras.core.initializers import PACKAGE, DenseGeneralGlorotUniform
 
 # The projections' names inside the layer: LoRA and quantization filters select them by name.
-PROJECTIONS = ("query", "key", "value", "out")
+PROJECTIONS = names.ATTENTION_PROJECTIONS
 
 
 def head_projection(name, num_heads, head_dim, dtype):
@@ -25,7 +25,8 @@ def output_projection(width, dtype):
     """[batch, tokens, heads, head_dim] -> [batch, tokens, D]; kernel (heads, head_dim, D)."""
     return keras.layers.EinsumDense(
         "btnh,nhd->btd", output_shape=(None, width), bias_axes="d",
-        kernel_initializer=DenseGeneralGlorotUniform(num_input_axes=2), name="out", dtype=dtype)
+        kernel_initializer=DenseGeneralGlorotUniform(num_input_axes=2), name=PROJECTIONS[3],
+        dtype=dtype)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -97,56 +98,60 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         Returns:
             [batch, queries, width], and the probabilities if asked for.
         """
-        context = inputs if context is None else context
-        queries = inputs if num_queries is None else inputs[:, :num_queries]
-        fused = None if context is not inputs or num_queries is not None else \
-            training_forms.fused_self_attention_projections(self.query, self.key, self.value,
-                                                            inputs)
-        if fused is not None:
-            query, key, value = fused
-        else:
-            query = project(self.query, queries)
-            key, value = project(self.key, context), project(self.value, context)
-        scale = 1.0 / math.sqrt(inputs.shape[-1] // self.num_heads)
-        if self.locality:
-            return self._attend_locally(query, key, value, context is not inputs, training,
-                                        return_attention_scores)
-        if not return_attention_scores:
-            attended = fast_paths.attention(
-                query, key, value, scale,
-                lambda weights: self.attention_dropout(weights, training=training), training,
-                self.dropout_rate)
-            if attended is not None:
-                return project(self.out, attended)
-        attended, probs = self._attend(query, key, value, scale, training)
+        cross = context is not None and context is not inputs
+        if cross and self.locality:
+            raise ValueError("locality attention masks each token's attention to itself: it "
+                             "needs self-attention, got a separate context")
+        query, key, value = self._project(inputs, inputs if context is None else context,
+                                          num_queries)
+        attended, probs = self._attend(query, key, value, training, return_attention_scores)
         outputs = project(self.out, attended)
         return (outputs, probs) if return_attention_scores else outputs
 
-    def _attend(self, query, key, value, scale, training):
-        """softmax(q.k^T * scale).v in `keras.ops`: ([batch, t, heads, head_dim], float32
-        probabilities [batch, heads, t, s])."""
-        logits = ops.einsum("btnh,bsnh->bnts", query * ops.cast(scale, query.dtype), key)
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+    def _project(self, inputs, context, num_queries):
+        """Queries from the first `num_queries` tokens of `inputs`, keys and values from
+        `context`: three [batch, tokens, heads, head_dim] tensors (one matrix product under
+        `training_forms`' fused_qkv, for plain self-attention)."""
+        if context is inputs and num_queries is None:
+            fused = training_forms.fused_self_attention_projections(
+                self.query, self.key, self.value, inputs)
+            if fused is not None:
+                return fused
+        queries = inputs if num_queries is None else inputs[:, :num_queries]
+        return project(self.query, queries), project(self.key, context), project(
+            self.value, context)
+
+    def _attend(self, query, key, value, training, return_attention_scores):
+        """softmax(q.k^T * scale).v: ([batch, t, heads, head_dim], the float32 probabilities
+        [batch, heads, t, s] or None).
+
+        The scale is 1/sqrt(head_dim), or with locality each head's learned temperature, and
+        each query's own key is left out of its softmax: a large negative logit instead would
+        set the range of the logits' int8 scale in a full-integer export and squash every real
+        logit into one step of it. Without locality and unless the probabilities are asked
+        for, a backend kernel may run it (`vit_keras.fast_paths.attention`).
+        """
+        if not (self.locality or return_attention_scores):
+            attended = fast_paths.attention(
+                query, key, value, 1.0 / math.sqrt(query.shape[-1]),
+                lambda weights: self.attention_dropout(weights, training=training), training,
+                self.dropout_rate)
+            if attended is not None:
+                return attended, None
+        logits = ops.cast(ops.einsum("btnh,bsnh->bnts", self._scaled(query), key), "float32")
+        if self.locality:  # query i is token i: the queries are the first tokens of the keys
+            probs = with_own_keys_zeroed(ops.softmax(without_own_keys(logits), axis=-1))
+        else:
+            probs = ops.softmax(logits, axis=-1)
         weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
         return ops.einsum("bnts,bsnh->btnh", weights, value), probs
 
-    def _attend_locally(self, query, key, value, cross, training, return_attention_scores):
-        """Locality self-attention: per-head learned temperature, no token attending to
-        itself (query i is token i: the queries are the first tokens of the keys).
-
-        Each query's own key is left out of its softmax rather than masked with a large
-        negative logit: a constant like -1e9 would set the range of the logits' int8 scale in
-        a full-integer export and squash every real logit into one step of it.
-        """
-        if cross:
-            raise ValueError("locality attention masks each token's attention to itself: it "
-                             "needs self-attention, got a separate context")
-        temperature = ops.cast(self.temperature, query.dtype)[:, None]
-        logits = ops.cast(ops.einsum("btnh,bsnh->bnts", query * temperature, key), "float32")
-        probs = with_own_keys_zeroed(ops.softmax(without_own_keys(logits), axis=-1))
-        weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
-        outputs = project(self.out, ops.einsum("bnts,bsnh->btnh", weights, value))
-        return (outputs, probs) if return_attention_scores else outputs
+    def _scaled(self, query):
+        """The queries times the logits' scale: each head's learned temperature with locality,
+        else 1/sqrt(head_dim)."""
+        if self.locality:
+            return query * ops.cast(self.temperature, query.dtype)[:, None]
+        return query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -25,6 +25,7 @@ against the plain step on a GPU; `benchmarks/saved_residuals.py` shows what each
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 
 import keras
@@ -50,19 +51,22 @@ class TrainingForms:
                                  f"{getattr(self, field.name)!r}")
 
 
-_current = TrainingForms()
+# A context variable, as `export_forms` keeps its form: a step traced in another thread or
+# task sees the forms of the context that traces it.
+_FORMS = contextvars.ContextVar("vit_keras_training_forms", default=TrainingForms())
 
 
 def current() -> TrainingForms:
     """Returns:
         The forms in effect (all off unless set).
     """
-    return _current
+    return _FORMS.get()
 
 
 def set_forms(forms: TrainingForms) -> TrainingForms:
-    """Sets the forms for the rest of the process. Takes effect when a step is next traced (a
-    compiled step keeps the forms it was traced with).
+    """Sets the forms for the rest of the current context (the calling thread's, at its top
+    level). Takes effect when a step is next traced (a compiled step keeps the forms it was
+    traced with).
 
     Args:
         forms: the forms to take.
@@ -70,10 +74,10 @@ def set_forms(forms: TrainingForms) -> TrainingForms:
     Returns:
         The previous forms.
     """
-    global _current
     if not isinstance(forms, TrainingForms):
         raise TypeError(f"expected a TrainingForms, got {type(forms).__name__}")
-    previous, _current = _current, forms
+    previous = _FORMS.get()
+    _FORMS.set(forms)
     return previous
 
 
@@ -87,11 +91,11 @@ def using(**forms):
     Yields:
         The forms in effect inside the block.
     """
-    previous = set_forms(dataclasses.replace(_current, **forms))
+    token = _FORMS.set(dataclasses.replace(current(), **forms))
     try:
-        yield _current
+        yield current()
     finally:
-        set_forms(previous)
+        _FORMS.reset(token)
 
 
 def fused_self_attention_projections(query, key, value, inputs):
