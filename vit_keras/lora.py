@@ -15,8 +15,9 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from vit_keras import keras_compat
-from vit_keras.quantization import QUANTIZABLE
+from vit_keras import keras_compat, names
+from vit_keras.checkpoints import io
+from vit_keras.quantization import QUANTIZABLE, is_quantized
 
 DEFAULT_TARGETS = ("query", "value")
 # Target name -> the projection layers it names (see `projection_kind`).
@@ -29,12 +30,12 @@ def projection_kind(layer) -> str:
     """The LoRA target name of a projection layer: its own name for the attention projections
     and the top-level Dense layers, 'mlp' for an MLP's Dense_0/Dense_1, 'embedding' for the
     patch embedding's projection (a distillation head 'head_dist' counts as 'head')."""
-    if layer.name in ("Dense_0", "Dense_1"):
+    if layer.name in names.MLP_DENSES:
         return "mlp"
-    if layer.name == "projection":
+    if layer.name == names.PATCH_PROJECTION:
         return "embedding"
-    if layer.name == "head_dist":
-        return "head"
+    if layer.name == names.HEAD_DIST:
+        return names.HEAD
     return layer.name
 
 
@@ -157,8 +158,6 @@ def save_lora_weights(model, path: str) -> None:
         model: a model with LoRA enabled.
         path: the destination (no suffix is added).
     """
-    from vit_keras.checkpoints import io
-
     layers = lora_layers(model)
     if not layers:
         raise ValueError(f"model {model.name!r} has no LoRA adapters: call enable_lora first")
@@ -209,8 +208,6 @@ def merge_lora(model):
     Returns:
         A new `VisionTransformer` of the same config and weights, without LoRA.
     """
-    from vit_keras.quantization import is_quantized
-
     if is_quantized(model):
         raise ValueError("merge_lora takes a float model: merge the adapters first, then "
                          "quantize the merged model")

@@ -32,6 +32,13 @@ ATTENTION = "MultiHeadDotProductAttention_1"
 LAYER_NORM_2 = "LayerNorm_2"
 MLP = "MlpBlock_3"
 
+# The patch embedding's projection inside `EMBEDDING` (the checkpoints' `embedding/kernel`).
+PATCH_PROJECTION = "projection"
+
+# Sublayers of the MLP and of the attention (the projections LoRA and quantization select).
+MLP_DENSES = ("Dense_0", "Dense_1")
+ATTENTION_PROJECTIONS = ("query", "key", "value", "out")
+
 # The scope of the encoder's layers in the official checkpoints.
 TRANSFORMER = "Transformer"
 

@@ -90,7 +90,7 @@ def _dense(prefix, layer):
 
 def _attention(prefix, layer):
     found = {}
-    for part in ("query", "key", "value", "out"):
+    for part in names.ATTENTION_PROJECTIONS:
         found.update(_dense(f"{prefix}{part}/", getattr(layer, part)))
     return found
 

@@ -7,7 +7,7 @@ Sub-layer names follow the released checkpoints (`LayerNorm_0`, `MultiHeadDotPro
 import keras
 from keras import ops
 
-from vit_keras import fast_paths, legacy
+from vit_keras import fast_paths, legacy, names
 from vit_keras.config import ACTIVATIONS
 
 from vit_keras.core import grid_resize
@@ -81,7 +81,7 @@ class PatchEmbedding(keras.layers.Layer):
         # [batch, rows, P, cols, P, C] x (P, P, C, D) -> [batch, rows, cols, D]
         self.projection = keras.layers.EinsumDense(
             "brpcqk,pqkd->brcd", output_shape=(None, None, self.hidden_size), bias_axes="d",
-            kernel_initializer="lecun_normal", name="projection", dtype=self.dtype_policy)
+            kernel_initializer="lecun_normal", name=names.PATCH_PROJECTION, dtype=self.dtype_policy)
         patch = self.patch_size
         self.projection.build((input_shape[0], None, patch, None, patch, input_shape[-1]))
 
@@ -281,8 +281,8 @@ class MLPBlock(keras.layers.Layer):
         dense = dict(kernel_initializer="glorot_uniform",
                      bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
                      dtype=self.dtype_policy)
-        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
-        self.dense_1 = keras.layers.Dense(width, name="Dense_1", **dense)
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name=names.MLP_DENSES[0], **dense)
+        self.dense_1 = keras.layers.Dense(width, name=names.MLP_DENSES[1], **dense)
         self.dense_0.build((None, width))
         self.dense_1.build((None, self.mlp_dim // 2 if self.activation == "swiglu"
                             else self.mlp_dim))
@@ -346,14 +346,13 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.input_spec = keras.layers.InputSpec(ndim=3)
         policy = self.dtype_policy
-        self.layer_norm_0 = _layer_norm("LayerNorm_0", policy, layer_norm_epsilon)
+        self.layer_norm_0 = _layer_norm(names.LAYER_NORM_0, policy, layer_norm_epsilon)
         self.attention = MultiHeadSelfAttention(
-            num_heads, attention_dropout_rate, locality, name="MultiHeadDotProductAttention_1",
-            dtype=policy)
+            num_heads, attention_dropout_rate, locality, name=names.ATTENTION, dtype=policy)
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
-        self.layer_norm_2 = _layer_norm("LayerNorm_2", policy, layer_norm_epsilon)
+        self.layer_norm_2 = _layer_norm(names.LAYER_NORM_2, policy, layer_norm_epsilon)
         self.mlp = MLPBlock(mlp_dim, dropout_rate, gelu_approximate, activation,
-                            name="MlpBlock_3", dtype=policy)
+                            name=names.MLP, dtype=policy)
         # Optional extras exist only when enabled, so the default block is the official one.
         self.drop_path = DropPath(drop_path_rate, dtype=policy) if drop_path_rate else None
         self.layer_scales = None
