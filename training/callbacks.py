@@ -21,7 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from vit import outputs
-from vit_keras import atomic
+from vit_keras import atomic, lora
+from vit_keras.checkpoints import io
 
 STATE_FILE = outputs.BACKUP_STATE_FILE
 
@@ -80,8 +81,6 @@ def _local_copy(path: str):
 def restore_lora_backup(model: keras.Model, path: str) -> None:
     """Puts back the adapters and unmerged kernels a LoRA backup keeps beside its weights file
     (see `vit_keras.lora.lora_state`)."""
-    from vit_keras import lora
-
     if not tf.io.gfile.exists(path):
         raise ValueError(f"the backup names {path}, which is missing")
     with tf.io.gfile.GFile(path, "rb") as file, np.load(file, allow_pickle=False) as archive:
@@ -90,9 +89,6 @@ def restore_lora_backup(model: keras.Model, path: str) -> None:
 
 def _write_lora_backup(model: keras.Model, path: str) -> bool:
     """Writes the LoRA state of `model` to `path` (atomically); False when it has no LoRA."""
-    from vit_keras import lora
-    from vit_keras.checkpoints import io
-
     if not lora.lora_layers(model):
         return False
     io.write_npz(path, lora.lora_state(model))

@@ -29,6 +29,8 @@ import vit_keras
 from vit.inference import multilabel_scores
 from training import finetune, multilabel, recipe
 from vit_keras import ViTConfig, atomic
+from vit_keras.core.deit import DistillationTrainer
+from vit_keras.core.masked_patch import MaskedPatchPretrainer, to_classifier
 
 
 
@@ -150,7 +152,6 @@ class MaskedPatchPrediction(Classification):
             raise ValueError("objective 'mpp' pre-trains from scratch; got --weights "
                              f"{self.preset.finetune.weights!r}: drop it, or fine-tune with "
                              "'classify'")
-        from vit_keras.core.masked_patch import MaskedPatchPretrainer
 
         return MaskedPatchPretrainer(config, seed=self.preset.seed)
 
@@ -164,8 +165,6 @@ class MaskedPatchPrediction(Classification):
         return {}  # the loss and the patch accuracy are the pretrainer's own
 
     def classifier(self, model, config):
-        from vit_keras.core.masked_patch import to_classifier
-
         return float32_copy(to_classifier(model.network, config), config)
 
     def write_extras(self, classifier, output):
@@ -202,8 +201,6 @@ class Distillation(Classification):
         return ""  # the table reports this objective's own loss
 
     def build(self, config):
-        from vit_keras.core.deit import DistillationTrainer
-
         teacher = keras.saving.load_model(self.preset.objective.teacher, safe_mode=True)
         student = vit_keras.VisionTransformer(config)
         self._load_weights(student)

@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit import images
+from vit.data.csv_source import csv_source
 from vit.data.source import Source, check_files, file_list_source
 
 DIGITS_TEST_FRACTION = 0.2
@@ -70,8 +71,6 @@ def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
     if kind == "folder":
         return folder_source(argument, subset, val_split, seed)
     if kind == "csv":
-        from vit.data.csv_source import csv_source
-
         return csv_source(argument, subset, val_split, seed)
     if kind == "tfds":
         return tfds_source(argument, subset, data_dir)

@@ -14,6 +14,7 @@ from PIL import Image
 
 from vit_keras import names
 from vit_keras.core.model import config_from_model, input_image_size
+from vit_keras.intermediates import block_embedding_model
 
 HEAD_FUSIONS = ("mean", "max", "min")
 
@@ -463,8 +464,6 @@ def few_shot(model: keras.Model, train, test, shots=(1, 5, 10, 25), l2_reg: floa
     if block is None:
         extractor = feature_extractor(model)
     else:
-        from vit_keras.intermediates import block_embedding_model
-
         extractor = block_embedding_model(model, block)
 
     def features(images):

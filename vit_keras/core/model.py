@@ -15,6 +15,10 @@ from vit_keras.core.layer_config import config_from_layers
 from vit_keras.core.normalization import LayerNorm
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
+from vit_keras.core import posemb, stems
+from vit_keras.core.deit import DistillationToken
+from vit_keras.core.heads import MAPHead
+from vit_keras.core.resnet import ResNetStem
 
 POOLING_MODES = (None, "token", "gap", "avg", "map")
 
@@ -33,8 +37,6 @@ def patch_tokens(config: ViTConfig, images, dtype=None):
     """
     features = images
     if config.resnet_layers is not None:
-        from vit_keras.core.resnet import ResNetStem
-
         features = ResNetStem(config.resnet_layers, config.resnet_width, name=names.RESNET,
                               dtype=dtype)(images)
     return _stem_class(config.stem)(
@@ -45,7 +47,6 @@ def patch_tokens(config: ViTConfig, images, dtype=None):
 def _stem_class(stem: str):
     if stem == "patchify":
         return vit_layers.PatchEmbedding
-    from vit_keras.core import stems
 
     return stems.ConvStem if stem == "conv" else stems.ShiftedPatchEmbedding
 
@@ -63,8 +64,6 @@ def _add_positions(config: ViTConfig, patches, dtype=None):
         tokens = keras.layers.Reshape((-1, config.hidden_size), name="patch_tokens",
                                       dtype=dtype)(patches)
     if config.posemb != "learn":
-        from vit_keras.core import posemb
-
         kind = (posemb.SinCosPositionEmbedding if config.posemb == "sincos2d"
                 else posemb.Learned2DPositionEmbedding)
         tokens = _call_with_grid(kind(config.grid_size, name=names.POSEMB, dtype=dtype),
@@ -72,8 +71,6 @@ def _add_positions(config: ViTConfig, patches, dtype=None):
     if config.classifier == "token":
         tokens = vit_layers.ClassToken(name=names.CLS, dtype=dtype)(tokens)
     if config.distilled:
-        from vit_keras.core.deit import DistillationToken
-
         tokens = DistillationToken(name=names.DIST, dtype=dtype)(tokens)
     if config.posemb == "learn":
         stored = (dict(grid_size=config.grid_size, num_prefix_tokens=config.num_prefix_tokens)
@@ -146,8 +143,6 @@ def _encoder_block(config: ViTConfig, index: int, dtype=None):
 
 def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtype=None):
     if mode == "map":
-        from vit_keras.core.heads import MAPHead
-
         return MAPHead(config.num_heads, config.mlp_dim, config.gelu_approximate,
                        activation=config.activation,
                        layer_norm_epsilon=config.layer_norm_epsilon, name=name, dtype=dtype)

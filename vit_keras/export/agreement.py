@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from vit_keras import atomic
+from vit_keras.export import graph
 
 FLOAT_MIN_AGREEMENT = 0.999
 INT8_MIN_AGREEMENT = 0.98
@@ -84,8 +85,6 @@ def compare_with_keras(logits_model, runner, images, include_preprocessing: bool
     Returns:
         {'max_abs_logit_diff': float, 'top1_agreement': float in [0, 1], 'verified_images': N}.
     """
-    from vit_keras.export import graph
-
     images = np.asarray(images, dtype=np.float32)
     logits_fn = graph.logits_function(logits_model, include_preprocessing)
     expected = np.concatenate([np.asarray(logits_fn(images[i:i + 64]))

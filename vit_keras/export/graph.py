@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from vit_keras.applications import preprocess_input
 from vit_keras.core.model import input_image_size, keep_preprocessing, preprocessing_of
+from vit_keras.quantization import is_quantized
 
 
 def require_tensorflow(what: str) -> None:
@@ -40,8 +41,6 @@ def float32_model(model: keras.Model) -> keras.Model:
         ValueError: the model was quantized by `model.quantize`: every export starts from the
             float weights and has its own int8 forms for its runtime.
     """
-    from vit_keras.quantization import is_quantized
-
     if is_quantized(model):
         raise ValueError(
             f"model {model.name!r} was quantized with model.quantize(); export takes the float "

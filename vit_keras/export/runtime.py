@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vit_keras.timing import median_seconds
+
 
 class TFLiteModel:
     """A `.tflite` image classifier exported by `vit_keras.export.tflite`, run through LiteRT.
@@ -110,8 +112,6 @@ def median_latency_ms(run, input_shape, runs: int = 50, warmup: int = 5) -> floa
     Returns:
         The median over `runs`.
     """
-    from vit_keras.timing import median_seconds
-
     image = np.random.default_rng(0).uniform(0, 255, (1, *input_shape)).astype(np.float32)
     return 1000.0 * median_seconds(lambda: run(image), runs, warmup)
 

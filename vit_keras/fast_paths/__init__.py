@@ -27,8 +27,10 @@ from __future__ import annotations
 import math
 
 import keras
+from keras import ops
 
 from vit_keras.fast_paths import export_forms, training_forms
+from vit_keras.fast_paths import tensorflow as tensorflow_kernels
 
 
 def _tensorflow() -> bool:
@@ -59,7 +61,6 @@ def project(layer, inputs):
     if not _float_layer_on_tensorflow(layer):
         return layer(inputs)
     import tensorflow as tf
-    from keras import ops
 
     kernel = layer.kernel
     leading = min(2, len(inputs.shape) - 1)  # [N, K] or [batch, tokens, ...]
@@ -77,7 +78,6 @@ def patch_projection(layer, images, patch_size):
     TensorFlow (kernel (P, P, C, D)); else None. Returns [batch, rows, cols, D]."""
     if not _float_layer_on_tensorflow(layer):
         return None
-    from keras import ops
 
     return ops.conv(images, layer.kernel, strides=patch_size, padding="valid") + layer.bias
 
@@ -86,9 +86,7 @@ def gelu(inputs, approximate, training):
     """The fused GELU when training on TensorFlow; the exact GELU's Erf form while an ONNX
     export traces; else None."""
     if training and _tensorflow():
-        from vit_keras.fast_paths import tensorflow
-
-        return tensorflow.gelu(inputs, approximate=approximate)
+        return tensorflow_kernels.gelu(inputs, approximate=approximate)
     if not approximate and export_forms.onnx():
         return export_forms.exact_gelu(inputs)
     return None
@@ -98,12 +96,8 @@ def layer_norm(inputs, gamma, beta, epsilon, training):
     """LayerNorm over the last axis: fused when training on TensorFlow, the centred float32
     form while an export traces; else None. Returns the float32 or input-dtype result."""
     if training and _tensorflow():
-        from vit_keras.fast_paths import tensorflow
-
-        return tensorflow.layer_norm(inputs, gamma, beta, epsilon=epsilon)
+        return tensorflow_kernels.layer_norm(inputs, gamma, beta, epsilon=epsilon)
     if export_forms.active():
-        from keras import ops
-
         return export_forms.centred_layer_norm(ops.cast(inputs, "float32"), gamma, beta, epsilon)
     return None
 
@@ -111,8 +105,6 @@ def layer_norm(inputs, gamma, beta, epsilon, training):
 def group_norm(inputs, groups, epsilon, gamma, beta):
     """The centred float32 GroupNorm while an export traces, else None."""
     if export_forms.active():
-        from keras import ops
-
         return export_forms.centred_group_norm(ops.cast(inputs, "float32"), groups, epsilon,
                                                gamma, beta)
     return None
@@ -146,14 +138,10 @@ def attention(query, key, value, scale, dropout, training, dropout_rate=0.0):
         return export_forms.per_head_attention(query, key, value, scale)
     one_op = not training or training_forms.training_attention_kernel(dropout_rate)
     if dot_product_attention_available() and one_op:
-        from keras import ops
-
         return ops.dot_product_attention(query, key, value, scale=scale)
     # Fused only in half precision: it saves two casts there, but in float32 one XLA thread is
     # slower than TensorFlow's multi-threaded softmax (benchmarks/fused_kernels.py).
     half_precision = keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
     if training and _tensorflow() and half_precision:
-        from vit_keras.fast_paths import tensorflow
-
-        return tensorflow.attention_with_fused_softmax(query, key, value, scale, dropout)
+        return tensorflow_kernels.attention_with_fused_softmax(query, key, value, scale, dropout)
     return None

@@ -15,6 +15,8 @@ form for the converter ask `active()` / `integer()` while they are traced:
 import contextlib
 import contextvars
 
+from keras import ops
+
 _FORM = contextvars.ContextVar("vit_keras_export_form", default=None)
 
 
@@ -56,8 +58,6 @@ def onnx() -> bool:
 
 def exact_gelu(x):
     """0.5 x (1 + erf(x / sqrt(2))): the exact GELU as ONNX's Erf operator runs it."""
-    from keras import ops
-
     return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
 
 
@@ -77,8 +77,6 @@ def centred_layer_norm(x, gamma, beta, epsilon):
     operators all have int8 kernels, and the converter folds its trailing `* gamma + beta` into
     the next FULLY_CONNECTED's weights.
     """
-    from keras import ops
-
     centred = x - ops.mean(x, axis=-1, keepdims=True)
     variance = ops.mean(centred * centred, axis=-1, keepdims=True)
     return centred * ops.rsqrt(variance + epsilon) * gamma + beta
@@ -92,8 +90,6 @@ def centred_group_norm(x, groups, epsilon, gamma=None, beta=None):
     over one axis each, which every runtime computes alike (OpenCV's DNN module gets a single
     mean over the non-adjacent axes (1, 2, 4) of a 5-D tensor wrong).
     """
-    from keras import ops
-
     _, height, width, channels = ops.shape(x)  # static where known: the graph keeps no Shape
     grouped = ops.reshape(x, (-1, height * width, groups, channels // groups))
 

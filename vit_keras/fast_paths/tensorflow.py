@@ -4,6 +4,8 @@ loop forward and one backward in float32 (see `fused.FusedOp`). The same math as
 
 import math
 
+from keras import ops
+
 from vit_keras.fast_paths.fused import FusedOp
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -110,7 +112,5 @@ layer_norm = FusedOp(_layer_norm_forward, _layer_norm_backward)
 
 def attention_with_fused_softmax(query, key, value, scale, dropout):
     """softmax(q.k^T * scale).v with the fused softmax, on [batch, tokens, heads, head_dim]."""
-    from keras import ops
-
     weights = dropout(scaled_softmax(ops.einsum("btnh,bsnh->bnts", query, key), scale=scale))
     return ops.einsum("bnts,bsnh->btnh", weights, value)
