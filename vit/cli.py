@@ -29,7 +29,7 @@ COMMANDS = {
     "predict": "vit.commands.predict",
     "embed": "vit.commands.embed",
     "serve": "vit.commands.serve",
-    "export": "vit.inference.export",
+    "export": "vit.commands.export",
     "inspect": "vit.commands.inspect",
     "bench": "vit.commands.bench",
     "weights": "vit.commands.weights",

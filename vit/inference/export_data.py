@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
+from vit.data import evaluation, sources
+from vit_keras.preprocessing import OFFICIAL
+
 
 @dataclasses.dataclass(frozen=True)
 class ExportImages:
@@ -40,9 +45,6 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
     Returns:
         The `ExportImages`.
     """
-    import numpy as np
-
-    from vit_keras.preprocessing import OFFICIAL
 
     if not spec.endswith(".npz"):
         return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {},
@@ -62,9 +64,6 @@ def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
     """Calibration images from the training data, evaluation images + labels from its
     validation data as the run chose them (`--val-data`, or the held-out part), resized as
     `vit train` resizes for evaluation."""
-    from vit.data import evaluation
-    from vit.data import sources
-
     data = sources.open_training_data(spec, trained_on.get("val_data", ""),
                                       trained_on.get("val_split", 0.1), trained_on.get("seed", 0))
     calibration, _ = evaluation.take_raw_images(data.train, image_hw, calibration_count, rule)

@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import os
+import shutil
+import statistics
+import tempfile
+
+import numpy as np
 
 from vit import console
 from vit.inference import export_report, export_writers
 from vit.inference.export_formats import ExportOptions
 from vit.inference.export_writers import WriteJob
+from vit_keras import atomic
+from vit_keras.export import graph
 
 REJECTED_DIR = "rejected"
 STAGING_PREFIX = ".export-"  # one export at a time writes into an output folder
@@ -42,8 +50,6 @@ def export(model, output_dir: str, options: ExportOptions, bars: dict, *,
     Returns:
         The export.json content.
     """
-    from vit_keras.export import graph
-
     _require_calibration(options, representative_images)
     fixed = graph.at_image_size(model, options.image_size)
     images, labels = _evaluation_set(fixed, eval_images, eval_labels, representative_images)
@@ -75,10 +81,6 @@ def _require_calibration(options: ExportOptions, representative_images) -> None:
 def _staging_folder(output_dir: str):
     """A hidden folder inside `output_dir` (the same disk, so publishing is a rename); the
     staging folders of an export killed in this folder earlier are removed first."""
-    import glob
-    import shutil
-    import tempfile
-
     for stale in glob.glob(os.path.join(output_dir, STAGING_PREFIX + "*")):
         shutil.rmtree(stale, ignore_errors=True)
     folder = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir)
@@ -137,8 +139,6 @@ def _check(export_format, entry: dict, bar) -> dict:
 def _publish(staged: str, output_dir: str, filename: str, passed: bool) -> str:
     """Moves a checked file to its name (passed) or to rejected/ (failed, and any older file of
     its name is removed); returns where it now is."""
-    from vit_keras import atomic
-
     final = os.path.join(output_dir, filename)
     rejected = os.path.join(output_dir, REJECTED_DIR, filename)
     if passed:
@@ -164,8 +164,6 @@ def _add_latencies(report: dict, runners: dict, latency_runs: int) -> None:
 def _latencies(runners: dict, runs: int, rounds: int = 5) -> dict:
     """Median batch-1 latency (ms) per runner, measured in interleaved rounds so that load
     from other processes weighs on every file alike."""
-    import statistics
-
     times = {name: [] for name in runners}
     for _ in range(rounds):
         for name, runner in runners.items():
@@ -176,9 +174,6 @@ def _latencies(runners: dict, runs: int, rounds: int = 5) -> dict:
 def _evaluation_set(model, images, labels, representative_images):
     """The images (float32 0..255) and labels every file is compared on: `images`, else the
     representative images (unlabelled), else 8 random images."""
-    import numpy as np
-
-    from vit_keras.export import graph
 
     height, width = graph.image_size(model)
     if images is None:
@@ -200,9 +195,6 @@ def _evaluation_set(model, images, labels, representative_images):
 
 
 def _keras_logits(model, images):
-    import numpy as np
-
-    from vit_keras.export import graph
 
     logits_model, _ = graph.split_activation(model)
     logits = graph.logits_function(logits_model)

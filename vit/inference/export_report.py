@@ -5,10 +5,16 @@ result table shows, and the lines and exit status of files that failed their che
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from vit import console
+from vit.inference import multilabel_scores
 from vit.inference.export_writers import LATENCY_THREADS
+from vit_keras import atomic
+from vit_keras.core.model import preprocessing_of
+from vit_keras.export import graph
+from vit_keras.export.agreement import logit_agreement
 
 REPORT_NAME = "export.json"
 EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
@@ -38,9 +44,6 @@ def header(eval_images, latency_runs: int, keras_scores: dict) -> dict:
 
 def model_contract(model, image_size, activation) -> dict:
     """export.json's account of what the runtimes must do around the files."""
-    from vit_keras.export import graph
-    from vit_keras.core.model import preprocessing_of
-
     # The exported graphs normalise inside; a runtime still resizes by the weights' rule.
     return {"serving_default_any_size": image_size is None and graph.takes_any_size(model),
             "activation": activation or "softmax",
@@ -52,9 +55,6 @@ def label_scores(logits, labels) -> dict:
     if labels is None:
         return {"accuracy": None}
     if labels.ndim == 2:
-        import math
-
-        from vit.inference import multilabel_scores
 
         mean = multilabel_scores.mean_average_precision(labels, logits)[0]
         return {"accuracy": None, "mAP": None if math.isnan(mean) else mean}
@@ -64,15 +64,11 @@ def label_scores(logits, labels) -> dict:
 def agreement_columns(logits, keras_logits, labels) -> dict:
     """An exported file's logits against Keras': max |difference|, top-1 agreement, accuracy
     (or mAP)."""
-    from vit_keras.export.agreement import logit_agreement
-
     return {**logit_agreement(logits, keras_logits), **label_scores(logits, labels)}
 
 
 def write(report: dict, output_dir: str) -> None:
     """Writes `report` as export.json into `output_dir` (atomically)."""
-    from vit_keras import atomic
-
     atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
                        (json.dumps(report, indent=2) + "\n").encode())
 
