@@ -179,6 +179,68 @@ def test_configs_import_without_a_framework(module, tmp_path):
     assert loaded == []
 
 
+# The modules that may import Keras, TensorFlow, NumPy or our own modules inside a function,
+# and why; everywhere else such imports sit at the top, where a reader sees them. Optional
+# extras (ONNX, LiteRT, JAX, PyTorch, PIL, ...) and the standard library may be deferred
+# anywhere: a missing extra fails only the feature that needs it.
+DEFERRED_IMPORTS = {
+    "vit.cli": "it chooses the Keras backend before anything imports Keras",
+    "vit.commands": "`run` imports its command's implementation once the backend is chosen",
+    "vit.inference.export_formats": "`vit export --help` reads its table without a framework",
+    "vit.inference.export_writers": "the export format table names its writers",
+    "vit.inference.model_files": "`vit export --help` reads ACTIVATIONS without a framework",
+    "vit.hardware": "it probes the machine before the backend is chosen",
+    "vit_keras.preprocessing": "configs and presets read it without a framework",
+    "vit_keras.checkpoints.read": "only a .keras checkpoint needs Keras; .npz, .safetensors and "
+                                  ".pth files are read with NumPy",
+}
+OPTIONAL_IMPORTS = ("tensorflow", "onnx", "onnxruntime", "tf2onnx", "ai_edge_litert", "tflite_runtime", "PIL",
+                    "jax", "jaxlib", "torch", "matplotlib", "huggingface_hub",
+                    "tensorflow_datasets", "h5py", "safetensors", "sklearn", "tensorboard",
+                    "cv2", "skimage", "transformers", "timm", "keras_hub", "psutil")
+
+
+def deferred_imports(path: pathlib.Path) -> list[str]:
+    """'line: module' for each import inside a function of Keras, TensorFlow, NumPy or a
+    module of ours."""
+    import sys
+
+    found = []
+    for function in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in OPTIONAL_IMPORTS:
+                    found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_imports_inside_functions_have_a_reason():
+    """Keras, TensorFlow, NumPy and our own modules are imported at a module's top, but in the
+    modules of `DEFERRED_IMPORTS`."""
+    allowed = tuple(DEFERRED_IMPORTS)
+    deferred = [f"{name}:{line}" for name, path in modules().items()
+                if not importable_name(name).startswith(allowed)
+                for line in deferred_imports(path)]
+    assert not deferred, "move to the module's top (or give a reason in DEFERRED_IMPORTS):\n" + \
+        "\n".join(deferred)
+
+
+def test_the_deferred_import_check_sees_a_late_import(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import json\n\ndef late():\n    import keras\n    import onnx\n"
+                     "    from vit_keras import names\n")
+    assert deferred_imports(probe) == ["4: keras", "6: vit_keras"]
+
+
 MAX_FUNCTION_LINES = 60
 
 

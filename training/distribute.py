@@ -20,8 +20,11 @@ import dataclasses
 import json
 import os
 
+import keras
 import tensorflow as tf
 
+from training import jax_distribution
+from training.jax_distribution import any_process
 from vit.backend import tpu_configured
 
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
@@ -71,8 +74,6 @@ class Placement:
         if self.processes == 1:
             return flag
         if self.distribution is not None:
-            from training.jax_distribution import any_process
-
             return any_process(flag)
         if self._any_worker is None:
             self._any_worker = _any_worker_function(self.strategy)
@@ -123,9 +124,7 @@ def place(backend: str, options) -> Placement:
 
 def _place_on_jax(model_parallel, coordinator, num_processes, process_id) -> Placement:
     import jax
-    import keras
 
-    from training import jax_distribution
 
     jax_distribution.hide_accelerators_from_tensorflow()
     if jax_distribution.multihost_requested(coordinator, num_processes):

@@ -13,6 +13,9 @@ from __future__ import annotations
 import os
 
 import keras
+import numpy as np
+
+from vit.backend import nvidia_gpu_present, tpu_configured
 
 # Variable paths of the sharded weights (see vit_keras.core.attention / MLPBlock): the attention
 # EinsumDense kernels are (D, heads, head_dim) and (heads, head_dim, D), MLP kernels (D, mlp) and
@@ -68,7 +71,6 @@ def any_process(flag: bool) -> bool:
     Returns:
         True when `flag` is True on at least one process.
     """
-    import numpy as np
     from jax.experimental import multihost_utils
 
     return bool(np.any(multihost_utils.process_allgather(np.int32(flag))))
@@ -76,8 +78,6 @@ def any_process(flag: bool) -> bool:
 
 def hide_accelerators_from_tensorflow() -> None:
     """TensorFlow only runs tf.data on JAX runs: keep it from claiming GPU memory or TPUs."""
-    from vit.backend import nvidia_gpu_present, tpu_configured
-
     if not (nvidia_gpu_present() or tpu_configured()):
         return  # asking TensorFlow would only probe for CUDA
     import tensorflow as tf

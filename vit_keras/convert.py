@@ -19,6 +19,12 @@ import tempfile
 import warnings
 import zipfile
 
+import keras
+
+from vit_keras import atomic
+from vit_keras.core.layer_config import config_from_layers
+from vit_keras.core.model import VisionTransformer
+
 _ATTENTION_PARTS = ("query", "key", "value", "out")
 
 
@@ -84,11 +90,6 @@ def convert_keras_file(source: str, destination: str) -> None:
         source: the old `.keras` file.
         destination: the new file (written to a temp file, then renamed).
     """
-    import keras
-
-    from vit_keras import atomic
-    from vit_keras.core.layer_config import config_from_layers
-    from vit_keras.core.model import VisionTransformer
 
     with zipfile.ZipFile(source) as archive:
         members = {name: archive.read(name) for name in archive.namelist()}

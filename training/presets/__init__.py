@@ -16,13 +16,11 @@ import dataclasses
 import functools
 import importlib
 import json
-from typing import TYPE_CHECKING
 
 from training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, Objective,
                                            Optim, Schedule)
-
-if TYPE_CHECKING:
-    from vit_keras.config import ViTConfig
+from vit_keras import families
+from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
 PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
                 "mpp_digits", "mpp_digits_finetune", "deit_distill", "digits_upstream",
@@ -33,12 +31,6 @@ DEFAULT_PRESET = "digits_tiny"
 RENAMED_FLAT_KEYS = {"data": "data.train", "val_data": "data.val", "schedule": "schedule.decay",
                      "train_crop": "augment.crop", "objective": "objective.kind",
                      "finetune": "finetune.mode"}
-
-
-def _default_model() -> "ViTConfig":
-    from vit_keras.config import ViTConfig
-
-    return ViTConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +50,7 @@ class Preset:
 
     name: str = "custom"
     seed: int = 0
-    model: ViTConfig = dataclasses.field(default_factory=_default_model)
+    model: ViTConfig = dataclasses.field(default_factory=ViTConfig)
     data: Data = Data()
     optim: Optim = Optim()
     schedule: Schedule = Schedule()
@@ -122,9 +114,6 @@ class Preset:
         family model ('vit_small_patch14_dinov2') also gives its pooling, registers, layer
         scale, GELU and preprocessing (`vit_keras.families.FAMILY_FIELDS`), and its weights'
         image size when the preset's is no multiple of its patch size."""
-        from vit_keras import families
-        from vit_keras.config import ARCHITECTURE_FIELDS, get_variant
-
         if families.is_family_name(name):  # DINOv2, SigLIP, ...: also its pooling, registers,
             spec, _ = families.split_name(name)  # layer scale and preprocessing
             fields = {field: getattr(spec.config, field) for field in

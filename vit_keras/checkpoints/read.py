@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from vit_keras import atomic
 from vit_keras.checkpoints import huggingface, io, keys, official, timm, transformers_towers
 
 
@@ -53,7 +54,6 @@ def _keras_model_tensors(path: str) -> dict:
     """The official-layout tensors of a `.keras` ViT (loaded with `safe_mode=True`)."""
     import keras
 
-    from vit_keras import atomic
 
     if not atomic.exists(path):
         raise ValueError(f"checkpoint file {path!r} does not exist: expected a .keras model "
