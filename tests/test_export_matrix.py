@@ -30,6 +30,7 @@ from conftest import train_once
 from opencv_runtime import MAJORS, UNSUPPORTED, OpenCVError, opencv_logits, opencv_missing
 
 from vit.inference import export as export_command
+from vit.inference.export_pipeline import REJECTED_DIR
 from training.presets import get_preset
 from vit_keras import ViTConfig
 from vit_keras.export import graph
@@ -91,7 +92,8 @@ def opencv_agreements(model, images, folder) -> dict:
 def written(folder, filename: str) -> str:
     """The exported file's path: under its name, or under rejected/ when under its bar."""
     published = os.path.join(folder, filename)
-    return published if os.path.exists(published) else os.path.join(folder, "rejected", filename)
+    return published if os.path.exists(published) else os.path.join(folder, REJECTED_DIR,
+                                                                     filename)
 
 
 def matrix_row(name: str, report: dict) -> str:
