@@ -17,7 +17,7 @@ as soon as Keras is imported (`vit_keras.serializable`), so `.keras` files load 
 import importlib
 import sys
 
-from vit_keras import _after_import
+from vit_keras import _after_import, _lazy
 
 __version__ = "0.2.0"
 
@@ -42,27 +42,7 @@ _HOMES = {
     "vit_keras.weight_decay": ("no_weight_decay",),
     "vit_keras.weights": ("load_weights",),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-__all__ = sorted(_HOME_OF)
-
-
-def __getattr__(name: str):
-    """A public name, imported from its module on first use; or a submodule."""
-    if name in _HOME_OF:
-        value = getattr(importlib.import_module(_HOME_OF[name]), name)
-        globals()[name] = value  # the next lookup is a plain attribute
-        return value
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as error:
-        if error.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module 'vit_keras' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = _lazy.lazy_names(__name__, globals(), _HOMES)
 
 
 def _register_layers_with_keras() -> None:

@@ -12,6 +12,7 @@ from typing import Callable
 
 from vit.inference import export_writers
 from vit.inference.model_files import ACTIVATIONS
+from vit_keras.export import bars
 
 FLOAT_ADVICE = ("a float file must match Keras: this is a bug, please report it with the "
                 "model's config.json")
@@ -60,9 +61,7 @@ class ExportFormat:
 
     def default_min_agreement(self) -> float:
         """The top-1 agreement with Keras it must reach unless `--min-agreement` says."""
-        from vit_keras.export import agreement
-
-        return agreement.default_min_agreement(self.quantization)
+        return bars.default_min_agreement(self.quantization)
 
 
 def _tflite(name, file, title, quantization, default, advice=FLOAT_ADVICE) -> ExportFormat:
@@ -220,8 +219,6 @@ def min_agreements(formats, min_agreement=None) -> dict:
     Returns:
         {format: fraction}.
     """
-    from vit_keras.export import agreement
-
     if isinstance(min_agreement, (int, float)):
         min_agreement = {name: min_agreement for name in formats}
     overrides = dict(min_agreement or {})
@@ -235,7 +232,7 @@ def min_agreements(formats, min_agreement=None) -> dict:
         value = overrides.get(name, overrides.get(export_format.kind))
         if value is None:
             value = export_format.default_min_agreement()
-        agreement.check_options(value, "raise")
+        bars.check_options(value, "raise")
         thresholds[name] = float(value)
     return thresholds
 

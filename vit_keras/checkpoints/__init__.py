@@ -9,10 +9,11 @@
 - `resample_patch_embedding(kernel, new_patch_size)`: FlexiViT's patch-size resize.
 """
 
-from vit_keras.checkpoints.official import save_npz
-from vit_keras.checkpoints.patch_resize import resample_patch_embedding
-from vit_keras.checkpoints.read import read_checkpoint
-from vit_keras.checkpoints.resize import resize_position_embedding
+from vit_keras import _lazy
 
-__all__ = ["read_checkpoint", "resample_patch_embedding",
-           "resize_position_embedding", "save_npz"]
+__getattr__, __dir__, __all__ = _lazy.lazy_names(__name__, globals(), {
+    "vit_keras.checkpoints.official": ("save_npz",),
+    "vit_keras.checkpoints.patch_resize": ("resample_patch_embedding",),
+    "vit_keras.checkpoints.read": ("read_checkpoint",),
+    "vit_keras.checkpoints.resize": ("resize_position_embedding",),
+})

@@ -13,16 +13,16 @@ resolution; the [-1, 1] preprocessing is inside the exported graph.
     logits = export.ONNXModel("out/model.onnx")(images)
 """
 
-from vit_keras.export.agreement import (FLOAT_MIN_AGREEMENT, INT8_MIN_AGREEMENT,
-                                        LowAgreementError, compare_with_keras)
-from vit_keras.export.lite import (IO_TYPES, QUANTIZATIONS, NonBuiltinOpsError,
-                                   check_builtin_ops, float_operators, strip_tensor_names, tflite)
-from vit_keras.export.onnx import onnx
-from vit_keras.export.onnx_runtime import ONNXModel
-from vit_keras.export.runtime import TFLiteModel
-from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT, saved_model
+from vit_keras import _lazy
 
-__all__ = ["saved_model", "tflite", "TFLiteModel", "onnx", "ONNXModel", "NonBuiltinOpsError", "check_builtin_ops",
-           "LowAgreementError", "FLOAT_MIN_AGREEMENT", "INT8_MIN_AGREEMENT",
-           "float_operators", "strip_tensor_names", "compare_with_keras", "QUANTIZATIONS",
-           "IO_TYPES", "SERVING_DEFAULT", "SERVE_BYTES"]
+__getattr__, __dir__, __all__ = _lazy.lazy_names(__name__, globals(), {
+    "vit_keras.export.agreement": ("LowAgreementError", "compare_with_keras"),
+    "vit_keras.export.bars": ("FLOAT_MIN_AGREEMENT", "INT8_MIN_AGREEMENT"),
+    "vit_keras.export.lite": ("IO_TYPES", "QUANTIZATIONS", "NonBuiltinOpsError",
+                              "check_builtin_ops", "float_operators", "strip_tensor_names",
+                              "tflite"),
+    "vit_keras.export.onnx": ("onnx",),
+    "vit_keras.export.onnx_runtime": ("ONNXModel",),
+    "vit_keras.export.runtime": ("TFLiteModel",),
+    "vit_keras.export.serving": ("SERVE_BYTES", "SERVING_DEFAULT", "saved_model"),
+})

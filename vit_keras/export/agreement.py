@@ -15,11 +15,8 @@ import numpy as np
 
 from vit_keras import atomic
 from vit_keras.export import graph
-
-FLOAT_MIN_AGREEMENT = 0.999
-INT8_MIN_AGREEMENT = 0.98
-ON_LOW_AGREEMENT = ("raise", "warn")
-
+from vit_keras.export.bars import (FLOAT_MIN_AGREEMENT, INT8_MIN_AGREEMENT,  # noqa: F401
+                                   ON_LOW_AGREEMENT, check_options, default_min_agreement)
 
 class LowAgreementError(RuntimeError):
     """An exported file names another class than its Keras model too often.
@@ -31,32 +28,6 @@ class LowAgreementError(RuntimeError):
     def __init__(self, message: str, report: dict):
         super().__init__(message)
         self.report = report
-
-
-def default_min_agreement(quantization: str | None) -> float:
-    """The top-1 agreement a file of this quantization must reach.
-
-    Args:
-        quantization: None or 'float32' (float), 'fp16', 'dynamic_int8' or 'int8'.
-
-    Returns:
-        `FLOAT_MIN_AGREEMENT` for float files, `INT8_MIN_AGREEMENT` for int8 ones.
-    """
-    if quantization in (None, "float32", "fp16"):
-        return FLOAT_MIN_AGREEMENT
-    if quantization in ("dynamic_int8", "int8"):
-        return INT8_MIN_AGREEMENT
-    raise ValueError(f"quantization must be None, 'float32', 'fp16', 'dynamic_int8' or 'int8', "
-                     f"got {quantization!r}")
-
-
-def check_options(min_agreement, on_low_agreement: str) -> None:
-    """Refuses a threshold outside [0, 1] or an unknown `on_low_agreement`."""
-    if min_agreement is not None and not 0.0 <= float(min_agreement) <= 1.0:
-        raise ValueError(f"min_agreement must be a fraction in [0, 1], got {min_agreement!r}")
-    if on_low_agreement not in ON_LOW_AGREEMENT:
-        raise ValueError(f"on_low_agreement must be one of {ON_LOW_AGREEMENT}, got "
-                         f"{on_low_agreement!r}")
 
 
 def logit_agreement(logits, expected) -> dict:

@@ -141,3 +141,18 @@ def hub_file(reference: str) -> str:
         raise download.DownloadError(
             f"cannot get {filename} of Hugging Face repository {repo_id}: "
             f"{type(error).__name__}: {error}") from None
+
+
+def weights_file(weights: str, variant: str | None = None, *, quiet: bool = False) -> str:
+    """The local path of `weights`, downloaded into the Keras cache first when needed.
+
+    Args:
+        weights: a weight name ('imagenet21k'), an http(s) URL, `hf://ORG/REPO[/FILE]` or a
+            path (returned as it is).
+        variant: the architecture a weight name is for ('B/16').
+        quiet: no download progress output.
+
+    Returns:
+        The path.
+    """
+    return local_weights(weights, variant, quiet=quiet)[0]
