@@ -241,6 +241,37 @@ class VisionTransformer(keras.Model):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
 
+    # Keras traces `predict` and the other loops again with relaxed shapes when the input size
+    # changes, and a relaxed (None, None) image reaches the patch embedding unchecked: so the
+    # size is checked here, on the arrays or tensors the caller hands over, before any tracing.
+    def __call__(self, *args, **kwargs):
+        check_image_size(self.config, args[0] if args else kwargs.get("inputs"))
+        return super().__call__(*args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().predict(x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        check_image_size(self.config, x)
+        return super().predict_on_batch(x)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def test_on_batch(self, x, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().test_on_batch(x, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().fit(x, *args, **kwargs)
+
+    def train_on_batch(self, x, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().train_on_batch(x, *args, **kwargs)
+
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
         """Keras' `Model.quantize` on every projection (see `vit_keras.quantization`)."""
         quantization.quantize(self, super().quantize, mode, config, filters, **kwargs)
@@ -248,6 +279,43 @@ class VisionTransformer(keras.Model):
     def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
         """Freezes the model and adds LoRA adapters (see `vit_keras.lora.enable_lora`)."""
         lora.enable_lora(self, rank, targets, alpha)
+
+
+def check_image_size(config: ViTConfig, images) -> None:
+    """Refuses images of another size than a fixed-size model was built for.
+
+    Args:
+        config: the model's config.
+        images: what a caller passes: an array or tensor [batch, height, width, channels], or
+            a `tf.data.Dataset` of them (or of (images, labels)); anything else is left to
+            Keras.
+
+    Raises:
+        ValueError: naming the size the model was built for, the size given, and the ways
+            out (resize, `image_size=`, `dynamic_image_size=True`).
+    """
+    shape = _image_shape(images)
+    if config.dynamic_image_size or shape is None or len(shape) != 4:
+        return
+    got = tuple(shape[1:3])
+    if None in got or got == config.image_hw:
+        return
+    (height, width), step = config.image_hw, config.patch_step
+    raise ValueError(
+        f"this ViT was built for {height}x{width} images, got {got[0]}x{got[1]} (input shape "
+        f"{tuple(shape)}): resize the images to {height}x{width} (`vit_keras.preprocessing."
+        f"resize_image` does, by the weights' rule), or build the model for this size with "
+        f"image_size=({got[0]}, {got[1]}) (pretrained weights are fitted when they load), or with "
+        f"dynamic_image_size=True to take any size whose sides are multiples of {step}")
+
+
+def _image_shape(images):
+    """The [batch, height, width, channels] shape of what a caller passes, or None."""
+    element_spec = getattr(images, "element_spec", None)  # a tf.data.Dataset
+    if element_spec is not None:
+        images = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+    shape = getattr(images, "shape", None)
+    return None if shape is None else tuple(shape)
 
 
 def _check_pooling(config: ViTConfig, pooling):
