@@ -76,7 +76,8 @@ class Classification:
                 "as `vit evaluate` does")
 
     def check_data(self, data) -> None:
-        """Refuses training data this objective cannot learn from (a multi-label source).
+        """Refuses training data this objective cannot learn from (a multi-label source, fewer
+        than 2 classes).
 
         Args:
             data: the run's `vit.data.sources.TrainingData`.
@@ -85,6 +86,10 @@ class Classification:
             raise ValueError(f"{data.train.spec} is multi-label data (an image may have several "
                              f"classes): train it with --set objective.kind=multilabel, not "
                              f"{self.name!r}")
+        if data.train.num_classes < 2:
+            raise ValueError(f"{data.train.spec} has {data.train.num_classes} class "
+                             f"({', '.join(data.train.class_names)}): a classifier needs at "
+                             "least 2 classes to tell apart")
 
     def model_config(self, num_classes: int) -> ViTConfig:
         """The classifier's config for data with `num_classes` classes; a frozen backbone

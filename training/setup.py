@@ -102,13 +102,36 @@ def make_plan(preset: presets.Preset, num_examples: int, replicas: int) -> Plan:
         raise ValueError(f"batch_size {batch} must be divisible by grad_accum_steps x replicas "
                          f"= {accum} x {replicas}")
     step_batch = batch // accum
-    if num_examples < batch:
-        raise ValueError(f"the training data has {num_examples} examples, fewer than one "
-                         f"batch of {batch}: pass --batch-size {num_examples} or less")
     steps = (num_examples // step_batch) // accum * accum
     return Plan(replicas=replicas, global_batch=batch, step_batch=step_batch,
                 per_replica_batch=step_batch // replicas, accum=accum, steps_per_epoch=steps,
                 updates_per_epoch=steps // accum)
+
+
+def fit_batch_to_data(preset: presets.Preset, num_examples: int,
+                      replicas: int) -> tuple[presets.Preset, str]:
+    """The preset with a global batch no larger than the training data: a data set smaller
+    than the preset's batch gets the largest batch it fills (a multiple of grad_accum_steps x
+    replicas), with a notice; a batch the user set (`--batch-size`) is kept, and refused.
+
+    Returns:
+        (the preset, the notice or '').
+    """
+    batch = preset.schedule.batch_size
+    unit = preset.schedule.grad_accum_steps * replicas
+    if num_examples >= batch:
+        return preset, ""
+    smaller = num_examples // unit * unit
+    if smaller == 0:
+        raise ValueError(f"the training data has {num_examples} examples, fewer than "
+                         f"grad_accum_steps x replicas = {unit}: add images or lower "
+                         "schedule.grad_accum_steps")
+    if "schedule.batch_size" in preset.pinned:
+        raise ValueError(f"the training data has {num_examples} examples, fewer than one batch "
+                         f"of {batch}: pass --batch-size {smaller} or less, or add images")
+    fitted = preset.with_values({"schedule.batch_size": smaller}).replace(pinned=preset.pinned)
+    return fitted, (f"batch: {num_examples} training examples fill no batch of {batch}: "
+                    f"batch size {smaller} (--batch-size sets another)")
 
 
 def resolve_precision(preset: presets.Preset, on_tpu: bool) -> str:
@@ -199,6 +222,8 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
     if preset.data.adapt:
         preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(data.train),
                                          num_examples)
+    preset, batch_note = fit_batch_to_data(preset, num_examples, placement.replicas)
+    adaptation = "\n".join(line for line in (adaptation, batch_note) if line)
     objective = objectives.get_objective(preset)
     config = objective.model_config(data.train.num_classes)
     if options.model_parallel > 1:
