@@ -557,3 +557,16 @@ def trained_digit_classifier(config, epochs=40, held_out=200):
     train_images, train_labels = images[held_out:], labels[held_out:]
     model.fit(train_images / 127.5 - 1.0, train_labels, batch_size=64, epochs=epochs, verbose=0)
     return model, train_images, images[:held_out], labels[:held_out]
+
+
+def vit_predict(arguments, output_dir) -> tuple[int, list[dict]]:
+    """Runs `vit predict ARGUMENTS --output DIR/predictions.json` in this process; returns its
+    exit status and its predictions ({'file', 'top': [{'class', 'score'}]} per image)."""
+    from vit import cli
+
+    path = os.path.join(str(output_dir), "predictions.json")
+    status = cli.main(["predict", *arguments, "--output", path])
+    if status or not os.path.exists(path):
+        return status, []
+    with open(path) as file:
+        return status, json.load(file)["predictions"]

@@ -54,7 +54,7 @@ def test_verbose_shows_what_quiet_hides(tmp_path):
     (["train", "--data", "nothing:here"], "data spec 'nothing:here' not understood"),
     (["evaluate", "--model", "missing.keras", "--data", "digits"], "missing.keras"),
     (["predict", "missing.png", "--model", "missing.keras"], "missing.keras"),
-    (["export", "--model", "missing.keras"], "no model file at missing.keras"),
+    (["export", "--model", "missing.keras"], "model 'missing.keras' does not exist"),
     (["inspect", "--complexity", "B/16", "--image-size", "225"], "not divisible by patch_size"),
     (["bench", "--image-size", "100"], "not divisible by patch_size"),
     (["weights", "fetch", "imagenet21k", "--model", "Ti/16"], "no 'imagenet21k' weights"),

@@ -50,7 +50,7 @@ def test_bad_configs_raise_clear_errors(changes, message):
 
 
 def test_unknown_variant_and_field():
-    with pytest.raises(ValueError, match="unknown ViT variant 'X/99'; expected one of"):
+    with pytest.raises(ValueError, match="unknown ViT variant 'X/99': expected one of"):
         get_variant("X/99")
     with pytest.raises(ValueError, match="unknown ViTConfig field"):
         get_variant("B/16", hidden=3)

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import pytest
 
+from helpers import vit_predict
 import vit_keras
 from vit_keras import families, preprocessing
 from vit_keras.checkpoints import processors as processor_files
@@ -335,9 +336,9 @@ def test_vit_predict_equals_timm_on_a_jpeg(tmp_path, capsys):
     path, reference = _deit_e2e(tmp_path)
     image = os.path.join(DATA, "deit_e2e.jpg")
     capsys.readouterr()
-    assert cli.main(["predict", image, "--model", path, "--top-k", "5"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()[1:]
-    found = {int(line.split()[0]): float(line.split()[-1]) for line in lines}
+    status, predictions = vit_predict([image, "--model", path, "--top-k", "5"], tmp_path)
+    assert status == 0
+    found = {int(shown["class"]): shown["score"] for shown in predictions[0]["top"]}
     expected = reference["probabilities"]
     assert sorted(found, key=found.get, reverse=True) == \
         sorted(range(5), key=lambda index: expected[index], reverse=True)

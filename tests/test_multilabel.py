@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import vit_predict
 from vit import cli
 from vit.data import csv_source, evaluation, sources
 from vit.images import scale
@@ -288,9 +289,10 @@ def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys
 
     capsys.readouterr()
     first = tmp_path / "images" / "img_00.png"
-    assert cli.main(["predict", str(first), "--model", str(output / "model.keras")]) == 0
-    printed = capsys.readouterr().out.split()
-    shown = dict(zip(printed[1::2], map(float, printed[2::2])))
+    status, predictions = vit_predict([str(first), "--model", str(output / "model.keras")],
+                                      tmp_path)
+    assert status == 0
+    shown = {top["class"]: top["score"] for top in predictions[0]["top"]}
     assert set(shown) == set(CLASSES)
     assert sum(shown.values()) != pytest.approx(1.0, abs=1e-3)
 

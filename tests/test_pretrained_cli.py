@@ -8,12 +8,12 @@ import pytest
 from PIL import Image
 
 import vit_keras
-from helpers import randomize_weights
+from helpers import randomize_weights, vit_predict
 from vit import cli
 from vit.images import load_files
 from vit.inference.classifier import scores_from_logits
 from training.objectives import get_objective
-from training.train import resolve_preset
+from training.presets.command_line import resolve_preset
 from vit_keras import pretrained
 from vit_keras.checkpoints import save_npz
 from vit_keras.pretrained import registry
@@ -49,16 +49,17 @@ def test_vit_predict_prints_the_imagenet_top5_of_named_weights(mirror, ti16_file
     image_path = str(tmp_path / "photo.png")
     pixels = np.random.default_rng(0).integers(0, 256, (160, 200, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(image_path)
-    status = cli.main(["predict", image_path, "--weights", TI16_RELEASE[0], "--model", "Ti/16"])
-    printed = capsys.readouterr().out.splitlines()
-    assert status == 0 and printed[0] == image_path
+    status, predictions = vit_predict([image_path, "--weights", TI16_RELEASE[0], "--model",
+                                       "Ti/16"], tmp_path)
+    assert status == 0 and [row["file"] for row in predictions] == [image_path]
     model = vit_keras.ViTTi16(weights=ti16_file)
     images = load_files([image_path], 224) / 127.5 - 1.0
     probabilities = scores_from_logits(np.asarray(model(images), np.float64))
     expected = vit_keras.decode_predictions(probabilities, top=5)[0]
-    assert len(printed) == 6
-    for line, (_, name, probability) in zip(printed[1:], expected):
-        assert line.split() == [*name.split(), f"{probability:.4f}"]
+    top = predictions[0]["top"]
+    assert len(top) == 5
+    for shown, (_, name, probability) in zip(top, expected):
+        assert shown["class"] == name and shown["score"] == pytest.approx(probability, abs=1e-5)
 
 
 def test_vit_weights_list_shows_the_registry_and_what_is_cached(mirror, capsys):

@@ -53,7 +53,7 @@ def vit_predict_top1(model_path, image_path) -> str:
     with contextlib.redirect_stdout(printed):
         assert cli.main(["predict", str(image_path), "--model", str(model_path),
                          "--top-k", "1"]) == 0
-    return printed.getvalue().splitlines()[1].split()[0]
+    return printed.getvalue().splitlines()[1].split()[1]  # the header, then file, top-1, ...
 
 
 def test_the_page_shows_vit_predicts_top1_and_draws_the_heatmap(digit_model):

@@ -134,13 +134,13 @@ def test_every_model_option_is_settable_and_typed():
 def test_model_flag_takes_a_variants_shape_and_keeps_the_presets_options():
     import dataclasses
 
-    from training import train
+    from training.presets import command_line
     from vit.commands import train as train_command
     from vit_keras import ViTConfig, get_variant
 
     parser = __import__("argparse").ArgumentParser()
     train_command.add_arguments(parser)
-    preset = train.resolve_preset(parser.parse_args(
+    preset = command_line.resolve_preset(parser.parse_args(
         ["--model", "S/16", "--image-size", "64", "--set", "model.num_layers=2"]))
     s16 = get_variant("S/16")
     assert (preset.model.hidden_size, preset.model.num_heads, preset.model.patch_size) == \
@@ -188,15 +188,14 @@ def test_sections_validate_their_own_fields_when_created():
 def test_run_options_gather_the_flags_apart_from_the_recipe():
     import argparse
 
-    from training import train
-    from training.presets import RunOptions
+    from training.presets import RunOptions, command_line
     from vit.commands import train as train_command
 
     parser = argparse.ArgumentParser()
     train_command.add_arguments(parser)
     args = parser.parse_args(["--output", "out", "--resume", "--strategy", "mirrored",
                               "--no-export", "--set", "optim.lr=0.1", "--seed", "4"])
-    assert train.run_options(args) == RunOptions(output="out", resume=True, strategy="mirrored",
-                                                 export=False)
-    preset = train.resolve_preset(args)
+    assert command_line.run_options(args) == RunOptions(output="out", resume=True,
+                                                        strategy="mirrored", export=False)
+    preset = command_line.resolve_preset(args)
     assert preset.optim.lr == 0.1 and preset.seed == 4

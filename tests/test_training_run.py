@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from localhost import free_ports
 from runs import kill_after_backup, start_vit, vit_command, vit_env
+from helpers import vit_predict
 from vit import cli
 from training import finish, run
 from training.presets import get_preset
@@ -150,11 +151,11 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     image, label = sources.digits_arrays("test")[0][0], sources.digits_arrays("test")[1][0]
     Image.fromarray(image).save(tmp_path / "digit.png")
     capsys.readouterr()
-    assert cli.main(["predict", str(tmp_path / "digit.png"), "--model", model,
-                     "--top-k", "3"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].endswith("digit.png") and len(lines) == 4
-    probabilities = [float(line.split()[-1]) for line in lines[1:]]
+    status, predictions = vit_predict([str(tmp_path / "digit.png"), "--model", model,
+                                       "--top-k", "3"], tmp_path)
+    assert status == 0 and predictions[0]["file"].endswith("digit.png")
+    probabilities = [shown["score"] for shown in predictions[0]["top"]]
+    assert len(probabilities) == 3
     assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1.0001
     assert cli.main(["predict", str(tmp_path / "missing.png"), "--model", model]) == 2
     assert capsys.readouterr().err.startswith("vit predict: error: ")

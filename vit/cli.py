@@ -1,10 +1,12 @@
 """The `vit` command line: one sub-command per module, registered in `COMMANDS`.
 
 Each command module (`vit.commands`) defines `add_arguments(parser)` and `run(args) -> int`,
-and its docstring's first line is the command's help. Command modules import no framework, so
-that `vit --help` and `vit CMD --help` answer at once; `main` parses the command line first,
-then sets the Keras backend and imports TensorFlow with its start-up logging silenced (see
-`vit.console`), then `run` imports the command's implementation.
+optionally `check(args)`, and its docstring's first paragraph is the command's help. Command
+modules import no framework, so that `vit --help` and `vit CMD --help` answer at once; `main`
+parses the command line first, then `check` validates names, values, data specs and paths
+(still without a framework: a usage error is answered within a second), then `main` sets the
+Keras backend and imports TensorFlow with its start-up logging silenced (see `vit.console`),
+then `run` imports the command's implementation.
 
 Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
 `vit CMD: error: ...` and exits with status 2; a run that fails on its way (`RuntimeError`,
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 
 from vit import console
 
@@ -36,18 +39,28 @@ COMMANDS = {
 }
 
 
+class WholeWordsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The command's docstring as written; option help wrapped between words only (a format
+    name or a path is never split across lines)."""
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False,
+                             break_on_hyphens=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `vit` parser with every sub-command's options."""
-    parser = argparse.ArgumentParser(prog="vit", description="Vision Transformer for Keras 3.")
+    parser = argparse.ArgumentParser(prog="vit", description="Vision Transformer for Keras 3.",
+                                     formatter_class=WholeWordsHelpFormatter)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        summary = (module.__doc__ or name).strip().splitlines()[0]
+        summary = " ".join((module.__doc__ or name).strip().split("\n\n")[0].split())
         sub = subparsers.add_parser(name, help=summary, description=module.__doc__,
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                                    formatter_class=WholeWordsHelpFormatter)
         module.add_arguments(sub)
         _add_common_arguments(sub)
-        sub.set_defaults(func=module.run)
+        sub.set_defaults(func=module.run, check=getattr(module, "check", None))
     return parser
 
 
@@ -99,16 +112,24 @@ def select_backend(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vit` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    from vit import console
-
     args = build_parser().parse_args(argv)  # --help and usage errors exit here
     args.command_line = argv  # `vit train` prints the command that resumes it
     console.configure(verbose_requested(argv))
+    if args.check is not None:  # names, values, paths: answered before any framework loads
+        status = _guarded(args, args.check)
+        if status:
+            return status
     with console.quiet_native_stderr():
         select_backend(argv)  # before Keras is imported (TensorFlow imports it)
         import tensorflow  # noqa: F401  every command uses it; quietly (see vit.console)
+    return _guarded(args, args.func)
+
+
+def _guarded(args: argparse.Namespace, step) -> int:
+    """`step(args)`'s exit status, with an error or Ctrl+C reported as the module docstring
+    says."""
     try:
-        return int(args.func(args) or 0)
+        return int(step(args) or 0)
     except (ValueError, RuntimeError, OSError) as error:
         if args.debug:
             raise

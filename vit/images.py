@@ -28,7 +28,6 @@ import tensorflow as tf
 from vit_keras import preprocessing as rules
 from vit_keras.preprocessing import MAX_IMAGE_PIXELS
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 # File signatures of the formats tf.io.decode_image reads.
 SIGNATURES = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG\r\n\x1a\n", "bmp": b"BM",
               "gif87": b"GIF87a", "gif89": b"GIF89a"}
@@ -129,6 +128,14 @@ def read_file(path: str) -> bytes:
         raise ImageError(f"{path} cannot be read ({error.strerror})", "unreadable") from None
     check(data, path)
     return data
+
+
+def pixel_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of a checked image file, from its header."""
+    from PIL import Image
+
+    with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
+        return image.size
 
 
 @contextlib.contextmanager

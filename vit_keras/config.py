@@ -443,10 +443,17 @@ def variant_name(name: str) -> str:
         ValueError: not a known variant.
     """
     key = _canonical_name(name)
-    table = {**VARIANTS, **HYBRID_VARIANTS}
-    if key not in table:
-        raise ValueError(f"unknown ViT variant {name!r}; expected one of {sorted(table)}")
+    if key not in {**VARIANTS, **HYBRID_VARIANTS}:
+        raise ValueError(f"unknown ViT variant {name!r}: expected one of "
+                         f"{', '.join(user_variant_names())}, or a family model by timm's name "
+                         "(`vit weights list`)")
     return key
+
+
+def user_variant_names() -> list[str]:
+    """The variant names a user picks from: the official ones without vit_jax's tiny
+    'testing' config (which stays reachable by its name, for tests)."""
+    return [name for name in (*VARIANTS, *HYBRID_VARIANTS) if name != "testing"]
 
 
 def variant_of(config: ViTConfig) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from vit_keras.config import ViTConfig
+from vit_keras.config import ViTConfig, variant_name
 from vit_keras.preprocessing import (CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD,
                                      Preprocessing)
 
@@ -204,3 +204,16 @@ def weights_file_reference(weights: str) -> str | None:
 def weight_references() -> list[tuple[FamilyModel, str]]:
     """Every (model, tag) with released weights, in the table's order."""
     return [(model, tag) for model in FAMILY_MODELS.values() for tag in model.tags]
+
+
+def check_model_name(name: str) -> None:
+    """Checks that `name` is an architecture `vit_keras.create_model` builds: an official
+    variant in any spelling ('B/16', 'ViT-B_16') or a family model ('NAME[.TAG]').
+
+    Raises:
+        ValueError: naming the variants and family models there are.
+    """
+    if is_family_name(name):
+        split_name(name)
+    else:
+        variant_name(name)

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import argparse
 
+from vit.commands.checks import check_model
+from vit.paths import expand_images
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit embed` options."""
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG/BMP/GIF files")
@@ -27,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="embed with encoder block I (negative counts from the end)")
     parser.add_argument("--output", help="save the embeddings as a float32 [images, D] .npy "
                         "file (rows in the order of the images)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Checks the model and the images before any framework is imported; the folders and
+    patterns among the images become their files."""
+    check_model(args.model, args.weights, (".keras",))
+    args.images = expand_images(args.images)
 
 
 def run(args: argparse.Namespace) -> int:

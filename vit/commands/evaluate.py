@@ -1,14 +1,20 @@
-"""Evaluate a trained model: top-1, top-5 and per-class accuracy on a data spec; for a
-multi-label model or data, the exact mAP, F1 and per-class average precision.
+"""Evaluate a trained model (.keras, SavedModel, .tflite or .onnx) on a data spec: top-1,
+top-5 and per-class accuracy; for a multi-label model or data, mAP, F1 and per-class AP.
 
 Examples:
   vit evaluate --model saved_models/digits_tiny/model.keras --data digits
+  vit evaluate --model saved_models/digits_tiny/model_int8.tflite --data digits
+  vit evaluate --model saved_models/digits_tiny/model_int8.onnx --data folder:~/digits/test
   vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
   vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
 
 A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
 of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
 those of `vit.inference.multilabel_scores` (a single-label source's labels count as one class each).
+
+An exported file is evaluated as it will be deployed: its images are resized by the rule that
+export.json beside it records, and it normalises them itself; the report is the same as for the
+.keras model, so that the two can be compared line by line.
 
 `digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
 test split; tfds: validation, else test); `folder:`, `csv:` and `tfrecord:` on every image.
@@ -18,9 +24,14 @@ from __future__ import annotations
 
 import argparse
 
+from vit.commands.checks import check_model
+from vit.data.specs import check_spec
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit evaluate` options."""
-    parser.add_argument("--model", required=True, help="a .keras model saved by `vit train`")
+    parser.add_argument("--model", required=True, help="a .keras model, SavedModel directory, "
+                        ".tflite or .onnx file written by `vit train` or `vit export`")
     parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
                         "tfds:NAME[:SPLIT] | tfrecord:GLOB")
     parser.add_argument("--data-dir", help="tfds data_dir")
@@ -38,6 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block", type=int, metavar="I", default=None,
                         help="with --few-shot: probe encoder block I instead (negative counts "
                              "from the end): its final-normed class token, or its patch mean")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Checks the model, the data spec and the options before any framework is imported."""
+    check_model(args.model)
+    check_spec(args.data)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.block is not None and args.few_shot is None:
+        raise ValueError("--block chooses the block --few-shot probes: add --few-shot")
+    if args.few_shot is not None and not args.model.lower().endswith(".keras"):
+        raise ValueError("--few-shot fits a linear probe on the features of a .keras model; "
+                         f"{args.model} gives logits only: pass the run's model.keras")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 
-from vit.inference.export_formats import DEFAULT_FORMATS, FORMATS
+from vit.commands.checks import check_model
+from vit.data.specs import check_spec
+from vit.inference.export_formats import (DEFAULT_FORMATS, FORMATS, check_formats,
+                                          min_agreements, parse_min_agreement)
 from vit.inference.model_files import ACTIVATIONS
 
 
@@ -28,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit export` options."""
     parser.add_argument("--model", required=True, help="trained .keras model file")
     parser.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
-                        help=f"comma-separated, out of {','.join(FORMATS)} "
-                             "(default: %(default)s)")
+                        help=f"comma-separated, out of {', '.join(FORMATS)} "
+                             f"(default: {', '.join(DEFAULT_FORMATS)})")
     parser.add_argument("--output", default=None,
                         help="output directory (default: the model file's directory)")
     parser.add_argument("--data", default=None,
@@ -69,6 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and the command exits with status 3")
     parser.add_argument("--latency-runs", type=int, default=50,
                         help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Checks the model, the formats, the agreement bars and the data spec before any
+    framework is imported."""
+    check_model(args.model, extensions=(".keras",))
+    min_agreements(check_formats(args.formats), parse_min_agreement(args.min_agreement))
+    if args.data and not args.data.endswith(".npz"):
+        check_spec(args.data)
 
 
 def run(args: argparse.Namespace) -> int:

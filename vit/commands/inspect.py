@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import argparse
 
+from vit.commands.checks import check_model
+from vit.paths import expand_images
+from vit_keras.families import check_model_name
+
+
 DEFAULT_SIZES = (224, 384, 512)
 
 
@@ -32,6 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"resolutions for --complexity (default: {DEFAULT_SIZES})")
     parser.add_argument("--batch-size", type=int, default=1,
                         help="batch size of the --complexity memory figures")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Checks the model, the variant and the images before any framework is imported."""
+    if args.complexity:
+        check_model_name(args.complexity)
+    if args.model:
+        check_model(args.model, extensions=(".keras",))
+    if args.images:
+        args.images = expand_images(args.images)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,14 +1,19 @@
-"""Classify image files with a trained model: .keras, a SavedModel directory, .tflite or .onnx.
+"""Classify image files, folders or glob patterns with a trained model: .keras, a SavedModel
+directory, .tflite or .onnx.
 
 Examples:
   vit predict cat.jpg dog.png --model saved_models/run/model.keras --top-k 3
+  vit predict ~/photos --model saved_models/run/model.keras --output predictions.csv
+  vit predict 'shots/**/*.jpg' --tflite saved_models/run/model_int8.tflite --output top.json
   vit predict digit.png --tflite saved_models/digits_tiny/model.tflite
   vit predict digit.png --onnx saved_models/digits_tiny/model_int8.onnx
   vit predict digit.png --model saved_models/digits_tiny/saved_model
   vit predict cat.jpg --weights imagenet21k+imagenet2012 --model B/16
 
-Images are checked, decoded and resized to the model resolution as everywhere in vit
-(`vit.images`). Class names come from
+A folder gives its image files and those of its sub-folders; a pattern (quoted, so that
+the shell leaves it alone; `**` spans folders) its image files. Images are checked, decoded and
+resized to the model resolution as everywhere in vit (`vit.images`), and run in batches; a file
+that is no usable image is skipped and listed at the end. Class names come from
 --labels, else the labels.txt next to the model, else (ImageNet heads of pretrained --weights)
 the ImageNet class names shipped with vit_keras. A multi-label model (`vit train --set
 objective=multilabel`, recorded as `activation` in the config.json next to its files) and the
@@ -20,9 +25,15 @@ from __future__ import annotations
 
 import argparse
 
+from vit.commands.checks import check_model
+from vit.paths import expand_images
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit predict` options."""
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG/BMP/GIF files")
+    parser.add_argument("images", nargs="+", metavar="IMAGE",
+                        help="JPEG/PNG/BMP/GIF files, folders of them (searched recursively) "
+                        "or glob patterns")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a .keras model or SavedModel directory written by "
                         "`vit train`/`vit export`; with --weights, the architecture (B/16, "
@@ -34,6 +45,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "name from `vit weights list`, an https:// URL, hf://ORG/REPO or a file")
     parser.add_argument("--top-k", type=int, default=5, help="classes shown per image")
     parser.add_argument("--labels", help="labels.txt (default: next to the model file)")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="images per model call (default: %(default)s)")
+    parser.add_argument("--output", help="also write the predictions to this .csv (file, "
+                        "class_1, score_1, ...) or .json file (with the skipped files)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Checks the options, the model and the images before any framework is imported; the
+    folders and patterns among the images become their files."""
+    if args.top_k < 1:
+        raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.output and not args.output.lower().endswith((".csv", ".json")):
+        raise ValueError(f"--output {args.output!r}: expected a .csv or .json file name")
+    if args.weights and (args.tflite or args.onnx):
+        raise ValueError("--weights goes with --model ARCHITECTURE, not with --tflite/--onnx")
+    if args.tflite or args.onnx:
+        check_model(args.tflite or args.onnx, extensions=(".tflite",) if args.tflite else
+                    (".onnx",))
+    else:
+        check_model(args.model, args.weights)
+    args.images = expand_images(args.images)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import argparse
 
+from vit.commands.checks import check_model
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit serve` options."""
     parser.add_argument("--model", required=True, help="a .keras file, a SavedModel directory, "
@@ -49,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM or Ctrl+C, how long to keep answering the requests "
                         "in flight before exiting (default: 20, within the usual 30 s grace "
                         "period)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Checks the model before any framework is imported."""
+    check_model(args.model, args.weights)
 
 
 def run(args: argparse.Namespace) -> int:

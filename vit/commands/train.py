@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 
 from training import presets
-from training.presets import overrides, sections
+from training.presets import command_line, overrides, sections
 from vit.backend import BACKENDS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit train` options, grouped like the preset's sections."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     recipe = parser.add_argument_group("recipe (the preset and its fields)")
     recipe.add_argument("--config", default=presets.DEFAULT_PRESET, choices=presets.PRESET_NAMES,
                         help="preset to start from (default: %(default)s)")
@@ -152,6 +151,15 @@ def _keys_epilog() -> str:
                           overrides.MODEL_PREFIX))
     return ("preset keys; the flat names of earlier versions (lr, translate, objective, ...) "
             "still work:\n\n" + "\n\n".join(blocks))
+
+
+def check(args: argparse.Namespace) -> None:
+    """Checks the command line before any framework is imported: the preset, every --set key
+    and value, the model and weight names, the run options and the data specs."""
+    preset = command_line.resolve_preset(args)
+    command_line.run_options(args)
+    command_line.check_weights_argument(preset.finetune.weights)
+    command_line.check_data_specs(preset)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit weights` sub-commands."""
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -31,20 +31,10 @@ import tensorflow as tf
 from vit import images
 from vit.data.csv_source import csv_source
 from vit.data.source import Source, check_files, file_list_source
+from vit.data.specs import list_folder, parse_spec
 
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
-
-
-def parse_spec(spec: str) -> tuple[str, str]:
-    """Splits a data spec into (kind, argument); raises ValueError on an unknown kind."""
-    kind, _, argument = spec.partition(":")
-    if kind == "digits" and not argument:
-        return kind, ""
-    if kind in ("folder", "csv", "tfds", "tfrecord") and argument:
-        return kind, argument
-    raise ValueError(f"data spec {spec!r} not understood: expected 'digits', 'folder:PATH', "
-                     "'csv:PATH', 'tfds:NAME[:SPLIT]' or 'tfrecord:GLOB'")
 
 
 def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
@@ -193,27 +183,6 @@ def digits_source(split: str) -> Source:
 
 
 # --- folder -------------------------------------------------------------------------------------
-
-def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:
-    """Lists `path/<class>/<image>`; returns (class names, file paths, labels), all sorted."""
-    if not os.path.isdir(path):
-        raise ValueError(f"folder data {path!r} is not a directory: expected one sub-folder "
-                         "of images per class")
-    class_names = sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
-    if not class_names:
-        raise ValueError(f"folder data {path!r} has no class sub-folders: expected "
-                         f"{path}/<class name>/<image files>")
-    files, labels = [], []
-    for label, class_name in enumerate(class_names):
-        class_dir = os.path.join(path, class_name)
-        for name in sorted(os.listdir(class_dir)):
-            if name.lower().endswith(images.IMAGE_EXTENSIONS):
-                files.append(os.path.join(class_dir, name))
-                labels.append(label)
-    if not files:
-        raise ValueError(f"folder data {path!r} holds no {'/'.join(images.IMAGE_EXTENSIONS)} files")
-    return class_names, files, labels
-
 
 def split_indices(labels: list[int], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Stratified, seeded (train, held-out) index split; each class keeps >= 1 train example."""

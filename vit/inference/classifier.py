@@ -23,8 +23,9 @@ import tensorflow as tf
 
 import vit_keras
 from vit.images import decode_checked
-from vit.inference.model_files import (ACTIVATIONS, activation_beside, labels_beside,
-                                       load_model, preprocessing_beside)
+from vit.inference.model_files import (ACTIVATIONS, activation_beside, check_model_path,
+                                       labels_beside, load_model, patch_size_beside,
+                                       preprocessing_beside)
 from vit.outputs import read_labels
 from vit_keras import analysis, families, pretrained, preprocess_input
 from vit_keras.core.model import config_from_model, input_image_size, preprocessing_of
@@ -58,6 +59,8 @@ class Classifier:
             `scores_from_logits` chooses).
         preprocessing: how encoded images are resized for it (the weights' rule; the
             normalisation is inside `run_outputs`).
+        patch_size: pixels per patch side of its input (a hybrid's ResNet stride included),
+            None when not known (an exported file without the run's config.json beside it).
     """
 
     path: str
@@ -71,6 +74,7 @@ class Classifier:
     run_encoded: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
     activation: str | None = None
     preprocessing: Preprocessing = OFFICIAL
+    patch_size: int | None = None
 
     @property
     def class_names(self) -> list[str]:
@@ -184,19 +188,11 @@ def load(path: str, weights: str | None = None, labels_path: str | None = None) 
     """
     if weights:
         return _pretrained(path, weights, labels_path)
-    if not os.path.exists(path):
-        raise ValueError(f"model {path!r} does not exist: expected a .keras file, a SavedModel "
-                         "directory, a .tflite or an .onnx file")
+    check_model_path(path)
     if os.path.isdir(path):
-        if not os.path.exists(os.path.join(path, "saved_model.pb")):
-            raise ValueError(f"{path!r} is a directory without saved_model.pb: expected a "
-                             "SavedModel directory")
         return _saved_model(path, labels_path)
     loaders = {".keras": _keras, ".tflite": _lite_runtime, ".onnx": _lite_runtime}
     extension = os.path.splitext(path)[1].lower()
-    if extension not in loaders:
-        raise ValueError(f"model {path!r}: expected a .keras, .tflite or .onnx file or a "
-                         f"SavedModel directory, got a {extension or 'file without extension'}")
     return loaders[extension](path, labels_path)
 
 
@@ -221,7 +217,8 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None,
                       num_classes=int(model.output_shape[-1]), labels=labels,
                       run_outputs=outputs_from_logits(run_logits, activation), keras_model=model,
                       takes_any_size=graph.takes_any_size(model), activation=activation,
-                      preprocessing=preprocessing_of(model))
+                      preprocessing=preprocessing_of(model),
+                      patch_size=config_from_model(model).patch_step)
 
 
 def _keras(path: str, labels_path: str | None) -> Classifier:
@@ -244,7 +241,8 @@ def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
                       num_classes=int(runner.num_classes),
                       labels=labels_beside(path, labels_path),
                       run_outputs=outputs_from_logits(runner, activation), activation=activation,
-                      preprocessing=preprocessing_beside(path))
+                      preprocessing=preprocessing_beside(path),
+                      patch_size=patch_size_beside(path))
 
 
 def _saved_model(path: str, labels_path: str | None) -> Classifier:
@@ -266,7 +264,7 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
         image_size=None if any_size else (int(shape[1]), int(shape[2])),
         num_classes=int(serve.structured_outputs["logits"].shape[-1]),
         labels=labels_beside(path, labels_path), takes_any_size=any_size,
-        activation=activation_beside(path),
+        activation=activation_beside(path), patch_size=patch_size_beside(path),
         run_outputs=lambda images: run(SERVING_DEFAULT, images=tf.constant(images)),
         run_encoded=lambda files: run(SERVE_BYTES, image_bytes=tf.constant(list(files))))
 

@@ -14,7 +14,8 @@ import tensorflow as tf
 from vit import console
 from vit.data import evaluation, sources
 from vit.images import scale
-from vit.inference import model_files, multilabel_scores
+from vit.inference import classifier, model_files, multilabel_scores
+from vit.inference.classifier import Classifier
 from vit.inference.model_files import load_model
 from vit.outputs import write_json
 from vit_keras import analysis
@@ -30,7 +31,8 @@ def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
     """Runs `model` over `source`; returns top-1, top-5, loss and per-class accuracy.
 
     Args:
-        model: a Keras classifier taking [-1, 1] images and returning logits.
+        model: a Keras classifier taking [-1, 1] images and returning logits, or a
+            `vit.inference.classifier.Classifier` (a SavedModel, .tflite or .onnx file).
         source: a `vit.data.source.Source`.
         batch_size: batch size.
         image_size: (height, width) the images are resized to; only for a model taking any
@@ -59,13 +61,37 @@ def evaluate(model, source, batch_size: int = 256, image_size=None) -> dict:
             "per_class": per_class}
 
 
+def scorer(model, image_size=None):
+    """How to score images with `model`: ((height, width), the resize rule, a function from
+    float32 0..255 images to float64 logits), for a Keras model or a `Classifier`."""
+    if isinstance(model, Classifier):
+        size = _classifier_size(model, image_size)
+        return size, model.preprocessing, lambda images: np.asarray(
+            model.predict(images)["logits"], np.float64)
+    rule = preprocessing_of(model)
+    return evaluation_size(model, image_size), rule, lambda images: np.asarray(
+        model(scale(images, rule), training=False), np.float64)
+
+
+def _classifier_size(model: Classifier, image_size) -> tuple[int, int]:
+    """The size an exported file is evaluated at (see `evaluation_size`)."""
+    if image_size is not None and model.takes_any_size:
+        return tuple(image_size)
+    if model.image_size is None:
+        raise ValueError(f"{model.path} takes images of any size: pass --image-size HEIGHT "
+                         "WIDTH")
+    if image_size is not None and tuple(image_size) != tuple(model.image_size):
+        raise ValueError(f"{model.path} takes {model.image_size[0]}x{model.image_size[1]} "
+                         f"images only, got --image-size {image_size[0]} {image_size[1]}")
+    return tuple(model.image_size)
+
+
 def _logits_and_labels(model, source, batch_size: int, image_size):
     """(float64 logits, labels) of `model` on every image of `source`, in order."""
-    size = evaluation_size(model, image_size)
-    rule = preprocessing_of(model)
+    size, rule, logits_of = scorer(model, image_size)
     logits, labels = [], []
     for images, batch_labels in evaluation.eval_images(source, size, rule).batch(batch_size):
-        logits.append(np.asarray(model(scale(images, rule), training=False), np.float64))
+        logits.append(logits_of(images.numpy()))
         labels.append(batch_labels.numpy())
     if not logits:
         raise ValueError(f"{source.spec} holds no images to evaluate")
@@ -142,11 +168,19 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
     return {str(count): float(accuracy) for count, accuracy in accuracies.items()}
 
 
+def load_evaluated(path: str):
+    """A `.keras` file as its Keras model (few-shot evaluation needs one); a SavedModel,
+    `.tflite` or `.onnx` file as a `Classifier` reading its preprocessing from export.json."""
+    if path.lower().endswith(".keras"):
+        return load_model(path)
+    return classifier.load(path)
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`."""
     source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                  args.data_dir, val_split=0.0)
-    model = load_model(args.model)
+    model = load_evaluated(args.model)
     names = class_names_for(args.model, args.labels, source.class_names)
     multilabel = is_multilabel(args.model, source)
     if multilabel:
@@ -166,12 +200,10 @@ def run(args: argparse.Namespace) -> int:
                                               args.image_size, args.block)
         if args.block is not None:
             results["few_shot_block"] = args.block
-    elif args.block is not None:
-        raise ValueError("--block chooses the block --few-shot probes: add --few-shot")
     for row in results["per_class"]:
         row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
-    height, width = evaluation_size(model, args.image_size)
-    where = f"{args.data}: {results['examples']} images at {height}x{width}"
+    height, width = scorer(model, args.image_size)[0]
+    where = f"{args.model} on {args.data}: {results['examples']} images at {height}x{width}"
     console.say("\n".join((_multilabel_lines if multilabel else _lines)(results, where)))
     if args.output:
         write_json(args.output, {"model": args.model, "data": args.data, **results})

@@ -12,11 +12,44 @@ from __future__ import annotations
 import json
 import os
 
+from vit_keras.config import ViTConfig
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 
 ACTIVATIONS = ("softmax", "sigmoid")
 # Files next to a model that record its activation: the run's, then the export's.
 ACTIVATION_FILES = ("config.json", "export.json")
+
+
+MODEL_EXTENSIONS = (".keras", ".tflite", ".onnx")
+WHAT_MODELS_ARE = "a .keras file, a SavedModel directory, a .tflite or an .onnx file"
+
+
+def check_model_path(path: str, extensions: tuple[str, ...] = MODEL_EXTENSIONS) -> None:
+    """Checks, without a framework, that `path` is a model file `vit` reads.
+
+    Args:
+        path: the --model (or --tflite / --onnx) argument.
+        extensions: the file kinds accepted; with all of `MODEL_EXTENSIONS`, a SavedModel
+            directory too.
+
+    Raises:
+        ValueError: it does not exist, is a directory that is not a SavedModel the command
+            reads, or has another extension; the message says what was expected.
+    """
+    any_format = tuple(extensions) == MODEL_EXTENSIONS
+    expected = WHAT_MODELS_ARE if any_format else f"a {' or '.join(extensions)} file"
+    if path.startswith("gs://"):
+        return  # read through TensorFlow's file system when it is loaded
+    if not os.path.exists(path):
+        raise ValueError(f"model {path!r} does not exist: expected {expected}")
+    if os.path.isdir(path):
+        if not (any_format and os.path.exists(os.path.join(path, "saved_model.pb"))):
+            raise ValueError(f"{path!r} is a directory: expected {expected}")
+        return
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in extensions:
+        raise ValueError(f"model {path!r}: expected {expected}, got a "
+                         f"{extension or 'file without extension'}")
 
 
 def load_model(path: str):
@@ -72,3 +105,17 @@ def activation_beside(model_path: str) -> str | None:
                                      f"{activation!r}")
                 return activation
     return None
+
+
+def patch_size_beside(model_path: str) -> int | None:
+    """Pixels per patch side of the model `vit train` recorded in the config.json next to an
+    exported file, or None when there is none."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        model = json.load(file).get("model")
+    try:
+        return ViTConfig.from_dict(model).patch_step if isinstance(model, dict) else None
+    except ValueError:  # a config of another version: no warning rather than a failure
+        return None

@@ -1,36 +1,129 @@
 """`vit predict`: the top-k classes of image files by a trained model (.keras, a SavedModel
 directory, .tflite or .onnx) or an architecture with pretrained weights, loaded as a
-`vit.inference.classifier.Classifier`. The flags are `vit.commands.predict`'s.
+`vit.inference.classifier.Classifier`. The flags are `vit.commands.predict`'s; the folders and
+patterns among the images were expanded to their files by its `check`.
+
+The images go through the model in batches; a file that cannot be used (not an image, corrupt,
+too large, unreadable) is skipped and listed at the end, and the command fails only when no
+file could be used. The table, and `--output` (.csv or .json), give each image's top-k classes.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
 
 import numpy as np
 
 from vit import console
-from vit.images import read_file
+from vit.images import ImageError, pixel_size, read_file
 from vit.inference import classifier
+from vit_keras import atomic
+
+OUTPUT_KINDS = (".csv", ".json")
 
 
 def load_classifier(args: argparse.Namespace):
     """The `vit.inference.classifier.Classifier` that --model, --tflite or --onnx names."""
-    exported = args.tflite or args.onnx
-    if exported and args.weights:
-        raise ValueError("--weights goes with --model ARCHITECTURE, not with --tflite/--onnx")
-    return classifier.load(exported or args.model, args.weights, args.labels)
+    return classifier.load(args.tflite or args.onnx or args.model, args.weights, args.labels)
+
+
+def read_images(paths: list[str]) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:
+    """(path, bytes) of each usable image file, and (path, why) of each skipped one."""
+    readable, skipped = [], []
+    for path in paths:
+        try:
+            readable.append((path, read_file(path)))
+        except ImageError as error:
+            skipped.append((path, str(error)))
+    return readable, skipped
+
+
+def predict_files(model, readable, top_k: int, batch_size: int) -> list[dict]:
+    """Each image's top-k classes: [{'file', 'top': [(class name, score), ...]}], in order."""
+    names = model.class_names
+    rows = []
+    for start in range(0, len(readable), batch_size):
+        batch = readable[start:start + batch_size]
+        scores = model.predict_encoded([data for _, data in batch])["probabilities"]
+        for (path, _), image_scores in zip(batch, scores):
+            best = np.argsort(-image_scores, kind="stable")[:top_k]
+            rows.append({"file": path,
+                         "top": [(names[index], float(image_scores[index])) for index in best]})
+    return rows
+
+
+def small_images(readable, patch: int | None) -> list[str]:
+    """Warnings for images smaller than one patch on a side: the model sees them upsampled
+    to its input size, a few pixels stretched over every patch."""
+    if not patch:
+        return []
+    warnings = []
+    for path, data in readable:
+        width, height = pixel_size(data)
+        if min(width, height) < patch:
+            warnings.append(f"warning: {path} is {width}x{height} px, smaller than one "
+                            f"{patch}x{patch} patch: it is upsampled, and its prediction "
+                            "rests on a few pixels")
+    return warnings
+
+
+def table(rows: list[dict]) -> str:
+    """A header, then one line per image: the file, then its top-k classes and scores, best
+    first, in aligned columns."""
+    top_k = max(len(row["top"]) for row in rows)
+    header = ["file"] + [title for rank in range(1, top_k + 1)
+                         for title in (f"top-{rank}", "score")]
+    lines = [header] + [[row["file"]] + [cell for name, score in row["top"]
+                                         for cell in (name, f"{score:.4f}")] for row in rows]
+    widths = [max(len(line[column]) for line in lines if column < len(line))
+              for column in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+                     for line in lines)
+
+
+def write_predictions(path: str, rows: list[dict], skipped) -> None:
+    """`rows` as CSV (file, class_1, score_1, ...; skipped files apart, in the JSON only) or
+    JSON ({'predictions': [{'file', 'top': [{'class', 'score'}]}], 'skipped': [...]}),
+    written whole or not at all."""
+    if path.lower().endswith(".json"):
+        data = {"predictions": [{"file": row["file"],
+                                 "top": [{"class": name, "score": score}
+                                         for name, score in row["top"]]} for row in rows],
+                "skipped": [{"file": file, "error": why} for file, why in skipped]}
+        text = json.dumps(data, indent=2) + "\n"
+    else:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        top_k = max(len(row["top"]) for row in rows)
+        writer.writerow(["file"] + [f"{field}_{rank}" for rank in range(1, top_k + 1)
+                                    for field in ("class", "score")])
+        for row in rows:
+            writer.writerow([row["file"]] + [value for name, score in row["top"]
+                                             for value in (name, f"{score:.6f}")])
+        text = buffer.getvalue()
+    atomic.write_bytes(path, text.encode())
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit predict`."""
-    if args.top_k < 1:
-        raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
     model = load_classifier(args)
-    scores = model.predict_encoded([read_file(path) for path in args.images])["probabilities"]
-    names = model.class_names
-    for path, image_scores in zip(args.images, scores):
-        console.say(path)
-        for index in np.argsort(-image_scores, kind="stable")[:args.top_k]:
-            console.say(f"  {names[index]:<20} {image_scores[index]:.4f}")
+    readable, skipped = read_images(args.images)
+    if not readable:
+        raise ValueError(f"none of the {len(args.images)} files is a usable image: "
+                         + "; ".join(why for _, why in skipped))
+    rows = predict_files(model, readable, args.top_k, args.batch_size)
+    console.say(table(rows))
+    for warning in small_images(readable, model.patch_size):
+        console.say(warning, error=True)
+    if args.output:
+        write_predictions(args.output, rows, skipped)
+    summary = f"{len(rows)} images predicted" + (f" (written to {args.output})"
+                                                 if args.output else "")
+    if skipped:
+        summary += f", {len(skipped)} skipped:\n" + "\n".join(f"  {why}" for _, why in skipped)
+    if len(rows) + len(skipped) > 1 or args.output:
+        console.say(summary, error=bool(skipped))
     return 0

@@ -1,0 +1,116 @@
+"""The preset and run options a `vit train` command line makes: `--config`, then `--model`,
+`--set` and the other flags. Read without a framework, so that `vit train` answers a bad flag,
+key, value or name before TensorFlow is imported (`vit.commands.train.check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from training import presets
+from training.presets import overrides
+from vit.data import specs
+from vit.inference import export_formats
+from vit_keras import families
+from vit_keras.config import ARCHITECTURE_FIELDS, variant_of
+from vit_keras.pretrained import registry
+
+_FLAG_KEYS = {  # command-line flag -> preset key
+    "data": "data.train", "val_data": "data.val", "epochs": "schedule.epochs",
+    "batch_size": "schedule.batch_size", "lr": "optim.lr", "weights": "finetune.weights",
+    "finetune": "finetune.mode",
+}
+
+
+def resolve_preset(args: argparse.Namespace) -> presets.Preset:
+    """The preset of `--config`, then `--model`'s variant, then `--set`, then the other flags."""
+    preset = presets.get_preset(args.config)
+    if args.model:
+        preset = preset.with_variant(args.model)
+    preset = overrides.apply_overrides(preset, args.set)
+    values = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
+              if getattr(args, flag, None) is not None}
+    if args.mixed_precision:
+        values["loop.mixed_precision"] = "" if args.mixed_precision == "float32" else \
+            args.mixed_precision
+    preset = preset.with_values(values)
+    if args.seed is not None:
+        preset = preset.replace(seed=args.seed)
+    if args.image_size is not None:
+        preset = preset.replace_model(image_size=args.image_size)
+    check_weight_name(preset)
+    return with_weights_preprocessing(preset)
+
+
+def run_options(args: argparse.Namespace) -> presets.RunOptions:
+    """The `RunOptions` of the command line (a bad --min-agreement fails here, before
+    training)."""
+    export_formats.min_agreements(export_formats.FORMATS,
+                                  export_formats.parse_min_agreement(args.min_agreement))
+    return presets.RunOptions(
+        output=args.output or "", resume=args.resume, overwrite=args.overwrite,
+        strategy=args.strategy, tpu=args.tpu, data_dir=args.data_dir,
+        export=not args.no_export, min_agreement=args.min_agreement,
+        inspect=not args.no_inspect, verbose=args.verbose,
+        model_parallel=args.model_parallel, coordinator=args.coordinator,
+        num_processes=args.num_processes, process_id=args.process_id)
+
+
+def check_weight_name(preset: presets.Preset) -> None:
+    """A released weight name must exist for the model's architecture (checked before any
+    data is read or anything is downloaded)."""
+    weights = preset.finetune.weights
+    if weights and families.weights_file_reference(weights):
+        spec, _ = families.split_name(weights)
+        if any(getattr(preset.model, field) != getattr(spec.config, field)
+               for field in ARCHITECTURE_FIELDS):
+            raise ValueError(f"--weights {weights} are {spec.name}'s; this preset's model has "
+                             f"another architecture: add --model {spec.name}")
+    if preset.finetune.weights and registry.is_weight_name(preset.finetune.weights):
+        variant = variant_of(preset.model)
+        if variant is None:
+            raise ValueError(f"--weights {preset.finetune.weights} names a release for an official "
+                             "architecture; this preset's model is not one: add --model B/16 "
+                             "(or another from `vit weights list`)")
+        release = registry.find(preset.finetune.weights, variant)
+        if preset.model.classifier != release.classifier:
+            raise ValueError(f"--weights {preset.finetune.weights} was trained with classifier="
+                             f"{release.classifier!r}, this preset's model has "
+                             f"{preset.model.classifier!r}: add --set model.classifier="
+                             f"{release.classifier}")
+
+
+def with_weights_preprocessing(preset: presets.Preset) -> presets.Preset:
+    """The preset with the preprocessing of its family weights' tag (`--weights NAME.TAG`):
+    e.g. OpenCLIP's laion2b crop differs from OpenAI's."""
+    weights = preset.finetune.weights
+    if not (weights and families.weights_file_reference(weights)):
+        return preset
+    spec, tag = families.split_name(weights)
+    return preset.replace_model(preprocessing=spec.tags[tag])
+
+
+def check_weights_argument(weights: str | None) -> None:
+    """A `--weights` that is no URL, `hf://` reference, released or family weight name must be
+    a file or folder that exists (checked before anything is imported or downloaded).
+
+    Raises:
+        ValueError: naming what was given and what is accepted.
+    """
+    if not weights or "://" in weights or registry.is_weight_name(weights):
+        return
+    if families.weights_file_reference(weights) or os.path.exists(os.path.expanduser(weights)):
+        return
+    raise ValueError(f"--weights {weights!r} is no file, and no weight name: expected a name "
+                     "from `vit weights list`, an https:// URL, hf://ORG/REPO or a file "
+                     "(.npz, .safetensors, .pth, .keras)")
+
+
+def check_data_specs(preset: presets.Preset) -> None:
+    """The preset's training and validation data specs, as far as they can be checked without
+    reading images (`vit.data.specs.check_spec`); a classifier needs 2 classes."""
+    classes_needed = 2 if preset.objective.kind in ("classify", "distill") else 1
+    specs.check_spec(preset.data.train, min_classes=classes_needed)
+    if preset.data.val:
+        specs.check_spec(preset.data.val)
