@@ -1,5 +1,5 @@
-"""The 2021-2025 ViT families people fine-tune, by timm's names: DeiT-III, DINOv2 (with and
-without registers), SigLIP/SigLIP2 and CLIP/OpenCLIP image towers.
+"""The 2021-2025 ViT families people fine-tune, by timm's names: DeiT (plain and distilled),
+DeiT-III, DINOv2 (with and without registers), SigLIP/SigLIP2 and CLIP/OpenCLIP image towers.
 
 Each `FamilyModel` is an architecture (a `ViTConfig` at the resolution its weights were made at)
 and its released weights, each with the preprocessing it expects (timm's pretrained configs).
@@ -32,6 +32,7 @@ def _timm_preprocessing(mean, std, crop_fraction) -> Preprocessing:
 
 IMAGENET_FULL = _timm_preprocessing(IMAGENET_MEAN, IMAGENET_STD, 1.0)
 IMAGENET_09 = _timm_preprocessing(IMAGENET_MEAN, IMAGENET_STD, 0.9)
+IMAGENET_0875 = _timm_preprocessing(IMAGENET_MEAN, IMAGENET_STD, 0.875)
 SIGLIP = _timm_preprocessing(0.5, 0.5, 0.9)
 CLIP_09 = _timm_preprocessing(CLIP_MEAN, CLIP_STD, 0.9)
 CLIP_FULL = _timm_preprocessing(CLIP_MEAN, CLIP_STD, 1.0)
@@ -43,7 +44,7 @@ class FamilyModel:
 
     Attributes:
         name: timm's architecture name ('vit_small_patch14_dinov2').
-        family: 'deit3', 'dinov2', 'siglip' or 'clip'.
+        family: 'deit', 'deit3', 'dinov2', 'siglip' or 'clip'.
         config: the architecture at its weights' resolution (head: `num_classes`, or none),
             with the preprocessing of its first weights.
         tags: weight tag ('lvd142m') -> the preprocessing those weights expect.
@@ -67,6 +68,15 @@ def _vit(width, depth, heads, patch, image, mlp=None, **options) -> ViTConfig:
     return ViTConfig(hidden_size=width, num_layers=depth, num_heads=heads, patch_size=patch,
                      image_size=image, mlp_dim=mlp or 4 * width, gelu_approximate=False,
                      **options)
+
+
+def _deit(width, depth, heads, image=224, distilled=False) -> dict:
+    # DeiT (Touvron et al. 2021): the ViT of the paper trained on ImageNet-1k alone; the
+    # distilled models add a distillation token with its own head, averaged at inference.
+    return dict(config=_vit(width, depth, heads, 16, image, num_classes=1000,
+                            distilled=distilled),
+                tags={"fb_in1k": IMAGENET_0875 if image == 224 else IMAGENET_FULL},
+                has_head=True, family="deit")
 
 
 def _deit3(width, depth, heads) -> dict:
@@ -96,6 +106,18 @@ def _clip(width, depth, heads, patch, projection, tags, activation="gelu") -> di
 
 
 _TABLE = {
+    "deit_tiny_patch16_224": (_deit(192, 12, 3), "DeiT Ti/16, ImageNet"),
+    "deit_small_patch16_224": (_deit(384, 12, 6), "DeiT S/16, ImageNet"),
+    "deit_base_patch16_224": (_deit(768, 12, 12), "DeiT B/16, ImageNet"),
+    "deit_base_patch16_384": (_deit(768, 12, 12, 384), "DeiT B/16 at 384 px, ImageNet"),
+    "deit_tiny_distilled_patch16_224": (_deit(192, 12, 3, distilled=True),
+                                        "DeiT Ti/16 distilled, ImageNet"),
+    "deit_small_distilled_patch16_224": (_deit(384, 12, 6, distilled=True),
+                                         "DeiT S/16 distilled, ImageNet"),
+    "deit_base_distilled_patch16_224": (_deit(768, 12, 12, distilled=True),
+                                        "DeiT B/16 distilled, ImageNet"),
+    "deit_base_distilled_patch16_384": (_deit(768, 12, 12, 384, distilled=True),
+                                        "DeiT B/16 distilled at 384 px, ImageNet"),
     "deit3_small_patch16_224": (_deit3(384, 12, 6), "DeiT-III S/16, ImageNet"),
     "deit3_base_patch16_224": (_deit3(768, 12, 12), "DeiT-III B/16, ImageNet"),
     "deit3_large_patch16_224": (_deit3(1024, 24, 16), "DeiT-III L/16, ImageNet"),

@@ -128,6 +128,70 @@ CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
+# Preprocessing by name, for a weights file that does not say what it expects (`vit ...
+# --preprocessing NAME`): the official [-1, 1] (Inception-style), timm's ImageNet default
+# (DeiT, most ImageNet-1k classifiers) and OpenAI CLIP's.
+NAMED = {
+    "inception": OFFICIAL,
+    "official": OFFICIAL,
+    "imagenet": Preprocessing(IMAGENET_MEAN, IMAGENET_STD, "bicubic", 0.875, "center"),
+    "clip": Preprocessing(CLIP_MEAN, CLIP_STD, "bicubic", 1.0, "center"),
+}
+PREPROCESSING_SYNTAX = ("a name (inception = the official [-1, 1], imagenet, clip), then or "
+                        "instead KEY=VALUE changes separated by commas: mean=R/G/B, std=R/G/B "
+                        "(of pixels in [0, 1]), interpolation=bilinear|bicubic|nearest, "
+                        "crop=FRACTION (resize the shorter side, keep the centre) or "
+                        "crop=squash (resize the whole image); e.g. 'imagenet,crop=1.0'")
+
+
+def parse_preprocessing(text: str) -> Preprocessing:
+    """The `Preprocessing` a command line names (`PREPROCESSING_SYNTAX`).
+
+    Args:
+        text: 'imagenet', 'clip', 'inception', 'imagenet,crop=1.0' or
+            'mean=0.5/0.5/0.5,std=0.5/0.5/0.5,interpolation=bicubic,crop=squash' (changes of
+            the official rule).
+
+    Returns:
+        The `Preprocessing`.
+
+    Raises:
+        ValueError: an unknown name or key, or a bad value (the message gives the syntax).
+    """
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    base = OFFICIAL
+    if items and "=" not in items[0]:
+        name = items.pop(0).lower()
+        if name not in NAMED:
+            raise ValueError(f"preprocessing {text!r}: unknown name {name!r}; expected "
+                             f"{PREPROCESSING_SYNTAX}")
+        base = NAMED[name]
+    fields = base.to_dict()
+    for item in items:
+        key, _, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if key in ("mean", "std"):
+            parts = [_number(part, text) for part in value.split("/")]
+            fields[key] = parts[0] if len(parts) == 1 else tuple(parts)
+        elif key == "interpolation":
+            fields[key] = value
+        elif key == "crop" and value.lower() in CROP_MODES:
+            fields.update(crop_mode=value.lower(), crop_fraction=1.0)
+        elif key == "crop":
+            fields.update(crop_mode="center", crop_fraction=_number(value, text))
+        else:
+            raise ValueError(f"preprocessing {text!r}: unknown key {key!r}; expected "
+                             f"{PREPROCESSING_SYNTAX}")
+    return Preprocessing.from_dict(fields)
+
+
+def _number(value: str, text: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"preprocessing {text!r}: {value!r} is not a number") from None
+
+
 def resize_plan(height: int, width: int, target, preprocessing: Preprocessing):
     """Where an image of (height, width) is resized to and cropped, for a model input `target`.
 

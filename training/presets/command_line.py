@@ -35,6 +35,8 @@ def resolve_preset(args: argparse.Namespace) -> presets.Preset:
         values["loop.mixed_precision"] = "" if args.mixed_precision == "float32" else \
             args.mixed_precision
     preset = preset.with_values(values)
+    if getattr(args, "preprocessing", None) is not None:
+        values["model.preprocessing"] = args.preprocessing
     if args.seed is not None:
         preset = preset.replace(seed=args.seed)
     if args.image_size is not None:
@@ -83,9 +85,11 @@ def check_weight_name(preset: presets.Preset) -> None:
 
 def with_weights_preprocessing(preset: presets.Preset) -> presets.Preset:
     """The preset with the preprocessing of its family weights' tag (`--weights NAME.TAG`):
-    e.g. OpenCLIP's laion2b crop differs from OpenAI's."""
+    e.g. OpenCLIP's laion2b crop differs from OpenAI's. A preprocessing the user set
+    (`--preprocessing`, `--set model.preprocessing=...`) stays."""
     weights = preset.finetune.weights
-    if not (weights and families.weights_file_reference(weights)):
+    if not (weights and families.weights_file_reference(weights)) or \
+            "model.preprocessing" in preset.pinned:
         return preset
     spec, tag = families.split_name(weights)
     return preset.replace_model(preprocessing=spec.tags[tag])

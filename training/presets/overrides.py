@@ -18,6 +18,7 @@ from typing import Any
 from training.presets import Preset, flat_keys
 from training.presets.sections import SECTIONS
 from vit_keras.config import ViTConfig
+from vit_keras.preprocessing import Preprocessing, parse_preprocessing
 
 MODEL_PREFIX = "model."
 
@@ -69,7 +70,8 @@ def parse_value(text: str, kind: Any) -> Any:
     """Converts the command-line string `text` to the annotated type `kind`.
 
     Understands bool, int, float, str, `X | None` ('none' = None), `tuple[int, ...]`
-    ('3,4,9'; '' or '()' = ()) and `int | tuple[int, int]` ('224' or '224x320').
+    ('3,4,9'; '' or '()' = ()), `int | tuple[int, int]` ('224' or '224x320') and a
+    `Preprocessing` ('imagenet', 'clip,crop=0.9': `parse_preprocessing`).
     """
     text = text.strip()
     options = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
@@ -87,6 +89,8 @@ def parse_value(text: str, kind: Any) -> Any:
 
 
 def _parse_one(text: str, kind: Any) -> Any:
+    if kind is Preprocessing:
+        return parse_preprocessing(text)
     if kind is bool:
         if text.lower() in ("1", "true", "yes", "on"):
             return True

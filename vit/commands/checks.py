@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 from training.presets.command_line import check_weights_argument
 from vit.inference.model_files import MODEL_EXTENSIONS, check_model_path
 from vit_keras.families import check_model_name
+from vit_keras.preprocessing import PREPROCESSING_SYNTAX, Preprocessing, parse_preprocessing
 
 
 def check_model(model: str, weights: str | None = None,
@@ -26,3 +29,29 @@ def check_model(model: str, weights: str | None = None,
         check_weights_argument(weights)
     else:
         check_model_path(model, extensions)
+
+
+def preprocessing_argument(text: str) -> Preprocessing:
+    """`--preprocessing`'s value as a `Preprocessing` (argparse reports a bad one)."""
+    try:
+        return parse_preprocessing(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_preprocessing_argument(parser: argparse.ArgumentParser) -> None:
+    """`--preprocessing`, for a weights file that does not say how its images were prepared."""
+    parser.add_argument("--preprocessing", type=preprocessing_argument, metavar="RULE",
+                        help="how the weights expect images prepared, for a bare weights file "
+                        "or a model that records the wrong rule (default: what the model or "
+                        f"its weights record): {PREPROCESSING_SYNTAX}")
+
+
+def check_preprocessing_target(model: str, preprocessing, weights: str | None = None) -> None:
+    """`--preprocessing` sets what a Keras model records; an exported file normalises inside
+    its graph, so it is refused there with the way to change it."""
+    if preprocessing is None or weights or model.lower().endswith(".keras"):
+        return
+    raise ValueError(f"--preprocessing: {model} is an exported model, which normalises its "
+                     "images inside its graph as recorded when it was exported; to change that, "
+                     "export again: vit export --model model.keras --preprocessing ...")

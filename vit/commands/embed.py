@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from vit.commands.checks import check_model
+from vit.commands.checks import add_preprocessing_argument, check_model
 from vit.paths import expand_images
 
 
@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "architecture: a family name (`vit weights list`) or B/16, S/16, ...")
     parser.add_argument("--weights", help="weights for the --model architecture: a tag "
                         "(lvd142m), a name from `vit weights list`, hf://ORG/REPO or a file")
+    add_preprocessing_argument(parser)
     parser.add_argument("--block", type=int, metavar="I",
                         help="embed with encoder block I (negative counts from the end)")
     parser.add_argument("--output", help="save the embeddings as a float32 [images, D] .npy "

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import argparse
 
-from vit.commands.checks import check_model
+from vit.commands.checks import (add_preprocessing_argument, check_model,
+                                 check_preprocessing_target)
 from vit.data.specs import check_spec
 
 
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
                         "data's class names)")
     parser.add_argument("--output", help="also write the results as JSON here")
+    add_preprocessing_argument(parser)
     parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
                         help="evaluate at this size (a model trained with "
                              "model.dynamic_image_size=true; default: its training size)")
@@ -54,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check(args: argparse.Namespace) -> None:
     """Checks the model, the data spec and the options before any framework is imported."""
     check_model(args.model)
+    check_preprocessing_target(args.model, args.preprocessing)
     check_spec(args.data)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from vit.commands.checks import check_model
+from vit.commands.checks import add_preprocessing_argument, check_model
 from vit.data.specs import check_spec
 from vit.inference.export_formats import (DEFAULT_FORMATS, FORMATS, check_formats,
                                           min_agreements, parse_min_agreement)
@@ -70,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "FORMAT is a format, float or int8 (default: float=0.999,"
                              "int8=0.98); a file below it goes to rejected/, is marked FAILED "
                              "and the command exits with status 3")
+    add_preprocessing_argument(parser)
     parser.add_argument("--latency-runs", type=int, default=50,
                         help="timed batch-1 LiteRT calls per TFLite file (default: %(default)s)")
 

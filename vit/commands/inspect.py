@@ -2,7 +2,8 @@
 
   vit inspect --model saved_models/digits_tiny/model.keras a.png b.png --output inspect/
       writes rollout.png, attention_distance.png, position_similarity.png, filters.png and
-      inspect.json (the numbers behind them) to the output directory.
+      inspect.json (the numbers behind them) to the output directory; a figure a model
+      cannot have (filters.png of a convolutional stem or a hybrid) is named with the reason.
   vit inspect --complexity B/16 --image-size 224 384 512
       prints parameters, GMACs, training activation memory and attention-matrix size per
       resolution (no model is built).

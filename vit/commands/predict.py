@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import argparse
 
-from vit.commands.checks import check_model
+from vit.commands.checks import (add_preprocessing_argument, check_model,
+                                 check_preprocessing_target)
 from vit.paths import expand_images
 
 
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "name from `vit weights list`, an https:// URL, hf://ORG/REPO or a file")
     parser.add_argument("--top-k", type=int, default=5, help="classes shown per image")
     parser.add_argument("--labels", help="labels.txt (default: next to the model file)")
+    add_preprocessing_argument(parser)
     parser.add_argument("--batch-size", type=int, default=32,
                         help="images per model call (default: %(default)s)")
     parser.add_argument("--output", help="also write the predictions to this .csv (file, "
@@ -67,6 +69,8 @@ def check(args: argparse.Namespace) -> None:
                     (".onnx",))
     else:
         check_model(args.model, args.weights)
+    check_preprocessing_target(args.tflite or args.onnx or args.model, args.preprocessing,
+                               args.weights)
     args.images = expand_images(args.images)
 
 

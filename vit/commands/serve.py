@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import argparse
 
-from vit.commands.checks import check_model
+from vit.commands.checks import (add_preprocessing_argument, check_model,
+                                 check_preprocessing_target)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", help="pretrained weights for the --model architecture: a "
                         "name from `vit weights list`, an https:// URL, hf://ORG/REPO or a file")
     parser.add_argument("--labels", help="labels.txt (default: next to the model)")
+    add_preprocessing_argument(parser)
     parser.add_argument("--name", help="the model's name in /v1/models/NAME (default: the "
                         "folder `vit train` wrote it to, else the file name)")
     parser.add_argument("--host", default="127.0.0.1",
@@ -57,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check(args: argparse.Namespace) -> None:
     """Checks the model before any framework is imported."""
     check_model(args.model, args.weights)
+    check_preprocessing_target(args.model, args.preprocessing, args.weights)
 
 
 def run(args: argparse.Namespace) -> int:

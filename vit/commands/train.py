@@ -29,6 +29,7 @@ import argparse
 from training import presets
 from training.presets import command_line, overrides, sections
 from vit.backend import BACKENDS
+from vit.commands.checks import add_preprocessing_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +82,7 @@ def _add_model_arguments(group) -> None:
                        "vit_small_patch14_dinov2.lvd142m, with --model NAME), an https:// URL, "
                        "hf://ORG/REPO, a checkpoint file or a model.keras; the head is "
                        "re-initialised, posemb resized to --image-size")
+    add_preprocessing_argument(group)
     group.add_argument("--finetune", choices=sections.FINETUNE_MODES,
                        help="what trains (finetune.mode): full (every weight), lora (adapters "
                        "on finetune.lora_targets + the head; writes lora.npz too), head (head "

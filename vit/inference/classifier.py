@@ -169,7 +169,8 @@ def scores_from_logits(logits, activation: str | None = None) -> np.ndarray:
     return probabilities / probabilities.sum(axis=1, keepdims=True)
 
 
-def load(path: str, weights: str | None = None, labels_path: str | None = None) -> Classifier:
+def load(path: str, weights: str | None = None, labels_path: str | None = None,
+         preprocessing: Preprocessing | None = None) -> Classifier:
     """Loads a classifier, choosing the format from `path`.
 
     Args:
@@ -179,21 +180,28 @@ def load(path: str, weights: str | None = None, labels_path: str | None = None) 
             hf://ORG/REPO or a file).
         labels_path: labels.txt (default: the one next to the model; for pretrained ImageNet
             heads, the ImageNet class names shipped with vit_keras).
+        preprocessing: how the weights expect images prepared, for a Keras model whose
+            weights file or `.keras` file does not say (default: what the model records).
 
     Returns:
         The `Classifier`.
 
     Raises:
-        ValueError: the file does not exist or is not one of these formats.
+        ValueError: the file does not exist or is not one of these formats; `preprocessing`
+            for an exported file (its normalisation is inside its graph).
     """
     if weights:
-        return _pretrained(path, weights, labels_path)
+        return _pretrained(path, weights, labels_path, preprocessing)
     check_model_path(path)
+    if path.lower().endswith(".keras"):
+        return _keras(path, labels_path, preprocessing)
+    if preprocessing is not None:
+        raise ValueError(f"{path}: an exported file normalises its images inside its graph, "
+                         "as recorded when it was exported; to change that, export again: "
+                         "vit export --model model.keras --preprocessing ...")
     if os.path.isdir(path):
         return _saved_model(path, labels_path)
-    loaders = {".keras": _keras, ".tflite": _lite_runtime, ".onnx": _lite_runtime}
-    extension = os.path.splitext(path)[1].lower()
-    return loaders[extension](path, labels_path)
+    return _lite_runtime(path, labels_path)
 
 
 def from_keras_model(model, path: str, format: str = "keras", labels=None,
@@ -221,14 +229,20 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None,
                       patch_size=config_from_model(model).patch_step)
 
 
-def _keras(path: str, labels_path: str | None) -> Classifier:
-    return from_keras_model(load_model(path), path, "keras", labels_beside(path, labels_path),
+def _keras(path: str, labels_path: str | None, preprocessing=None) -> Classifier:
+    model = load_model(path)
+    if preprocessing is not None:
+        model.set_preprocessing(preprocessing)
+    return from_keras_model(model, path, "keras", labels_beside(path, labels_path),
                             activation_beside(path))
 
 
-def _pretrained(architecture: str, weights: str, labels_path: str | None) -> Classifier:
+def _pretrained(architecture: str, weights: str, labels_path: str | None,
+                preprocessing=None) -> Classifier:
     refuse_untrained_head(weights, architecture)
     model = vit_keras.create_model(architecture, weights=weights)
+    if preprocessing is not None:
+        model.set_preprocessing(preprocessing)
     labels = _imagenet_labels(int(model.output_shape[-1]), labels_path)
     return from_keras_model(model, architecture, "pretrained", labels)
 
@@ -265,6 +279,7 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
         num_classes=int(serve.structured_outputs["logits"].shape[-1]),
         labels=labels_beside(path, labels_path), takes_any_size=any_size,
         activation=activation_beside(path), patch_size=patch_size_beside(path),
+        preprocessing=preprocessing_beside(path),
         run_outputs=lambda images: run(SERVING_DEFAULT, images=tf.constant(images)),
         run_encoded=lambda files: run(SERVE_BYTES, image_bytes=tf.constant(list(files))))
 

@@ -21,25 +21,27 @@ from vit_keras.core.model import input_image_size, preprocessing_of
 from vit_keras.intermediates import block_embedding_model
 
 
-def load_model(model: str, weights: str | None):
+def load_model(model: str, weights: str | None, preprocessing=None):
     """The Keras model --model/--weights name, built to output embeddings.
 
     Args:
         model: a `.keras` file, or an architecture when `weights` is given.
         weights: the architecture's weights, or None.
+        preprocessing: what the weights expect, when neither they nor the model say.
 
     Returns:
         The model.
     """
     if weights is None:
-        if not model.endswith(".keras"):
-            raise ValueError(f"--model {model!r}: expected a .keras file, or an architecture "
-                             "with --weights")
-        return model_files.load_model(model)
-    if families.is_family_name(model):
-        return vit_keras.create_model(model, weights=weights, include_top=False)
-    return vit_keras.create_model(model, weights=weights, include_top=False,
-                                  pooling=get_variant(model).classifier)
+        loaded = model_files.load_model(model)
+    elif families.is_family_name(model):
+        loaded = vit_keras.create_model(model, weights=weights, include_top=False)
+    else:
+        loaded = vit_keras.create_model(model, weights=weights, include_top=False,
+                                        pooling=get_variant(model).classifier)
+    if preprocessing is not None:
+        loaded.set_preprocessing(preprocessing)
+    return loaded
 
 
 def embedding_model(model, block: int | None):
@@ -59,7 +61,7 @@ def embedding_model(model, block: int | None):
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit embed`."""
-    model = load_model(args.model, args.weights)
+    model = load_model(args.model, args.weights, args.preprocessing)
     embed = embedding_model(model, args.block)
     files = [read_file(path) for path in args.images]
     pixels = decode_checked(files, input_image_size(model), names=list(args.images),

@@ -168,19 +168,23 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
     return {str(count): float(accuracy) for count, accuracy in accuracies.items()}
 
 
-def load_evaluated(path: str):
-    """A `.keras` file as its Keras model (few-shot evaluation needs one); a SavedModel,
-    `.tflite` or `.onnx` file as a `Classifier` reading its preprocessing from export.json."""
-    if path.lower().endswith(".keras"):
-        return load_model(path)
-    return classifier.load(path)
+def load_evaluated(path: str, preprocessing=None):
+    """A `.keras` file as its Keras model (few-shot evaluation needs one), with
+    `preprocessing` when given; a SavedModel, `.tflite` or `.onnx` file as a `Classifier`
+    reading its preprocessing from export.json."""
+    if not path.lower().endswith(".keras"):
+        return classifier.load(path, preprocessing=preprocessing)
+    model = load_model(path)
+    if preprocessing is not None:
+        model.set_preprocessing(preprocessing)
+    return model
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`."""
     source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                  args.data_dir, val_split=0.0)
-    model = load_evaluated(args.model)
+    model = load_evaluated(args.model, args.preprocessing)
     names = class_names_for(args.model, args.labels, source.class_names)
     multilabel = is_multilabel(args.model, source)
     if multilabel:

@@ -75,6 +75,8 @@ def run(args) -> int:
         raise ValueError(f"no model file at {args.model}: expected a .keras file written by "
                          "`vit train`")
     model = load_model(args.model)
+    if args.preprocessing is not None:  # recorded in export.json, and in the exported graphs
+        model.set_preprocessing(args.preprocessing)
     images = _command_images(args, model, options)
     output = args.output or os.path.dirname(os.path.abspath(args.model))
     report = export_model(model, output, options=options,

@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
                             discard_ratio=args.discard_ratio, head_fusion=args.head_fusion)
     for name, path in summary["figures"].items():
         console.say(f"{name:>20}: {path}")
+    for name, why in summary["skipped"].items():
+        console.say(f"{name:>20}: not written: {why}")
     console.say(f"{'numbers':>20}: {summary['json']}")
     return 0
 
@@ -73,7 +75,8 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
         head_fusion: rollout's head fusion, 'mean', 'max' or 'min'.
 
     Returns:
-        The numbers written to inspect.json, plus 'figures' (name -> PNG path) and 'json'.
+        The numbers written to inspect.json, with 'figures' (name -> PNG path) and 'skipped'
+        (name -> why that figure is not drawn for this model), plus 'json'.
     """
     config = vit_keras.config_from_model(model)
     pixels = np.asarray(images, dtype=np.float32)
@@ -87,7 +90,10 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     rollout, distances = _attention_figures_data(model, config, inputs, discard_ratio,
                                                  head_fusion)
     similarity = analysis.position_embedding_similarity(model)
+    skipped = {}
     filters, explained = _patch_filters(model, config)
+    if filters is None:
+        skipped["filters"] = _NO_FILTERS[config.stem if config.resnet_layers is None else "hybrid"]
     outputs = keras.ops.convert_to_numpy(model(inputs, training=False))
 
     predicted = outputs.argmax(axis=-1).tolist() if outputs.ndim == 2 else None
@@ -100,9 +106,9 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     plots.plot_attention_distance(distances, figures["attention_distance"],
                                   image_size=config.image_hw)
     plots.plot_position_similarity(similarity, figures["position_similarity"])
-    if filters is None:  # a conv stem has no per-patch linear filters to draw
-        del figures["filters"]
-    else:
+    for name in skipped:
+        del figures[name]
+    if filters is not None:
         plots.plot_filters(filters, figures["filters"])
 
     summary = {
@@ -117,15 +123,25 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
             "components": len(filters), "explained_variance": explained.round(5).tolist()},
         "complexity": complexity.estimate(config).to_dict(),
         "figures": figures,
+        "skipped": skipped,
     }
     json_path = os.path.join(output_dir, "inspect.json")
     write_json(json_path, summary)
     return dict(summary, json=json_path)
 
 
+_NO_FILTERS = {
+    "conv": "the model has a convolutional stem (model.stem=conv, the small-data rule's "
+            "choice): its 3x3 convolutions see across patches, so there are no per-patch "
+            "linear filters to draw",
+    "hybrid": "the model is a hybrid: its patches are ResNet features, not pixels",
+}
+
+
 def _patch_filters(model, config):
-    """(principal patch filters, explained variance), or (None, None) for a conv stem."""
-    if config.stem == "conv":
+    """(principal patch filters, explained variance), or (None, None) for a conv stem or a
+    hybrid (`_NO_FILTERS` says why)."""
+    if config.stem == "conv" or config.resnet_layers is not None:
         return None, None
     limit = min(config.hidden_size, config.patch_size ** 2 * config.channels)
     return analysis.principal_filters(analysis.patch_filter_kernel(model), k=min(28, limit))

@@ -27,7 +27,8 @@ OUTPUT_KINDS = (".csv", ".json")
 
 def load_classifier(args: argparse.Namespace):
     """The `vit.inference.classifier.Classifier` that --model, --tflite or --onnx names."""
-    return classifier.load(args.tflite or args.onnx or args.model, args.weights, args.labels)
+    return classifier.load(args.tflite or args.onnx or args.model, args.weights, args.labels,
+                           args.preprocessing)
 
 
 def read_images(paths: list[str]) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or model_name(args.model)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"--name may hold letters, digits, '_', '.' and '-', got {name!r}")
-    model = classifier.load(args.model, args.weights, args.labels)
+    model = classifier.load(args.model, args.weights, args.labels, args.preprocessing)
     local = args.host in LOOPBACK
     app = create_app(model, name, options, allowed_hosts=LOOPBACK_HOSTS if local else None)
     host = f"[{args.host}]" if ":" in args.host else args.host

@@ -224,6 +224,13 @@ class VisionTransformer(keras.Model):
         """The `ViTConfig` this model was built from."""
         return self._vit_config
 
+    def set_preprocessing(self, preprocessing: Preprocessing) -> None:
+        """Records how the model's weights expect images prepared, when the weights file did
+        not say (a bare checkpoint): `preprocess_input`, `vit` and the exports read it from
+        `config.preprocessing`, and `.keras` files keep it. The computation is unchanged."""
+        self._vit_config = self._vit_config.replace(
+            preprocessing=Preprocessing.from_dict(preprocessing))
+
     def get_config(self):
         # Not the functional graph: the ViTConfig and the head options rebuild the model.
         return {"config": self._vit_config.to_dict(), "include_top": self.include_top,

@@ -134,7 +134,7 @@ def hub_file(reference: str) -> str:
         import huggingface_hub
     except ImportError:
         raise ValueError(f"{reference!r}: hf:// weights need huggingface_hub "
-                         "(pip install 'vit_keras[hub]')") from None
+                         "(a dependency of vit_keras: pip install huggingface_hub)") from None
     try:
         return huggingface_hub.hf_hub_download(repo_id, filename, revision=revision)
     except Exception as error:  # the hub's errors have no common base beyond this
