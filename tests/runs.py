@@ -89,3 +89,12 @@ def kill_after_backup(process, output, min_step: int, timeout: float = 180) -> d
     process.send_signal(signal.SIGKILL)
     process.communicate()
     return read_state(output)
+
+
+def run_vit(args, cwd, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs `vit ARGS` in `cwd` to its end, as a user would; (the finished process, its wall
+    time in seconds)."""
+    started = time.perf_counter()
+    done = subprocess.run(vit_command(*args), cwd=cwd, env=vit_env(), capture_output=True,
+                          text=True, timeout=timeout)
+    return done, time.perf_counter() - started
