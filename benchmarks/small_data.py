@@ -19,6 +19,7 @@ per data set.
     python benchmarks/small_data.py                        # all: about 35 minutes on 2 cores
     python benchmarks/small_data.py --seeds 0 --splits 1 --sets glyphs
     python benchmarks/small_data.py --train-args "--set model.stem=patchify"   # an ablation
+    python benchmarks/small_data.py --sets shapes glyphs --counts 160 600 --folder-splits 1 2
 """
 
 from __future__ import annotations
@@ -113,11 +114,13 @@ def run_digits_default(root, seeds, extra, rows) -> None:
         _report(rows, "digits (default job, 80/20)", f"seed {seed}", metrics, baselines)
 
 
-def run_folder_set(root, name, split_seeds, extra, rows) -> None:
-    """A data set written as PNG folders per split; the ViT trains with --val-data."""
-    images, labels, class_names = small_datasets.BUILDERS[name]()
+def run_folder_set(root, name, split_seeds, extra, rows, count=None) -> None:
+    """A data set written as PNG folders per split (`count` images, default: the builder's);
+    the ViT trains with --val-data."""
+    builder = small_datasets.BUILDERS[name]
+    images, labels, class_names = builder() if count is None else builder(count=count)
     for split_seed in split_seeds:
-        folder = os.path.join(root, f"{name}-{split_seed}")
+        folder = os.path.join(root, f"{name}-{len(labels)}-{split_seed}")
         train_dir, test_dir = small_datasets.write_folders(folder, images, labels, class_names,
                                                            seed=split_seed)
         train, test = small_datasets.split(labels, 0.25, split_seed)
@@ -126,7 +129,7 @@ def run_folder_set(root, name, split_seeds, extra, rows) -> None:
                              "--no-export", "--no-inspect", *extra])
         baselines = dict(cnn=cnn_top1(images, labels, train, test, metrics["epochs"]),
                          svm=svm_top1(images, labels, train, test))
-        _report(rows, f"{name} {images.shape[1]}x{images.shape[2]} (75/25)",
+        _report(rows, f"{name} {len(labels)} {images.shape[1]}x{images.shape[2]} (75/25)",
                 f"split {split_seed}", metrics, baselines)
 
 
@@ -169,6 +172,9 @@ def main() -> None:
                         choices=sorted(small_datasets.BUILDERS))
     parser.add_argument("--folder-splits", type=int, nargs="+", default=[1],
                         help="splits of the glyphs and shapes sets")
+    parser.add_argument("--counts", type=int, nargs="+", default=[None],
+                        help="images per glyphs/shapes set (default: 3000 and 4000); several "
+                             "sizes give a row each")
     parser.add_argument("--train-args", default="", help="extra `vit train` arguments")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
@@ -178,7 +184,8 @@ def main() -> None:
             run_digits_default(root, args.seeds, extra, rows)
         for name in args.sets:
             splits = args.splits if name == "digits" else args.folder_splits
-            run_folder_set(root, name, splits, extra, rows)
+            for count in args.counts if name != "digits" else [None]:  # digits: all 1797
+                run_folder_set(root, name, splits, extra, rows, count)
     print_tables(rows)
     if args.json:
         with open(args.json, "w") as handle:

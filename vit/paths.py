@@ -27,7 +27,7 @@ def images_in_folder(folder: str) -> list[str]:
 
 
 def expand_images(arguments: list[str]) -> list[str]:
-    """The image files that `arguments` name, in order, each once.
+    """The image files that `arguments` name, in order.
 
     Args:
         arguments: files (taken whatever their extension: a file named on purpose is checked
@@ -35,7 +35,8 @@ def expand_images(arguments: list[str]) -> list[str]:
             ('photos/*.jpg', 'shots/**/*.png': their image files and folders).
 
     Returns:
-        The file paths.
+        The file paths, in the order of the arguments (a file named twice comes twice: each
+        argument is an image the user asked about).
 
     Raises:
         ValueError: an argument names nothing, or a folder or pattern holds no image file;
@@ -51,7 +52,7 @@ def expand_images(arguments: list[str]) -> list[str]:
         raise ValueError("no image files at " + ", ".join(_why_empty(path) for path in empty)
                          + f": expected image files ({'/'.join(IMAGE_EXTENSIONS)}), folders "
                          "holding them, or glob patterns")
-    return list(dict.fromkeys(files))
+    return files
 
 
 def _expand_one(argument: str) -> list[str]:
