@@ -22,6 +22,8 @@ from runs import run_vit, vit_env
 import vit_keras
 from vit import cli
 from vit.inference.export_formats import FORMATS
+from training.presets import get_preset
+from training.setup import fit_batch_to_data
 from vit_keras import ViTConfig, export
 
 HEAVY_MODULES = ("keras", "tensorflow", "jax", "torch")
@@ -126,26 +128,39 @@ def test_a_folder_smaller_than_a_batch_trains_with_the_batch_it_fills(tmp_path):
     assert "Warning" not in done.stdout + done.stderr
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["preset"]["schedule"]["batch_size"] == 10
-    done, _ = run_vit(["train", "--data", "folder:small", "--batch-size", "64", "--output",
-                       "pinned"], tmp_path)
-    assert done.returncode == 2
-    assert "fewer than one batch of 64: pass --batch-size 10 or less" in done.stderr
 
 
-def test_a_model_called_at_another_size_names_both_sizes_and_the_ways_out():
+def test_a_batch_the_user_set_is_kept_and_refused_with_the_size_that_fits():
+    preset = get_preset("digits_tiny").with_values({"schedule.batch_size": 64})
+    with pytest.raises(ValueError, match="fewer than one batch of 64: pass --batch-size 10 or "
+                                         "less, or add images"):
+        fit_batch_to_data(preset, 10, replicas=1)
+    accumulating = get_preset("digits_tiny").with_values({"schedule.grad_accum_steps": 4})
+    fitted, notice = fit_batch_to_data(accumulating.replace(pinned=()), 10, replicas=2)
+    assert fitted.schedule.batch_size == 8 and "batch size 8" in notice
+    with pytest.raises(ValueError, match="fewer than grad_accum_steps x replicas = 8"):
+        fit_batch_to_data(accumulating.replace(pinned=()), 7, replicas=2)
+
+
+def test_a_model_called_at_another_size_names_both_sizes_and_the_ways_out(tiny_config):
+    """The README's snippet with random weights: predict at 224, then at 384 (Keras retraces
+    with relaxed shapes); and a first call at the wrong size."""
     model = vit_keras.ViTTi16(weights=None)
     assert model.predict(np.zeros((1, 224, 224, 3)), verbose=0).shape == (1, 1000)
-    for call in (lambda: model.predict(np.zeros((1, 384, 384, 3)), verbose=0),
-                 lambda: model(np.zeros((1, 384, 384, 3))),
-                 lambda: model.predict_on_batch(np.zeros((2, 384, 384, 3))),
-                 lambda: vit_keras.ViTTi16(weights=None)(np.zeros((1, 384, 384, 3)))):
+    fresh = vit_keras.VisionTransformer(tiny_config)
+    for call, sizes in (
+            (lambda: model.predict(np.zeros((1, 384, 384, 3)), verbose=0), (224, 384)),
+            (lambda: model(np.zeros((1, 384, 384, 3))), (224, 384)),
+            (lambda: model.predict_on_batch(np.zeros((2, 384, 384, 3))), (224, 384)),
+            (lambda: fresh(np.zeros((1, 48, 48, 3))), (32, 48))):
         with pytest.raises(ValueError) as refused:
             call()
+        built, got = sizes
         message = str(refused.value)
-        assert "built for 224x224 images, got 384x384" in message
-        assert "image_size=(384, 384)" in message and "dynamic_image_size=True" in message
-    any_size = vit_keras.ViTTi16(weights=None, dynamic_image_size=True)
-    assert any_size.predict(np.zeros((1, 384, 384, 3)), verbose=0).shape == (1, 1000)
+        assert f"built for {built}x{built} images, got {got}x{got}" in message
+        assert f"image_size=({got}, {got})" in message and "dynamic_image_size=True" in message
+    any_size = vit_keras.VisionTransformer(tiny_config.replace(dynamic_image_size=True))
+    assert any_size.predict(np.zeros((1, 48, 48, 3)), verbose=0).shape == (1, 5)
 
 
 @pytest.fixture

@@ -67,6 +67,7 @@ def _assert_same_training(output, reference, atol=2e-5):
         np.testing.assert_allclose(got, want, atol=atol)
 
 
+@pytest.mark.slow  # two JAX training processes (about 90 s): the slow tier, which CI runs too
 def test_data_parallel_over_four_devices_equals_one_device(tmp_path):
     args = [*TINY, "--epochs", "1"]
     single = _train(args, tmp_path / "one", devices=1)
