@@ -35,6 +35,17 @@ def test_the_rule_for_other_data(native, count, size, patch, width, epochs):
                               f"{native[0]}x{native[1]} px: image_size 16 -> ")
 
 
+@pytest.mark.parametrize("count, batch", [(1437, 64), (600, 64), (500, 32), (300, 32),
+                                          (120, 16), (40, 16)])
+def test_a_few_hundred_images_get_a_smaller_batch(count, batch):
+    """At least 8 steps an epoch, down to batches of 16: the digits keep the preset's 64."""
+    preset, message = adapt.adapt(get_preset("digits_tiny"), (28, 28), count)
+    assert preset.schedule.batch_size == batch and "schedule.batch_size" not in preset.pinned
+    assert ("batch_size 64 -> " in message) == (batch != 64)
+    pinned = apply_overrides(get_preset("digits_tiny"), ["schedule.batch_size=64"])
+    assert adapt.adapt(pinned, (28, 28), count)[0].schedule.batch_size == 64
+
+
 def test_fields_set_on_the_command_line_stay():
     preset = apply_overrides(get_preset("digits_tiny"), ["schedule.epochs=7",
                                                          "model.patch_size=2"])
