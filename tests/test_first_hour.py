@@ -243,6 +243,7 @@ def test_vit_evaluate_reports_an_exported_file_as_its_keras_model(user_model, tm
                        "tflite.json"], folder)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "model.tflite on folder:" in done.stdout and "top-1" in done.stdout
+    assert done.stderr == ""  # nor LiteRT's delegate announcement
     reports["model.tflite"] = json.loads((folder / "tflite.json").read_text())
     keras_report = reports["model.keras"]
     for name in ("model.tflite", "model.onnx"):

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import vit_keras
+from vit import console
 from vit.images import decode_checked
 from vit.inference.model_files import (ACTIVATIONS, activation_beside, check_model_path,
                                        labels_beside, load_model, patch_size_beside,
@@ -248,7 +249,9 @@ def _pretrained(architecture: str, weights: str, labels_path: str | None,
 
 
 def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
-    runner = (ONNXModel if path.lower().endswith(".onnx") else TFLiteModel)(path, num_threads=2)
+    with console.quiet_native_stderr():  # LiteRT announces its XNNPACK delegate on stderr
+        runner = (ONNXModel if path.lower().endswith(".onnx") else TFLiteModel)(path,
+                                                                                num_threads=2)
     activation = activation_beside(path)
     return Classifier(path=path, format=path.rsplit(".", 1)[1].lower(),
                       image_size=tuple(runner.input_shape[:2]),
