@@ -15,8 +15,7 @@ import numpy as np
 
 from vit_keras import atomic
 from vit_keras.export import graph
-from vit_keras.export.bars import (FLOAT_MIN_AGREEMENT, INT8_MIN_AGREEMENT,  # noqa: F401
-                                   ON_LOW_AGREEMENT, check_options, default_min_agreement)
+from vit_keras.export.bars import default_min_agreement
 
 class LowAgreementError(RuntimeError):
     """An exported file names another class than its Keras model too often.

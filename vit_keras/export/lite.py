@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from vit_keras import keras_compat
 from vit_keras.fast_paths import export_forms
-from vit_keras.export import agreement, graph
+from vit_keras.export import agreement, bars, graph
 from vit_keras.export.runtime import TFLiteModel
 
 QUANTIZATIONS = (None, "fp16", "dynamic_int8", "int8")
@@ -92,7 +92,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     graph.require_tensorflow("TFLite export")
     _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,
                      per_channel)
-    agreement.check_options(min_agreement, on_low_agreement)
+    bars.check_options(min_agreement, on_low_agreement)
     model = graph.float32_model(graph.at_image_size(model, image_size))
     logits_model, _ = graph.split_activation(model)
     height, width = graph.image_size(model)

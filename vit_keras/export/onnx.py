@@ -15,7 +15,7 @@ import keras
 import tensorflow as tf
 
 from vit_keras.fast_paths import export_forms
-from vit_keras.export import agreement, graph, onnx_graph
+from vit_keras.export import agreement, bars, graph, onnx_graph
 from vit_keras.export.lite import verification_images
 from vit_keras.export.onnx_runtime import ONNXModel
 
@@ -57,7 +57,7 @@ def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_bat
         RuntimeError: Keras does not run on TensorFlow.
     """
     graph.require_tensorflow("ONNX export")
-    agreement.check_options(min_agreement, on_low_agreement)
+    bars.check_options(min_agreement, on_low_agreement)
     opset = DEFAULT_OPSET if opset is None else opset
     if opset < onnx_graph.LAYER_NORM_OPSET:
         raise ValueError(f"opset must be >= {onnx_graph.LAYER_NORM_OPSET} (LayerNormalization), "
