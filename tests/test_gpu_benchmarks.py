@@ -20,6 +20,7 @@ def _script(name, args, tmp_path, timeout):
     return done.stdout
 
 
+@pytest.mark.slow  # a JAX process tracing B/16-sized steps (about 20 s): the slow tier, in CI
 def test_saved_residuals_show_what_the_dots_policy_keeps(tmp_path):
     """On JAX (a dependency, so always here), the checkpoint policy keeps the matrix products
     and drops the float32 attention probabilities; full remat keeps less still."""

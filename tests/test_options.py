@@ -168,6 +168,7 @@ def test_exports(tiny_config, tmp_path, name):
     assert report["max_abs_logit_diff"] <= 1e-4
 
 
+@pytest.mark.slow  # a fresh process loading every option's file (about 20 s): in CI's slow tier
 def test_every_option_loads_in_a_fresh_process_after_import_vit_keras(tiny_config, tmp_path):
     """`import vit_keras` alone registers every layer a saved model may hold."""
     import subprocess
