@@ -321,3 +321,19 @@ def test_preprocessing_named_on_the_command_line_gives_timms_answer(tmp_path):
     assert max(abs(found[None][index] - expected[index]) for index in range(5)) > 0.01
     for index, probability in found["imagenet"].items():
         assert probability == pytest.approx(expected[index], abs=2e-3)
+
+
+def test_the_readme_tour_needs_no_extra_but_torch():
+    """The tour's family models download through huggingface_hub, so it is a dependency of the
+    plain install; the README says the one extra a user may need."""
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as file:
+        project = tomllib.load(file)["project"]
+    plain = [re.split(r"[<>=\[ ]", requirement)[0] for requirement in project["dependencies"]]
+    assert "huggingface_hub" in plain
+    readme = open(os.path.join(root, "README.md")).read()
+    tour = readme.split("## A tour", 1)[1].split("## ", 1)[0]
+    assert "hf://" in tour or "--weights openai" in tour
+    assert "Every line works after `pip install -e .`" in tour and '".[torch]"' in tour
