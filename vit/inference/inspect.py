@@ -90,27 +90,17 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     rollout, distances = _attention_figures_data(model, config, inputs, discard_ratio,
                                                  head_fusion)
     similarity = analysis.position_embedding_similarity(model)
-    skipped = {}
     filters, explained = _patch_filters(model, config)
-    if filters is None:
-        skipped["filters"] = _NO_FILTERS[config.stem if config.resnet_layers is None else "hybrid"]
+    skipped = {} if filters is not None else {
+        "filters": _NO_FILTERS[config.stem if config.resnet_layers is None else "hybrid"]}
     outputs = keras.ops.convert_to_numpy(model(inputs, training=False))
 
     predicted = outputs.argmax(axis=-1).tolist() if outputs.ndim == 2 else None
     titles = names if predicted is None else [
         f"{name}: class {label}" for name, label in zip(names, predicted)]
 
-    tf.io.gfile.makedirs(output_dir)
-    figures = {name: os.path.join(output_dir, file) for name, file in FIGURES.items()}
-    plots.plot_rollout(pixels, rollout, figures["rollout"], titles=titles)
-    plots.plot_attention_distance(distances, figures["attention_distance"],
-                                  image_size=config.image_hw)
-    plots.plot_position_similarity(similarity, figures["position_similarity"])
-    for name in skipped:
-        del figures[name]
-    if filters is not None:
-        plots.plot_filters(filters, figures["filters"])
-
+    figures = _draw_figures(output_dir, config, pixels, titles, rollout, distances, similarity,
+                            filters)
     summary = {
         "config": config.to_dict(),
         "images": names,
@@ -136,6 +126,22 @@ _NO_FILTERS = {
             "linear filters to draw",
     "hybrid": "the model is a hybrid: its patches are ResNet features, not pixels",
 }
+
+
+def _draw_figures(output_dir, config, pixels, titles, rollout, distances, similarity,
+                  filters) -> dict:
+    """Writes the PNGs into `output_dir`; returns {figure name: path} of those written
+    (filters.png only when the model has patch filters)."""
+    tf.io.gfile.makedirs(output_dir)
+    figures = {name: os.path.join(output_dir, file) for name, file in FIGURES.items()
+               if name != "filters" or filters is not None}
+    plots.plot_rollout(pixels, rollout, figures["rollout"], titles=titles)
+    plots.plot_attention_distance(distances, figures["attention_distance"],
+                                  image_size=config.image_hw)
+    plots.plot_position_similarity(similarity, figures["position_similarity"])
+    if filters is not None:
+        plots.plot_filters(filters, figures["filters"])
+    return figures
 
 
 def _patch_filters(model, config):

@@ -76,14 +76,20 @@ def labels_beside(model_path: str, labels_path: str | None) -> list[str] | None:
     return read_labels(path) if os.path.exists(path) else None
 
 
+def _recorded_beside(model_path: str, file_name: str, key: str):
+    """(path, the value of `key`) in the JSON file `file_name` next to a model; the value is
+    None when the file or the key is missing."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), file_name)
+    if not os.path.exists(path):
+        return path, None
+    with open(path) as handle:
+        return path, json.load(handle).get(key)
+
+
 def preprocessing_beside(model_path: str):
     """The preprocessing recorded next to a TFLite/ONNX file or SavedModel (`export.json`),
     else the official one (files exported before it was recorded took [-1, 1])."""
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "export.json")
-    if not os.path.exists(path):
-        return OFFICIAL
-    with open(path) as handle:
-        recorded = json.load(handle).get("preprocessing")
+    path, recorded = _recorded_beside(model_path, "export.json", "preprocessing")
     try:
         return OFFICIAL if recorded is None else Preprocessing.from_dict(recorded)
     except ValueError as error:
@@ -93,28 +99,20 @@ def preprocessing_beside(model_path: str):
 def activation_beside(model_path: str) -> str | None:
     """The activation recorded next to a model file or SavedModel directory: the `activation`
     of the run's config.json, else of the export's export.json; None when neither has one."""
-    folder = os.path.dirname(os.path.abspath(model_path))
     for name in ACTIVATION_FILES:
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            with open(path) as handle:
-                activation = json.load(handle).get("activation")
-            if activation is not None:
-                if activation not in ACTIVATIONS:
-                    raise ValueError(f"{path}: activation must be one of {ACTIVATIONS}, got "
-                                     f"{activation!r}")
-                return activation
+        path, activation = _recorded_beside(model_path, name, "activation")
+        if activation is not None:
+            if activation not in ACTIVATIONS:
+                raise ValueError(f"{path}: activation must be one of {ACTIVATIONS}, got "
+                                 f"{activation!r}")
+            return activation
     return None
 
 
 def patch_size_beside(model_path: str) -> int | None:
     """Pixels per patch side of the model `vit train` recorded in the config.json next to an
     exported file, or None when there is none."""
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as file:
-        model = json.load(file).get("model")
+    _, model = _recorded_beside(model_path, "config.json", "model")
     try:
         return ViTConfig.from_dict(model).patch_step if isinstance(model, dict) else None
     except ValueError:  # a config of another version: no warning rather than a failure
