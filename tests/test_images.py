@@ -65,3 +65,27 @@ def test_one_resize_rule_for_files_and_the_evaluation_pipeline(tmp_path):
     np.testing.assert_allclose(read[0], expected, atol=1e-4)
     assert read.dtype == np.float32 and read.shape == (1, 16, 12, 3)
     np.testing.assert_allclose(images.scale(np.array([0.0, 127.5, 255.0])), [-1, 0, 1])
+
+
+@pytest.mark.parametrize("rule", ["official", "imagenet", "clip"])
+def test_the_compiled_decoder_gives_the_pixels_of_the_eager_ops(rule):
+    """decode_checked runs decode + resize as one graph (a server pays it per file): the same
+    pixels as the ops run one by one, for squashed, cropped and bicubic rules, RGB and grey."""
+    from vit_keras.preprocessing import OFFICIAL, parse_preprocessing
+
+    preprocessing = OFFICIAL if rule == "official" else parse_preprocessing(rule)
+    rng = np.random.default_rng(3)
+    files = []
+    for size in [(16, 16), (40, 30), (90, 200)]:
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (*size, 3)).astype(np.uint8)).save(buffer, "PNG")
+        files.append(buffer.getvalue())
+    eager = np.stack([images.resize(images.decode(tf.constant(data)), (24, 24),
+                                    preprocessing).numpy() for data in files])
+    np.testing.assert_array_equal(images.decode_checked(files, 24, preprocessing=preprocessing),
+                                  eager)
+    np.testing.assert_array_equal(images.decode_checked(files, 24, channels=1,
+                                                        preprocessing=preprocessing),
+                                  tf.image.rgb_to_grayscale(eager).numpy())
+    with pytest.raises(images.ImageError, match=r"image 0 cannot be decoded \(Invalid PNG"):
+        images.decode_checked([files[0][:60]], 24)  # the op's words, not the graph's stack

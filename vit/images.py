@@ -17,6 +17,7 @@ act on (`vit serve` answers 413 for `too_large`, 400 for the others).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -232,14 +233,45 @@ def decode_checked(files, size, channels: int = 3, names=None,
     if channels not in (1, 3):
         raise ImageError(f"images are read with 1 or 3 channels, the model wants {channels}",
                          "channels")
+    decode_one = _compiled_decoder(image_hw(size), channels, preprocessing)
     images = []
     for index, data in enumerate(files):
         try:
-            image = resize(decode(tf.constant(data)), size, preprocessing)
+            images.append(decode_one(tf.constant(data)).numpy())
         except tf.errors.OpError as error:  # a file PIL accepts but TensorFlow cannot decode
             name = names[index] if names is not None else f"image {index}"
-            raise ImageError(f"{name} cannot be decoded ({error.message})", "corrupt") from None
-        if channels == 1:
-            image = tf.image.rgb_to_grayscale(image)
-        images.append(image.numpy())
+            raise ImageError(f"{name} cannot be decoded ({_op_error_text(error)})",
+                             "corrupt") from None
     return np.stack(images).astype(np.float32)
+
+
+def _op_error_text(error: tf.errors.OpError) -> str:
+    """What a TensorFlow op said (e.g. "Invalid PNG. Failed to initialize decoder."), without
+    the graph's call stack and node names around it."""
+    lines = [line.strip() for line in error.message.splitlines()]
+    said = [line for line in lines if line and not line.startswith(("[[", "File ", "Detected at",
+                                                                     "Graph execution error"))]
+    text = said[-1] if said else error.message
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", re.sub(r"^\{\{[^}]*\}\}\s*", "", text))
+
+
+def prepare_decoder(size, channels: int = 3, preprocessing=rules.OFFICIAL) -> None:
+    """Traces and runs once the graph `decode_checked` runs for these arguments (about half a
+    second, mostly TensorFlow optimising the graph on its first run), so that the first file
+    does not wait for it."""
+    blank = tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8))
+    _compiled_decoder(image_hw(size), channels, preprocessing)(blank)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_decoder(size: tuple[int, int], channels: int, preprocessing):
+    """Encoded file -> float32 [height, width, channels] as one TensorFlow graph: the dozen
+    eager ops of a decode and resize cost about ten times the graph's single call, which a
+    server decoding every request pays."""
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+    def decode_one(data):
+        image = resize(decode(data), size, preprocessing)
+        return tf.image.rgb_to_grayscale(image) if channels == 1 else image
+
+    return decode_one

@@ -45,7 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
                         help="how long a request waits for others to batch with (default: 5)")
     parser.add_argument("--queue-size", type=int, default=64,
-                        help="most requests waiting; more get HTTP 503 (default: 64)")
+                        help="most predict requests in the server at once (read, decoded, "
+                        "waiting or in the model); more get HTTP 503 with Retry-After at once "
+                        "(default: 64)")
+    parser.add_argument("--max-wait-ms", type=float, default=500.0,
+                        help="a request that has not reached the model this long after it "
+                        "arrived gets HTTP 503 instead of a late answer (default: 500)")
+    parser.add_argument("--keep-alive-seconds", type=float, default=75.0,
+                        help="how long an idle keep-alive connection stays open; keep it above "
+                        "the idle timeout of a proxy or client pool in front (default: 75)")
     parser.add_argument("--max-request-mb", type=float, default=8.0,
                         help="largest request body in MB; larger get HTTP 413 (default: 8)")
     parser.add_argument("--max-instances", type=int, default=64,

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 import vit_keras
 from vit import console
-from vit.images import decode_checked
+from vit.images import decode_checked, prepare_decoder
 from vit.inference.model_files import (ACTIVATIONS, activation_beside, check_model_path,
                                        labels_beside, load_model, patch_size_beside,
                                        preprocessing_beside)
@@ -114,10 +114,13 @@ class Classifier:
 
     def warm_up(self) -> None:
         """Runs batches of 1 and 2 blank images, so that the compiled function is traced for a
-        varying batch size before the first real request pays for it."""
+        varying batch size before the first real request pays for it; traces the decoder of
+        encoded files too (a server's first file would wait for it, and the others with it)."""
         if self.image_size is not None:
             for batch in (1, 2):
                 self.predict(np.zeros((batch, *self.image_size, 3), np.float32))
+            if self.run_encoded is None:
+                prepare_decoder(self.image_size, preprocessing=self.preprocessing)
 
     def predict_encoded(self, files) -> dict[str, np.ndarray]:
         """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`."""

@@ -42,10 +42,15 @@ def options_from(args: argparse.Namespace):
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.batch_timeout_ms < 0:
         raise ValueError(f"--batch-timeout-ms must be >= 0, got {args.batch_timeout_ms}")
+    for flag, value in (("--max-wait-ms", args.max_wait_ms),
+                        ("--keep-alive-seconds", args.keep_alive_seconds)):
+        if value <= 0:
+            raise ValueError(f"{flag} must be > 0, got {value}")
     if args.drain_seconds < 0:
         raise ValueError(f"--drain-seconds must be >= 0, got {args.drain_seconds}")
     return ServeOptions(max_batch=args.max_batch, batch_timeout_ms=args.batch_timeout_ms,
-                        queue_size=args.queue_size, max_instances=args.max_instances,
+                        queue_size=args.queue_size, max_wait_ms=args.max_wait_ms,
+                        max_instances=args.max_instances,
                         max_request_bytes=int(args.max_request_mb * 2**20))
 
 
@@ -66,6 +71,6 @@ def run(args: argparse.Namespace) -> int:
         console.say(f"Note: listening on {args.host}, reachable from other machines; there is no "
                     "authentication.")
     running.run_until_stopped(app, args.host, args.port, drain_seconds=args.drain_seconds,
-                              verbose=args.verbose)
+                              keep_alive_seconds=args.keep_alive_seconds, verbose=args.verbose)
     console.say("vit serve: stopped")
     return 0

@@ -9,8 +9,8 @@ Routes:
 - `GET /healthz`.
 
 Every error is JSON `{"error": "..."}` with a 4xx status for bad input (413 for a body over the
-limit or an image over the pixel limit, 503 with Retry-After when the queue is full); a failure
-inside the model answers 500 for that request only.
+limit or an image over the pixel limit, 503 with Retry-After when the server holds as much as
+it may, see `admission`); a failure inside the model answers 500 for that request only.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tensorflow as tf
@@ -36,7 +39,9 @@ from starlette.routing import Route
 from vit import images
 from vit.inference import classifier as classifiers
 from vit.inference.server import tf_serving
-from vit.inference.server.batching import Batcher, QueueFull, ShuttingDown
+from vit.inference.server.admission import (RETRY_AFTER_S, Admission, Busy, Door, Ticket,
+                                             busy_message)
+from vit.inference.server.batching import Batcher, Expired, QueueFull, ShuttingDown
 
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "page")
 ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}  # all /static/ serves
@@ -44,7 +49,12 @@ TOP_K = 5
 # A request whose image cannot be used: 413 for one over the pixel limit, 400 for the others.
 STATUS_OF_IMAGE_PROBLEM = {"too_large": 413, "unreadable": 400, "not_an_image": 400,
                            "corrupt": 400, "channels": 400}
-DECODE_SLOTS = 2  # requests parsed or decoded at once: bounds the memory of large images
+# Requests parsed and decoded at once, each on its own thread: bounds the memory of large
+# images. A pool of its own costs the event loop less per hand-off than anyio's.
+DECODE_SLOTS = 2
+# Answers with more numbers than this are encoded on a worker thread, smaller ones on the event
+# loop (handing work to a thread and back costs more than encoding a few thousand numbers).
+INLINE_ANSWER_VALUES = 16384
 MODEL_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
                         r"(?P<suffix>/metadata|:[A-Za-z]+)?$")
 PAGE_HEADERS = {
@@ -60,7 +70,10 @@ class ServeOptions:
     Attributes:
         max_batch: most images per model call.
         batch_timeout_ms: how long a request waits for others to share its batch.
-        queue_size: most requests waiting for the model; more are answered 503.
+        queue_size: most predict requests in the server at once (being read, decoded,
+            waiting or in the model); more are answered 503 at once.
+        max_wait_ms: longest time a request may take to reach the model; later it is
+            answered 503 instead.
         max_request_bytes: largest request body; larger ones are answered 413.
         max_instances: most images in one request; more are answered 413 (a small body can
             carry many tiny files, each decoded at the model's size).
@@ -69,8 +82,16 @@ class ServeOptions:
     max_batch: int = 16
     batch_timeout_ms: float = 5.0
     queue_size: int = 64
+    max_wait_ms: float = 500.0
     max_request_bytes: int = 8 * 2**20
     max_instances: int = 64
+
+    def __post_init__(self):
+        if self.batch_timeout_ms >= self.max_wait_ms:
+            raise ValueError(f"the batching window (--batch-timeout-ms {self.batch_timeout_ms:g}) "
+                             f"must be shorter than the longest wait for the model (--max-wait-ms "
+                             f"{self.max_wait_ms:g}), or every request would be refused; raise "
+                             "--max-wait-ms or lower --batch-timeout-ms")
 
 
 class RequestError(Exception):
@@ -106,13 +127,21 @@ def create_app(model: classifiers.Classifier, name: str,
         Route("/v1/models/{path:path}", service.tf_serving, methods=["GET", "POST"]),
         Route("/static/{asset}", service.asset),
     ]
-    handlers = {RequestError: _request_error, HTTPException: _http_error, Exception: _crash}
+    handlers = {RequestError: _request_error, Busy: _busy, HTTPException: _http_error,
+                Exception: _crash}
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] \
         if allowed_hosts else []
+    middleware.append(Middleware(Door, admission=service.admission, is_work=_is_work))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=service.lifespan,
                     middleware=middleware)
     app.state.batcher = service.batcher  # its batch sizes show how requests were batched
+    app.state.admission = service.admission
     return app
+
+
+def _is_work(method: str, path: str) -> bool:
+    """Whether a request asks for a model call (what admission counts and may refuse)."""
+    return method == "POST" and (path.endswith(":predict") or path == "/api/explain")
 
 
 class _Service:
@@ -120,18 +149,27 @@ class _Service:
 
     def __init__(self, model: classifiers.Classifier, name: str, options: ServeOptions):
         self.model, self.name, self.options = model, name, options
+        # Admission bounds the live jobs; expired ones stay queued until the loop skips them.
         self.batcher = Batcher(self._run, options.max_batch, options.batch_timeout_ms,
-                               options.queue_size)
-        self.decoding = asyncio.Semaphore(DECODE_SLOTS)
+                               4 * options.queue_size)
+        self.admission = Admission(options.queue_size, options.max_wait_ms)
+        self.decoding = ThreadPoolExecutor(DECODE_SLOTS, thread_name_prefix="vit-serve-decode")
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
         await run_in_threadpool(self.model.warm_up)  # before the server takes requests
+        # The loaded framework and model are hundreds of thousands of long-lived objects: a
+        # full garbage collection walking them stops every thread for about half a second
+        # under load. Frozen, they are left out of every collection while the server runs.
+        gc.collect()
+        gc.freeze()
         await self.batcher.start()
         try:
             yield
         finally:
             await self.batcher.stop()
+            self.decoding.shutdown(wait=True)
+            gc.unfreeze()  # a process serving more than once collects the old model again
 
     def _run(self, kind: str, inputs: np.ndarray) -> dict:
         """The model call of one batch, on the batcher's thread."""
@@ -154,9 +192,10 @@ class _Service:
                             headers=PAGE_HEADERS)
 
     async def health(self, request: Request):
+        load = self.admission.figures()
         if not self.batcher.running:
-            return JSONResponse({"status": "unavailable", "model": self.name}, 503)
-        return JSONResponse({"status": "ok", "model": self.name})
+            return JSONResponse({"status": "unavailable", "model": self.name, **load}, 503)
+        return JSONResponse({"status": "ok", "model": self.name, **load})
 
     async def page_model(self, request: Request):
         size = self.model.image_size
@@ -175,8 +214,7 @@ class _Service:
         self._check_model(match["name"], match["version"])
         suffix = match["suffix"]
         if request.method == "POST" and suffix == ":predict":
-            answer = await self._predict(request)
-            return await run_in_threadpool(JSONResponse, answer)  # large answers off the loop
+            return await self._predict(request)
         if request.method == "GET" and suffix in (None, "/metadata"):
             return JSONResponse(tf_serving.model_status() if suffix is None else
                                 tf_serving.model_metadata(self.name, self.model.image_size,
@@ -198,18 +236,36 @@ class _Service:
             raise RequestError(404, f"model {name!r} has no version {version!r}; its one "
                                     f"version is {tf_serving.VERSION}")
 
-    async def _predict(self, request: Request) -> dict:
-        body = await read_body(request, self.options.max_request_bytes)
-        async with self.decoding:
-            parsed = await run_in_threadpool(self._parse_predict, body)
-            if parsed.files is None:
-                kind, inputs = "images", parsed.images
-            elif self.model.decodes_in_graph:
-                kind, inputs = "encoded", np.array(parsed.files, dtype=object)
-            else:
-                kind, inputs = "images", await run_in_threadpool(self._decode, parsed.files)
-        outputs = await self._submit(kind, inputs)
-        return await run_in_threadpool(tf_serving.predict_response, outputs, parsed.columnar)
+    async def _predict(self, request: Request) -> JSONResponse:
+        with self.admission.admit() as ticket:
+            body = await read_body(request, self.options.max_request_bytes)
+            kind, inputs, columnar = await self._decode_in_time(self._read_predict, body, ticket)
+            outputs = await self._submit(kind, inputs, ticket)
+        if sum(value.size for value in outputs.values()) <= INLINE_ANSWER_VALUES:
+            return JSONResponse(tf_serving.predict_response(outputs, columnar))
+        return await run_in_threadpool(
+            lambda: JSONResponse(tf_serving.predict_response(outputs, columnar)))
+
+    async def _decode_in_time(self, read, body: bytes, ticket: Ticket):
+        """`read(body)` on a decoding thread, unless the request waited its whole
+        `max_wait_ms` for one (it is refused then, without the work)."""
+        def read_in_time():
+            return None if time.monotonic() > ticket.deadline else read(body)
+
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self.decoding, read_in_time)
+        if result is None:
+            raise self.admission.expire(ticket)
+        return result
+
+    def _read_predict(self, body: bytes) -> tuple[str, np.ndarray, bool]:
+        """A predict body -> (batcher kind, inputs, columnar answer), on a worker thread."""
+        parsed = self._parse_predict(body)
+        if parsed.files is None:
+            return "images", parsed.images, parsed.columnar
+        if self.model.decodes_in_graph:
+            return "encoded", np.array(parsed.files, dtype=object), parsed.columnar
+        return "images", self._decode(parsed.files), parsed.columnar
 
     def _parse_predict(self, body: bytes) -> tf_serving.PredictRequest:
         try:
@@ -244,12 +300,13 @@ class _Service:
         except images.ImageError as error:
             raise RequestError(STATUS_OF_IMAGE_PROBLEM[error.reason], str(error)) from None
 
-    async def _submit(self, kind: str, inputs: np.ndarray) -> dict:
+    async def _submit(self, kind: str, inputs: np.ndarray, ticket: Ticket) -> dict:
         try:
-            return await self.batcher.submit(kind, inputs)
+            return await self.batcher.submit(kind, inputs, ticket.deadline, ticket.started)
         except QueueFull as error:
-            raise RequestError(503, f"the server is busy ({error}); retry shortly",
-                               {"Retry-After": "1"}) from None
+            raise Busy(str(error)) from None
+        except Expired:
+            raise self.admission.expire(ticket) from None
         except ShuttingDown as error:
             raise RequestError(503, str(error)) from None
         except ValueError as error:  # the model refused these inputs (e.g. their size)
@@ -260,15 +317,18 @@ class _Service:
 
     async def explain(self, request: Request):
         """The page's call: an image file in, the top classes and the rollout heatmap out."""
-        data = await read_body(request, self.options.max_request_bytes)
-        async with self.decoding:
-            await run_in_threadpool(check_encoded, data, "the image")
-            if self.model.decodes_in_graph:
-                kind, inputs = "encoded", np.array([data], dtype=object)
-            else:
-                kind = "images" if self.model.keras_model is None else "explain"
-                inputs = await run_in_threadpool(self._decode, [data])
-        return JSONResponse(self._explanation(await self._submit(kind, inputs)))
+        with self.admission.admit() as ticket:
+            data = await read_body(request, self.options.max_request_bytes)
+            kind, inputs = await self._decode_in_time(self._read_explain, data, ticket)
+            outputs = await self._submit(kind, inputs, ticket)
+        return JSONResponse(self._explanation(outputs))
+
+    def _read_explain(self, data: bytes) -> tuple[str, np.ndarray]:
+        """The page's image file -> (batcher kind, inputs), on a worker thread."""
+        check_encoded(data, "the image")
+        if self.model.decodes_in_graph:
+            return "encoded", np.array([data], dtype=object)
+        return "images" if self.model.keras_model is None else "explain", self._decode([data])
 
     def _explanation(self, outputs: dict) -> dict:
         scores = outputs["probabilities"][0]
@@ -339,6 +399,11 @@ def _too_large(size: int, limit: int) -> str:
 
 async def _request_error(request: Request, error: RequestError):
     return JSONResponse({"error": error.message}, error.status, headers=error.headers)
+
+
+async def _busy(request: Request, error: Busy):
+    return JSONResponse({"error": busy_message(error)}, 503,
+                        headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def _http_error(request: Request, error: HTTPException):

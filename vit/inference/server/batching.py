@@ -4,7 +4,8 @@ Requests wait in an `asyncio.Queue` of fixed size; a full queue is refused at on
 answers 503) rather than letting latency grow without bound. One loop takes the first waiting
 job, then more until `max_batch` images are gathered or `batch_timeout_ms` has passed, and runs
 jobs of the same kind and image shape as one batch on a single model thread. A batch that fails
-is retried job by job, so one bad request never fails the others.
+is retried job by job, so one bad request never fails the others. A job may carry a deadline:
+one still waiting when it passes fails with `Expired` instead of running late.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -29,11 +31,18 @@ class ShuttingDown(Exception):
     """The batcher stopped before this job was answered."""
 
 
+class Expired(Exception):
+    """The job's deadline passed before its model call started."""
+
+
 @dataclasses.dataclass
 class _Job:
     kind: str
     inputs: np.ndarray
     future: asyncio.Future
+    deadline: float  # time.monotonic() seconds; inf for none
+    on_start: Callable[[], None] | None = None
+    started: bool = False  # its model call has begun
 
     @property
     def group(self) -> tuple:
@@ -89,20 +98,33 @@ class Batcher:
                 job.future.set_exception(ShuttingDown("the server is shutting down"))
         self._executor.shutdown(wait=True)
 
-    async def submit(self, kind: str, inputs: np.ndarray) -> dict[str, np.ndarray]:
+    async def submit(self, kind: str, inputs: np.ndarray, deadline: float = float("inf"),
+                     on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         """Queues `inputs` ([n, ...]) and waits for their outputs ({name: [n, ...]}).
+
+        Args:
+            kind: what `run` is asked to do; only jobs of one kind share a batch.
+            inputs: the job's inputs, [n, ...].
+            deadline: `time.monotonic()` seconds by which the model call must start.
+            on_start: called (on the event loop) when the model call starts.
 
         Raises:
             QueueFull: `queue_size` jobs are waiting already.
+            Expired: the deadline passed while the job waited.
             Exception: what `run` raised for this job alone.
         """
         if self._queue is None:
             raise RuntimeError("the batcher is not started")
-        job = _Job(kind, inputs, asyncio.get_running_loop().create_future())
+        job = _Job(kind, inputs, asyncio.get_running_loop().create_future(), deadline,
+                   on_start)
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
             raise QueueFull(f"{self.queue_size} requests are waiting already") from None
+        if deadline != float("inf"):  # answered when its time is up, not after the model
+            await asyncio.wait([job.future], timeout=max(deadline - time.monotonic(), 0.0))
+            if not job.future.done() and not job.started:
+                job.future.set_exception(Expired())
         return await job.future
 
     async def _serve_forever(self) -> None:
@@ -140,11 +162,19 @@ class Batcher:
         return jobs
 
     async def _run_group(self, jobs: list[_Job]) -> None:
+        now = time.monotonic()
+        for job in jobs:
+            if now > job.deadline and not job.future.done():
+                job.future.set_exception(Expired())
         jobs = [job for job in jobs if not job.future.done()]  # e.g. its handler was cancelled
         if not jobs:
             return
         loop = asyncio.get_running_loop()
         inputs = np.concatenate([job.inputs for job in jobs])
+        for job in jobs:
+            job.started = True
+            if job.on_start is not None:
+                job.on_start()
         try:
             outputs = await loop.run_in_executor(self._executor, self._run, jobs[0].kind, inputs)
         except Exception as error:

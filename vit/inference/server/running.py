@@ -59,7 +59,7 @@ def _say(text: str) -> None:
 
 
 def run_until_stopped(app, host: str, port: int, *, drain_seconds: int,
-                      verbose: bool = False) -> None:
+                      keep_alive_seconds: float = 75.0, verbose: bool = False) -> None:
     """Serves `app` on host:port until SIGTERM or Ctrl+C, then drains (see the module).
 
     Args:
@@ -67,9 +67,13 @@ def run_until_stopped(app, host: str, port: int, *, drain_seconds: int,
         host: the address to listen on.
         port: the TCP port.
         drain_seconds: the longest wait for requests in flight after the signal.
+        keep_alive_seconds: how long an idle keep-alive connection stays open. Above the
+            idle timeout of what sits in front, so that the server never closes a connection
+            at the moment a client reuses it.
         verbose: uvicorn's info log and access log.
     """
     config = uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else
                             "warning", access_log=verbose, server_header=False,
-                            timeout_graceful_shutdown=drain_seconds)
+                            timeout_graceful_shutdown=drain_seconds,
+                            timeout_keep_alive=keep_alive_seconds)
     DrainingServer(config).run()
