@@ -153,6 +153,7 @@ def test_mixed_bfloat16_map_head_is_close_to_float32_with_a_float32_softmax():
     assert dtype_name(scores) == "float32"
 
 
+@pytest.mark.slow
 def test_big_vision_map_checkpoint_loads(tiny_config, tmp_path):
     """A `params/` file with big_vision's MAPHead_0 tree loads into a classifier='map' model."""
     config = tiny_config.replace(classifier="map")

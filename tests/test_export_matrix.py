@@ -141,6 +141,7 @@ def assert_verdicts_hold(report: dict, folder) -> None:
 
 
 @pytest.mark.opencv
+@pytest.mark.slow
 def test_the_default_presets_model_passes_every_format(tmp_path_factory, tmp_path):
     """digits_tiny's model (conv stem, locality attention, gap) as the README's job trains it,
     for a few seconds."""

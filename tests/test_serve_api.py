@@ -320,14 +320,17 @@ def test_concurrent_requests_share_batches(keras_model):
             with httpx.Client(base_url=url, timeout=60) as session:
                 response = session.post("/v1/models/tiny:predict",
                                         json={"instances": pixels[i:i + 1].tolist()})
-                results[i] = response.json()["predictions"][0]["logits"]
+                results[i] = response
 
         threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    np.testing.assert_allclose([results[i] for i in range(12)], logits, atol=1e-5)
+    assert [results[i].status_code for i in range(12)] == [200] * 12, \
+        [results[i].text for i in range(12) if results[i].status_code != 200]
+    np.testing.assert_allclose([results[i].json()["predictions"][0]["logits"]
+                                for i in range(12)], logits, atol=1e-5)
     batch_sizes = list(app.state.batcher.batch_sizes)
     assert sum(batch_sizes) == 12 and max(batch_sizes) > 1, batch_sizes
 

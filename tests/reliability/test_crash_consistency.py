@@ -133,6 +133,7 @@ def run_trial(tmp_path, target, seed, export=True):
     return phase
 
 
+@pytest.mark.slow
 def test_killed_run_stays_consistent_and_resumes(tmp_path):
     # Without the export (covered by the slow trials) to stay within the CI time budget.
     assert run_trial(tmp_path, "random", seed=0, export=False) == "training"

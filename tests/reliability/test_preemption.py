@@ -137,6 +137,7 @@ def _stop_and_resume(tmp_path, args, seed, env=None, two_cpus=False, signum=sign
           "equals the uninterrupted run")
 
 
+@pytest.mark.slow
 def test_sigterm_on_one_tensorflow_device_then_resume(tmp_path):
     _stop_and_resume(tmp_path, TINY, seed=0)
 

@@ -7,7 +7,7 @@ do: latency grows with the queue and clients time out. So a predict request is r
 - `limit` requests are in the server (being read, decoded, waiting or in the model), or
 - a request let in now would wait more than half of `max_wait_ms` for the model: the
   requests waiting times the pace at which they reach the model (measured while some wait),
-  or the time the oldest has waited already, passes it. Letting it in would cost the work of
+  or the time the oldest has waited beyond the batching window, passes it. Letting it in would cost the work of
   reading, parsing and decoding it, for a refusal later: work the answered requests need.
 An admitted request that has not reached the model `max_wait_ms` after it arrived is answered
 503 too, rather than late, so that answered requests take about `max_wait_ms` plus one model
@@ -52,14 +52,17 @@ class Admission:
         limit: most requests in the server at once (`vit serve --queue-size`).
         max_wait_ms: longest time a request may take to reach the model
             (`vit serve --max-wait-ms`).
+        batch_window_ms: how long a request may wait on purpose, for others to share its
+            model call (`vit serve --batch-timeout-ms`): not a sign of overload.
     """
 
-    def __init__(self, limit: int, max_wait_ms: float):
+    def __init__(self, limit: int, max_wait_ms: float, batch_window_ms: float = 0.0):
         if limit < 1:
             raise ValueError(f"the admission limit must be >= 1, got {limit}")
         if max_wait_ms <= 0:
             raise ValueError(f"max_wait_ms must be > 0, got {max_wait_ms}")
         self.limit, self.max_wait_s = limit, max_wait_ms / 1000.0
+        self.batch_window_s = batch_window_ms / 1000.0
         self.held = 0  # requests admitted and not answered yet
         self.refused = 0  # since the start, at the door
         self.expired = 0  # since the start, admitted but too late for the model
@@ -73,7 +76,7 @@ class Admission:
         """How long a request arriving now would wait for the model, as far as is known."""
         if not self._waiting:
             return 0.0
-        oldest = time.monotonic() - next(iter(self._waiting.values()))
+        oldest = time.monotonic() - next(iter(self._waiting.values())) - self.batch_window_s
         pace = sum(self._intervals) / len(self._intervals) if self._intervals else 0.0
         return max(oldest, len(self._waiting) * pace)
 

@@ -152,7 +152,8 @@ class _Service:
         # Admission bounds the live jobs; expired ones stay queued until the loop skips them.
         self.batcher = Batcher(self._run, options.max_batch, options.batch_timeout_ms,
                                4 * options.queue_size)
-        self.admission = Admission(options.queue_size, options.max_wait_ms)
+        self.admission = Admission(options.queue_size, options.max_wait_ms,
+                                   options.batch_timeout_ms)
         self.decoding = ThreadPoolExecutor(DECODE_SLOTS, thread_name_prefix="vit-serve-decode")
 
     @contextlib.asynccontextmanager
