@@ -164,7 +164,7 @@ class Batcher:
     async def _run_group(self, jobs: list[_Job]) -> None:
         now = time.monotonic()
         for job in jobs:
-            if now > job.deadline and not job.future.done():
+            if now > job.deadline and not job.started and not job.future.done():
                 job.future.set_exception(Expired())
         jobs = [job for job in jobs if not job.future.done()]  # e.g. its handler was cancelled
         if not jobs:
