@@ -27,7 +27,8 @@ RANKS = (
     ("vit_keras.lora", "vit_keras.weight_decay", "vit_keras.pretrained"),
     ("vit_keras.core",),
     ("vit_keras.weights",),
-    ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates"),
+    ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates",
+     "vit_keras.hub_presets"),
     ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
     ("vit_keras.__init__",),
     # The application: its base, the inference and deployment commands, training, the CLI.
@@ -195,7 +196,7 @@ DEFERRED_IMPORTS = {
                                   ".pth files are read with NumPy",
 }
 OPTIONAL_IMPORTS = ("tensorflow", "onnx", "onnxruntime", "tf2onnx", "ai_edge_litert", "tflite_runtime", "PIL",
-                    "jax", "jaxlib", "torch", "matplotlib", "huggingface_hub",
+                    "jax", "jaxlib", "torch", "matplotlib", "huggingface_hub", "kagglehub",
                     "tensorflow_datasets", "h5py", "safetensors", "sklearn", "tensorboard",
                     "cv2", "skimage", "transformers", "timm", "keras_hub", "psutil")
 

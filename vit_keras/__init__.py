@@ -35,6 +35,7 @@ _HOMES = {
     "vit_keras.core.model": ("VisionTransformer", "config_from_model"),
     "vit_keras.core.stems": ("ConvStem", "ShiftedPatchEmbedding"),
     "vit_keras.checkpoints": ("resample_patch_embedding",),
+    "vit_keras.hub_presets": ("from_preset", "save_preset"),
     "vit_keras.intermediates": ("features", "features_model"),
     "vit_keras.preprocessing": ("Preprocessing",),
     "vit_keras.lora": ("load_lora_weights", "merge_lora", "save_lora_weights"),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from vit_keras import atomic
-from vit_keras.checkpoints import huggingface, io, keys, official, timm, transformers_towers
+from vit_keras.checkpoints import (huggingface, io, keras_hub, keys, official, timm,
+                                   transformers_towers)
 
 
 def read_checkpoint(path: str, num_heads: int, *,
@@ -17,8 +18,8 @@ def read_checkpoint(path: str, num_heads: int, *,
     """Reads a weight file and converts it to canonical names, detecting its layout.
 
     Args:
-        path: an `.npz` or `.safetensors` file (local or `gs://`), or a `.keras` ViT model
-            (e.g. the `model.keras` of an earlier `vit train`).
+        path: an `.npz` or `.safetensors` file (local or `gs://`), a `.keras` ViT model
+            (e.g. the `model.keras` of an earlier `vit train`) or a keras-hub preset folder.
         num_heads: attention heads of the target model (needed to split fused torch weights).
         posemb_method: how its position embedding is resized to another grid: 'official'
             or 'bicubic' (timm's, for the files of timm's families).
@@ -33,6 +34,8 @@ def _read_layout(path: str, num_heads: int) -> keys.Checkpoint:
     """The file at `path` under canonical names, by the reader of its layout."""
     if path.lower().endswith(".keras"):
         return official.from_official(_keras_model_tensors(path))
+    if keras_hub.is_preset(path):
+        return keras_hub.read_preset(path).checkpoint
     file_format, tensors = io.read_tensors(path)
     if official.looks_official(tensors):
         return official.from_official(tensors)

@@ -6,6 +6,9 @@
 - `hf://ORG/REPO[/FILE][@REVISION]`: a Hugging Face Hub repository (timm or transformers ViT),
   through `huggingface_hub` and its own cache; FILE defaults to `model.safetensors`;
 - anything else: a local or `gs://` path, used as it is.
+
+`preset_directory` does the same for keras-hub preset folders (a folder, `hf://ORG/REPO` or
+`kaggle://OWNER/MODEL/keras/VARIANT[/VERSION]`).
 """
 
 from __future__ import annotations
@@ -156,3 +159,66 @@ def weights_file(weights: str, variant: str | None = None, *, quiet: bool = Fals
         The path.
     """
     return local_weights(weights, variant, quiet=quiet)[0]
+
+
+KAGGLE_SCHEME = "kaggle://"
+
+
+def preset_directory(preset: str, files: tuple[str, ...], required: tuple[str, ...]) -> str:
+    """The local folder of a keras-hub preset, downloaded first when it is remote.
+
+    Args:
+        preset: a local folder, `hf://ORG/REPO[@REVISION]` (its preset files through
+            huggingface_hub and its cache) or `kaggle://OWNER/MODEL/keras/VARIANT[/VERSION]`
+            (through kagglehub, which keras-hub installs).
+        files: the preset's file names to fetch from the Hub (absent optional ones are skipped).
+        required: those that must be there.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: a folder that does not exist, a missing required file, or a failed download.
+    """
+    if not isinstance(preset, str) or not preset:
+        raise ValueError(f"a keras-hub preset is a folder, hf://ORG/REPO or kaggle://HANDLE, "
+                         f"got {preset!r}")
+    if preset.startswith(HF_SCHEME):
+        return _hub_preset(preset, files, required)
+    if preset.startswith(KAGGLE_SCHEME):
+        return _kaggle_preset(preset)
+    if not os.path.isdir(preset):
+        raise ValueError(f"keras-hub preset {preset!r} is not a folder (expected one holding "
+                         f"{', '.join(required)}), nor hf://ORG/REPO or kaggle://HANDLE")
+    return preset
+
+
+def _hub_preset(preset: str, files, required) -> str:
+    """Each preset file of a Hub repository, into huggingface_hub's cache; their folder."""
+    repo_id, filename, revision = parse_hub_reference(preset)
+    if filename != HF_DEFAULT_FILE:
+        raise ValueError(f"{preset!r}: a keras-hub preset is a whole repository, "
+                         "hf://ORG/REPO[@REVISION], not a file in it")
+    folder = None
+    for name in files:
+        reference = f"hf://{repo_id}/{name}" + (f"@{revision}" if revision else "")
+        try:
+            folder = os.path.dirname(hub_file(reference))
+        except download.DownloadError as error:
+            if name in required or "404" not in str(error) and "NotFound" not in str(error):
+                raise
+    return folder
+
+
+def _kaggle_preset(preset: str) -> str:
+    handle = preset[len(KAGGLE_SCHEME):]
+    try:
+        import kagglehub
+    except ImportError:
+        raise ValueError(f"{preset!r}: kaggle:// presets download through kagglehub "
+                         "(pip install kagglehub)") from None
+    try:
+        return kagglehub.model_download(handle)
+    except Exception as error:  # kagglehub's errors have no common base beyond this
+        raise download.DownloadError(f"cannot download Kaggle model {handle}: "
+                                     f"{type(error).__name__}: {error}") from None

@@ -1,0 +1,136 @@
+"""keras-hub presets both ways, against keras-hub itself (a dev dependency): presets that
+keras-hub writes with random weights load here with the same outputs, and the presets written
+here load in keras-hub with the same outputs."""
+
+import json
+import os
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+import vit_keras
+from vit_keras import hub_presets
+from vit_keras.config import ViTConfig
+from vit_keras.core.model import VisionTransformer
+
+keras_hub = pytest.importorskip("keras_hub")
+
+ATOL = 1e-5
+TINY = dict(patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32)
+
+
+def _images(size, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, (2, size, size, 3)).astype("float32")
+
+
+def _tokens(model, images):
+    """The last block's final-normed tokens, prefix tokens first (keras-hub's order)."""
+    found = vit_keras.features(model, images, blocks=[-1], grid=False, norm=True)
+    index = model.config.num_layers - 1
+    return np.concatenate([found[f"block_{index}_prefix"], found[f"block_{index}"]], axis=1)
+
+
+def _vit_classifier(directory, *, class_token=True, pooling="token", intermediate_dim=None,
+                    **backbone):
+    backbone = keras_hub.models.ViTBackbone(image_shape=(32, 32, 3), use_class_token=class_token,
+                                            **dict(TINY, **backbone))
+    converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 127.5,
+                                                   offset=-1.0)
+    classifier = keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=5, pooling=pooling, intermediate_dim=intermediate_dim,
+        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter))
+    classifier.save_to_preset(str(directory))
+    return classifier
+
+
+@pytest.mark.parametrize("options", [
+    dict(),
+    dict(class_token=False, pooling="gap", intermediate_dim=12),
+    dict(use_mha_bias=False, use_mlp_bias=False),
+], ids=["token", "gap_pre_logits", "no_biases"])
+def test_a_keras_hub_vit_classifier_preset_loads_and_goes_back_with_the_same_outputs(
+        tmp_path, options):
+    theirs = _vit_classifier(tmp_path / "theirs", **options)
+    images = _images(32)
+    ours = vit_keras.from_preset(str(tmp_path / "theirs"))
+    assert ours.config.preprocessing.mean == (0.5, 0.5, 0.5)
+    assert np.abs(np.asarray(theirs(images)) - np.asarray(ours(images))).max() < ATOL
+    backbone = vit_keras.from_preset(str(tmp_path / "theirs"), include_top=False)
+    assert np.abs(np.asarray(theirs.backbone(images)) - _tokens(backbone, images)).max() < ATOL
+
+    vit_keras.save_preset(ours, str(tmp_path / "ours"))
+    back = keras_hub.models.ImageClassifier.from_preset(str(tmp_path / "ours"))
+    assert np.abs(np.asarray(back(images)) - np.asarray(ours(images))).max() < ATOL
+    assert np.abs(np.asarray(back.backbone(images)) - _tokens(backbone, images)).max() < ATOL
+    with open(tmp_path / "ours" / "metadata.json") as file:
+        assert json.load(file)["exported_by"].startswith("vit_keras ")
+
+
+@pytest.mark.parametrize("registers", [0, 2])
+def test_a_keras_hub_dinov2_preset_gives_the_same_tokens(tmp_path, registers):
+    theirs = keras_hub.models.DINOV2Backbone(
+        patch_size=4, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
+        num_register_tokens=registers, image_shape=(16, 16, 3),
+        position_embedding_shape=(16, 16, 3), layer_scale_init_value=0.5)
+    theirs.save_to_preset(str(tmp_path))
+    images = _images(16)
+    ours = vit_keras.from_preset(str(tmp_path), include_top=False)
+    assert ours.config.num_register_tokens == registers
+    assert np.abs(np.asarray(theirs({"images": images})) - _tokens(ours, images)).max() < ATOL
+
+
+def test_a_preset_folder_is_a_weights_source_for_a_model_of_its_architecture(tmp_path):
+    _vit_classifier(tmp_path)
+    model = VisionTransformer(ViTConfig(image_size=32, patch_size=8, hidden_size=16, mlp_dim=32,
+                                        num_heads=2, num_layers=2, num_classes=5,
+                                        gelu_approximate=False))
+    vit_keras.load_weights(model, str(tmp_path))
+    reference = vit_keras.from_preset(str(tmp_path))
+    images = _images(32)
+    np.testing.assert_allclose(model(images), reference(images), atol=ATOL)
+
+
+def test_a_missing_tensor_is_named_and_nothing_is_loaded(tmp_path):
+    _vit_classifier(tmp_path)
+    with h5py.File(tmp_path / "model.weights.h5", "a") as file:
+        del file["layers/vi_t_encoder/layer_norm/vars/0"]
+    with pytest.raises(ValueError, match="encoder_norm/scale"):
+        vit_keras.from_preset(str(tmp_path))
+
+
+def test_backbones_that_do_not_map_are_refused_with_the_reason(tmp_path):
+    with open(tmp_path / "config.json", "w") as file:
+        json.dump({"class_name": "DINOV3Backbone", "config": {},
+                   "registered_name": "keras_hub>DINOV3Backbone"}, file)
+    with pytest.raises(ValueError, match="DINOV3Backbone backbone, which cannot be loaded here: "
+                                         "DINOv3 uses rotary position embeddings"):
+        vit_keras.from_preset(str(tmp_path))
+    with pytest.raises(ValueError, match="is not a folder"):
+        vit_keras.from_preset(str(tmp_path / "nowhere"))
+
+
+def test_a_backbone_preset_needs_classes_for_a_head(tmp_path):
+    keras_hub.models.ViTBackbone(image_shape=(32, 32, 3), **TINY).save_to_preset(str(tmp_path))
+    with pytest.raises(ValueError, match="has no task weights"):
+        vit_keras.from_preset(str(tmp_path), include_top=True)
+    model = vit_keras.from_preset(str(tmp_path), classes=3)
+    assert model.output.shape == (None, 3)
+
+
+def test_what_keras_hub_cannot_express_is_refused_when_writing(tmp_path):
+    base = dict(image_size=32, patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2,
+                num_layers=1, num_classes=3)
+    conv = VisionTransformer(ViTConfig(stem="conv", gelu_approximate=False, **base))
+    with pytest.raises(ValueError, match="its stem is 'conv'"):
+        hub_presets.save_preset(conv, str(tmp_path / "conv"))
+    approximate = VisionTransformer(ViTConfig(**base))
+    with pytest.raises(ValueError, match="tanh-approximated GELU"):
+        hub_presets.save_preset(approximate, str(tmp_path / "gelu"))
+    hub_presets.save_preset(approximate, str(tmp_path / "gelu"), allow_gelu_mismatch=True)
+    assert not os.path.exists(tmp_path / "conv")
+    assert sorted(os.listdir(tmp_path / "gelu")) == sorted(
+        ["config.json", "model.weights.h5", "image_converter.json", "task.json",
+         "task.weights.h5", "preprocessor.json", "metadata.json"])
+    keras.backend.clear_session()
