@@ -134,3 +134,33 @@ def test_what_keras_hub_cannot_express_is_refused_when_writing(tmp_path):
         ["config.json", "model.weights.h5", "image_converter.json", "task.json",
          "task.weights.h5", "preprocessor.json", "metadata.json"])
     keras.backend.clear_session()
+
+
+def test_an_hf_preset_downloads_its_files_through_huggingface_hub(tmp_path):
+    """hf://ORG/REPO fetches each preset file (absent optional ones skipped) from a loopback
+    server answering as the Hub does; the folder loads as the local one."""
+    import subprocess
+    import sys
+
+    from weights_server import serving
+
+    _vit_classifier(tmp_path / "preset")
+    os.remove(tmp_path / "preset" / "metadata.json")  # an optional file the repository lacks
+    with serving() as server:
+        for name in os.listdir(tmp_path / "preset"):
+            served = f"/someone/vit-preset/resolve/main/{name}"
+            with open(tmp_path / "preset" / name, "rb") as file:
+                server.files[served] = file.read()
+            server.headers[served] = {"X-Repo-Commit": "0" * 40, "ETag": f'"{name}"'}
+        script = ("import numpy as np, vit_keras; "
+                  "m = vit_keras.from_preset('hf://someone/vit-preset'); "
+                  "print(float(np.asarray(m(np.ones((1, 32, 32, 3), 'float32'))).sum()))")
+        env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3",
+                   HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        assert server.gets("/someone/vit-preset/resolve/main/model.weights.h5") == 1
+    local = vit_keras.from_preset(str(tmp_path / "preset"))
+    expected = float(np.asarray(local(np.ones((1, 32, 32, 3), "float32"))).sum())
+    assert abs(float(done.stdout.strip().splitlines()[-1]) - expected) < 1e-4
