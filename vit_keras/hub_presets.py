@@ -12,6 +12,7 @@ import keras
 
 from vit_keras import __version__, lora
 from vit_keras.checkpoints import keras_hub as layout
+from vit_keras.checkpoints import keras_hub_config
 from vit_keras.checkpoints.official import model_tensors
 from vit_keras.config import ViTConfig
 from vit_keras.core.model import VisionTransformer, config_from_model, preprocessing_of
@@ -20,11 +21,7 @@ from vit_keras.weights import assign_checkpoint
 
 logger = logging.getLogger(__name__)
 
-# ViTConfig fields keras-hub's ViT cannot express, each with the value it can.
-_PLAIN_VIT = {"stem": "patchify", "locality_attention": False, "resnet_layers": None,
-              "posemb": "learn", "layer_scale_init": None, "num_register_tokens": 0,
-              "distilled": False, "activation": "gelu", "pre_norm": False,
-              "pooled_norm": False, "projection_size": None}
+PRESET_POOLING = "preset"  # the default of `from_preset`'s pooling: the preset's own
 
 
 def read_preset(preset: str) -> tuple[layout.Preset, str]:
@@ -33,18 +30,20 @@ def read_preset(preset: str) -> tuple[layout.Preset, str]:
     Returns:
         (the `Preset`, its local folder).
     """
-    folder = sources.preset_directory(preset, layout.PRESET_FILES,
-                                      (layout.CONFIG_FILE, layout.WEIGHTS_FILE))
+    folder = sources.preset_directory(
+        preset, keras_hub_config.PRESET_FILES,
+        (keras_hub_config.CONFIG_FILE, keras_hub_config.WEIGHTS_FILE))
     return layout.read_preset(folder), folder
 
 
 def from_preset(preset: str, *, include_top: bool | None = None, classes: int | None = None,
-                input_shape=None, pooling: str | None = "token", classifier_activation=None,
+                input_shape=None, pooling: str | None = PRESET_POOLING, classifier_activation=None,
                 **config_overrides) -> VisionTransformer:
     """Builds a `VisionTransformer` from a keras-hub preset, with its weights and preprocessing.
 
-    keras-hub's `ViTBackbone` (with `ViTImageClassifier` task weights) and `DINOV2Backbone`
-    presets map exactly; other backbones are refused with the reason.
+    keras-hub's `ViTBackbone` (with `ViTImageClassifier` task weights), `DINOV2Backbone` and
+    the image towers of `SigLIPBackbone` and `CLIPBackbone` map exactly; other backbones are
+    refused with the reason.
 
     Args:
         preset: a preset folder (`config.json`, `model.weights.h5`, ...), `hf://ORG/REPO[@REV]`
@@ -55,8 +54,10 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
         classes: a new head of this many classes (fine-tuning; the preset's head is left out).
         input_shape: (height, width, channels); default: the preset's. The position embedding
             is resized to it.
-        pooling: without a head: 'token' (default: the class token, or the token mean for a
-            backbone without one), 'gap', or None for the final-normed token sequence.
+        pooling: without a head: the preset's own pooling (the default: the class token, the
+            token mean for a ViT without one, SigLIP's attention pooling, CLIP's class token
+            through its image projection), 'token', 'gap', 'map', or None for the final-normed
+            token sequence.
         classifier_activation: as for `VisionTransformer`.
         **config_overrides: other `ViTConfig` fields (dropout_rate, drop_path_rate, ...).
 
@@ -82,8 +83,8 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
     if input_shape is not None:
         fields.update(image_size=tuple(input_shape[:2]), channels=input_shape[2])
     config = ViTConfig(**fields)
-    if pooling == "token" and config.classifier == "gap":
-        pooling = "gap"
+    if pooling == PRESET_POOLING:
+        pooling = config.classifier
     model = VisionTransformer(config, include_top=include_top,
                               pooling=None if include_top else pooling,
                               classifier_activation=classifier_activation,
@@ -95,7 +96,7 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
 
 def preset_problem(config: ViTConfig) -> str | None:
     """Why keras-hub's `ViTBackbone` cannot hold a model of `config`, or None."""
-    for field, plain in _PLAIN_VIT.items():
+    for field, plain in keras_hub_config.PLAIN_VIT.items():
         value = getattr(config, field)
         if value != plain:
             return (f"its {field} is {value!r}, and keras-hub's ViTBackbone knows only "

@@ -1,5 +1,6 @@
 """keras-hub preset folders, both ways: read one into canonical names with the architecture and
-preprocessing it states, and write canonical tensors back as a folder keras-hub loads.
+preprocessing it states (`keras_hub_config`), and write canonical tensors back as a folder
+keras-hub loads.
 
 A preset folder holds `config.json` (the backbone's class and arguments), `model.weights.h5`,
 optionally `task.json` + `task.weights.h5` (a classifier head), `image_converter.json`
@@ -7,9 +8,11 @@ optionally `task.json` + `task.weights.h5` (a classifier head), `image_converter
 Keras' object paths (`layers/<snake_case class>[_N]/<attribute>/vars/<index>`); one table per
 family below maps those paths to the canonical names, and serves both directions.
 
-What maps: `ViTBackbone` (with `ViTImageClassifier` task weights) and `DINOV2Backbone` (with
-or without registers, SwiGLU). Anything else is refused with the reason; keras-hub itself is
-never imported.
+What maps: `ViTBackbone` (with `ViTImageClassifier` task weights), `DINOV2Backbone` (with
+or without registers, SwiGLU) and the image towers of `SigLIPBackbone` (SigLIP and SigLIP 2,
+with the attention-pooling head) and `CLIPBackbone` (with the image projection); only
+`ViTBackbone` is written. Anything else is refused with the reason; keras-hub itself is never
+imported.
 """
 
 from __future__ import annotations
@@ -22,35 +25,11 @@ import os
 import numpy as np
 
 from vit_keras import atomic, names
+from vit_keras.checkpoints import keras_hub_config as hub_config
 from vit_keras.checkpoints import keys
+from vit_keras.checkpoints.keras_hub_config import TASK_WEIGHTS_FILE, WEIGHTS_FILE
 from vit_keras.preprocessing import Preprocessing
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.weights.h5"
-TASK_FILE = "task.json"
-TASK_WEIGHTS_FILE = "task.weights.h5"
-CONVERTER_FILE = "image_converter.json"
-PREPROCESSOR_FILE = "preprocessor.json"
-METADATA_FILE = "metadata.json"
-PRESET_FILES = (CONFIG_FILE, WEIGHTS_FILE, TASK_FILE, TASK_WEIGHTS_FILE, CONVERTER_FILE,
-                PREPROCESSOR_FILE, METADATA_FILE)
-REGISTERED_PREFIX = "keras_hub>"
-VIT_BACKBONE = "ViTBackbone"
-VIT_CLASSIFIER = "ViTImageClassifier"
-DINOV2_BACKBONE = "DINOV2Backbone"
-# What keras-hub ships in the ViT family that a ViTConfig cannot hold, and why.
-REFUSED = {
-    "DINOV3Backbone": "DINOv3 uses rotary position embeddings (RoPE), which ViTConfig has not",
-    "DeiTBackbone": "keras-hub's DeiT backbone is not mapped yet: load DeiT weights by timm's "
-                    "name (vit_keras.create_model('deit3_small_patch16_224'))",
-    "SigLIPBackbone": "SigLIP presets are not mapped yet: load SigLIP image towers by timm's "
-                      "name (vit_keras.create_model('vit_base_patch16_siglip_224'))",
-    "CLIPBackbone": "CLIP presets are not mapped yet: load CLIP image towers by timm's name "
-                    "(vit_keras.create_model('vit_base_patch16_clip_224'))",
-    "MetaCLIP2Backbone": "MetaCLIP 2 presets are not mapped yet",
-}
-_FLOAT32 = {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"},
-            "registered_name": None}
 _ATTENTION_PARTS = (("query", "query_dense"), ("key", "key_dense"), ("value", "value_dense"),
                     ("out", "output_dense"))
 
@@ -74,19 +53,8 @@ class Preset:
     backbone_class: str
 
 
-def is_preset(path: str) -> bool:
-    """Whether `path` is a folder with a keras-hub `config.json` (a `keras_hub>` class)."""
-    config_path = os.path.join(path, CONFIG_FILE)
-    if not os.path.isdir(path) or not os.path.isfile(config_path):
-        return False
-    try:
-        return _json(config_path).get("registered_name", "").startswith(REGISTERED_PREFIX)
-    except ValueError:
-        return False
-
-
 def read_preset(directory: str) -> Preset:
-    """Reads a keras-hub preset folder.
+    """Reads a keras-hub preset folder: its architecture, preprocessing and weights.
 
     Args:
         directory: the folder (`config.json`, `model.weights.h5`, ...).
@@ -95,55 +63,42 @@ def read_preset(directory: str) -> Preset:
         The `Preset`.
 
     Raises:
-        ValueError: not a preset folder, a backbone class that does not map (with the reason),
-            options ViTConfig cannot express, or unreadable files.
+        ValueError: a backbone class that does not map (with the reason), options ViTConfig
+            cannot express, or unreadable files.
     """
-    config = _json(os.path.join(directory, CONFIG_FILE))
-    class_name = config.get("class_name", "")
-    arguments = config.get("config", {})
-    task = _optional_json(directory, TASK_FILE)
-    if class_name == VIT_BACKBONE:
-        fields, layout = _vit_fields(arguments, task)
-    elif class_name == DINOV2_BACKBONE:
-        fields, layout = _dinov2_fields(arguments), _dinov2_layout(arguments)
-        task = None  # keras-hub ships no DINOv2 classifier task
+    architecture = hub_config.preset_architecture(directory)
+    fields = architecture.fields
+    if architecture.class_name == hub_config.VIT_BACKBONE:
+        layout = _vit_weights_layout(architecture.arguments, fields, architecture.has_head)
     else:
-        reason = REFUSED.get(class_name, "only ViTBackbone and DINOV2Backbone presets map to a "
-                                         "ViTConfig")
-        raise ValueError(f"keras-hub preset {directory!r} holds a {class_name or 'nameless'} "
-                         f"backbone, which cannot be loaded here: {reason}")
+        layout = _LAYOUTS[architecture.class_name](architecture.arguments, fields)
     stored = _h5_datasets(os.path.join(directory, WEIGHTS_FILE))
-    has_head = task is not None and os.path.isfile(os.path.join(directory, TASK_WEIGHTS_FILE))
-    if has_head:
-        stored.update({(TASK_WEIGHTS_FILE, path): value for (_, path), value in
-                       _h5_datasets(os.path.join(directory, TASK_WEIGHTS_FILE)).items()})
-    else:
-        fields.pop("num_classes", None)
-        fields.pop("representation_size", None)
-        layout = {name: place for name, place in layout.items() if place[0] == WEIGHTS_FILE}
-    tensors = _canonical(stored, layout)
-    checkpoint = keys.Checkpoint(tensors, f"keras-hub {class_name} preset",
-                                 posemb_has_cls_row=fields.get("classifier") != "gap",
-                                 posemb_method="bicubic" if class_name == DINOV2_BACKBONE
-                                 else "official")
-    return Preset(checkpoint, fields, _converter_preprocessing(directory), has_head, class_name)
+    _gather_positions(stored)
+    if architecture.has_head:
+        stored.update(_h5_datasets(os.path.join(directory, TASK_WEIGHTS_FILE)))
+    checkpoint = keys.Checkpoint(
+        _canonical(stored, layout), f"keras-hub {architecture.class_name} preset",
+        posemb_has_cls_row=fields["classifier"] == "token",
+        posemb_method="official" if architecture.class_name == hub_config.VIT_BACKBONE
+        else "bicubic")
+    return Preset(checkpoint, fields, architecture.preprocessing, architecture.has_head,
+                  architecture.class_name)
 
 
-def _json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: cannot read this keras-hub preset file "
-                         f"({type(error).__name__}: {error})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
-
-
-def _optional_json(directory: str, name: str) -> dict | None:
-    path = os.path.join(directory, name)
-    return _json(path) if os.path.isfile(path) else None
+def _vit_weights_layout(arguments: dict, fields: dict, has_head: bool) -> dict:
+    """The ViT table for this preset: the head's entries only with task weights; no bias
+    entries for the projections keras-hub built without one (`use_mha_bias=False`, ...)."""
+    layout = vit_layout(fields["num_layers"], class_token=fields["classifier"] == "token",
+                        pre_logits=fields.get("representation_size") is not None)
+    if not has_head:
+        layout = {name: place for name, place in layout.items()
+                  if place[0] == WEIGHTS_FILE}
+    biases = {"use_mha_bias": names.ATTENTION, "use_mlp_bias": names.MLP,
+              "use_patch_bias": names.EMBEDDING}
+    absent = tuple(f"/{scope}/" for flag, scope in biases.items()
+                   if not arguments.get(flag, True))
+    return {name: place for name, place in layout.items()
+            if not (name.endswith("/bias") and any(scope in f"/{name}" for scope in absent))}
 
 
 def _h5_datasets(path: str) -> dict:
@@ -161,82 +116,6 @@ def _h5_datasets(path: str) -> dict:
     except OSError as error:
         raise ValueError(f"{path}: not a readable Keras weights file ({error})") from None
     return found
-
-
-# --- the architecture a preset states ---------------------------------------------------------
-
-
-def _image_fields(arguments: dict, class_name: str) -> dict:
-    shape = arguments.get("image_shape")
-    if arguments.get("data_format", "channels_last") == "channels_first":
-        raise ValueError(f"keras-hub {class_name} with data_format='channels_first' cannot be "
-                         "loaded: vit_keras models take channels-last images")
-    if not shape or len(shape) != 3 or None in shape[:2]:
-        raise ValueError(f"keras-hub {class_name} config: expected image_shape [height, width, "
-                         f"channels] with both sides set, found {shape!r}")
-    height, width, channels = (int(value) for value in shape)
-    return dict(image_size=height if height == width else (height, width), channels=channels)
-
-
-def _square_patch(patch, class_name: str) -> int:
-    sides = [patch, patch] if isinstance(patch, int) else list(patch)
-    if len(set(sides)) != 1:
-        raise ValueError(f"keras-hub {class_name}: patch size {patch!r} is not square, which "
-                         "ViTConfig's patch_size cannot hold")
-    return int(sides[0])
-
-
-def _vit_fields(arguments: dict, task: dict | None) -> tuple[dict, dict]:
-    """ViTBackbone (+ ViTImageClassifier) arguments -> (ViTConfig fields, weight layout)."""
-    class_token = arguments.get("use_class_token", True)
-    fields = dict(_image_fields(arguments, VIT_BACKBONE),
-                  patch_size=_square_patch(arguments["patch_size"], VIT_BACKBONE),
-                  hidden_size=arguments["hidden_dim"], mlp_dim=arguments["mlp_dim"],
-                  num_heads=arguments["num_heads"], num_layers=arguments["num_layers"],
-                  dropout_rate=arguments.get("dropout_rate", 0.0),
-                  attention_dropout_rate=arguments.get("attention_dropout", 0.0),
-                  layer_norm_epsilon=arguments.get("layer_norm_epsilon", 1e-6),
-                  gelu_approximate=False,  # keras-hub's MLP: Dense(activation="gelu"), exact
-                  classifier="token" if class_token else "gap")
-    if task is not None:
-        task_arguments = task.get("config", {})
-        pooling = task_arguments.get("pooling", "token")
-        if pooling != fields["classifier"]:
-            raise ValueError(
-                f"keras-hub ViTImageClassifier pools by {pooling!r} over a backbone "
-                f"{'with' if class_token else 'without'} a class token: vit_keras pools the "
-                "class token when there is one and averages the patch tokens when there is "
-                "none, so this head cannot be reproduced")
-        fields.update(num_classes=task_arguments["num_classes"],
-                      representation_size=task_arguments.get("intermediate_dim"))
-    layout = vit_layout(fields["num_layers"], class_token=class_token,
-                        pre_logits=fields.get("representation_size") is not None)
-    biases = {"use_mha_bias": names.ATTENTION, "use_mlp_bias": names.MLP,
-              "use_patch_bias": names.EMBEDDING}
-    absent = tuple(scope for flag, scope in biases.items() if not arguments.get(flag, True))
-    return fields, {name: place for name, place in layout.items()
-                    if not (name.endswith("/bias") and _in_scopes(name, absent))}
-
-
-def _in_scopes(name: str, scopes: tuple) -> bool:
-    return any(f"/{scope}/" in f"/{name}" for scope in scopes)
-
-
-def _dinov2_fields(arguments: dict) -> dict:
-    patch = _square_patch(arguments["patch_size"], DINOV2_BACKBONE)
-    swiglu = arguments.get("use_swiglu_ffn", False)
-    mlp_dim = arguments["intermediate_dim"]
-    if swiglu:  # keras-hub's SwiGLU packs two halves of 2/3 the width, rounded up to 8
-        mlp_dim = 2 * ((int(mlp_dim * 2 / 3) + 7) // 8 * 8)
-    return dict(_image_fields(arguments, DINOV2_BACKBONE), patch_size=patch,
-                hidden_size=arguments["hidden_dim"], mlp_dim=mlp_dim,
-                num_heads=arguments["num_heads"], num_layers=arguments["num_layers"],
-                dropout_rate=arguments.get("dropout_rate", 0.0),
-                drop_path_rate=arguments.get("drop_path_rate", 0.0),
-                layer_scale_init=arguments.get("layer_scale_init_value", 1.0),
-                num_register_tokens=arguments.get("num_register_tokens", 0),
-                gelu_approximate=False, activation="swiglu" if swiglu else "gelu",
-                classifier="token")
 
 
 # --- where each canonical tensor lives in a preset ----------------------------------------------
@@ -296,7 +175,7 @@ def vit_layout(depth: int, *, class_token: bool = True, pre_logits: bool = False
     return layout
 
 
-def _dinov2_layout(arguments: dict) -> dict:
+def _dinov2_layout(arguments: dict, fields: dict) -> dict:
     """Canonical name -> (file, dataset path) for a keras-hub DINOV2Backbone."""
     embedding = "layers/dinov2_embedding"
     registers = arguments.get("num_register_tokens", 0)
@@ -327,55 +206,113 @@ def _dinov2_layout(arguments: dict) -> dict:
     return layout
 
 
+def _block_paths(index: int, block: str, parts: dict) -> dict:
+    """One encoder block's table; `parts` names keras-hub's sub-layers: 'norm_0', 'attention',
+    'norm_2', 'mlp_0' and 'mlp_1'."""
+    ours = keys.block_prefix(index)
+    layout = _norm_paths(ours + names.LAYER_NORM_0, f"{block}/{parts['norm_0']}")
+    layout.update(_attention_paths(ours + keys.ATTENTION, f"{block}/{parts['attention']}"))
+    layout.update(_norm_paths(ours + names.LAYER_NORM_2, f"{block}/{parts['norm_2']}"))
+    layout.update(_dense_paths(f"{ours}{keys.MLP}/Dense_0", f"{block}/{parts['mlp_0']}"))
+    layout.update(_dense_paths(f"{ours}{keys.MLP}/Dense_1", f"{block}/{parts['mlp_1']}"))
+    return layout
+
+
+def _siglip_layout(arguments: dict, fields: dict) -> dict:
+    """Canonical name -> (file, dataset path) for a keras-hub SigLIPBackbone's image tower."""
+    tower = "layers/sig_lip_vision_encoder/layers"
+    layout = _dense_paths(names.EMBEDDING, f"{tower}/sig_lip_vision_embedding/patch_embedding")
+    layout[keys.POSEMB] = (WEIGHTS_FILE,
+                           f"{tower}/sig_lip_vision_embedding/position_embedding/vars/0")
+    parts = dict(norm_0="layer_norm1", attention="self_attn", norm_2="layer_norm2",
+                 mlp_0="mlp/fc1", mlp_1="mlp/fc2")
+    for index in range(fields["num_layers"]):
+        layout.update(_block_paths(index, f"{tower}/{_indexed('sig_lip_encoder_layer', index)}",
+                                   parts))
+    layout.update(_norm_paths(keys.ENCODER_NORM_PREFIX.rstrip("/"),
+                              f"{tower}/layer_normalization"))
+    pool = f"{tower}/sig_lip_multi_head_attention_pooling"
+    layout[keys.MAP_PREFIX + "probe"] = (WEIGHTS_FILE, f"{pool}/vars/0")
+    layout.update(_attention_paths(keys.MAP_PREFIX + "MultiHeadDotProductAttention_0",
+                                   f"{pool}/attention"))
+    layout.update(_norm_paths(keys.MAP_PREFIX + "LayerNorm_0", f"{pool}/layer_norm"))
+    layout.update(_dense_paths(keys.MAP_PREFIX + "MlpBlock_0/Dense_0", f"{pool}/mlp/fc1"))
+    layout.update(_dense_paths(keys.MAP_PREFIX + "MlpBlock_0/Dense_1", f"{pool}/mlp/fc2"))
+    return layout
+
+
+def _clip_layout(arguments: dict, fields: dict) -> dict:
+    """Canonical name -> (file, dataset path) for a keras-hub CLIPBackbone's image tower and
+    its image projection."""
+    tower = "layers/clip_vision_encoder/layers"
+    embedding = f"{tower}/clip_vision_embedding"
+    layout = {f"{names.EMBEDDING}/kernel": (WEIGHTS_FILE, f"{embedding}/patch_embedding/vars/0"),
+              keys.POSEMB: (WEIGHTS_FILE, f"{embedding}/position_embedding/vars/0"),
+              keys.CLS: (WEIGHTS_FILE, f"{embedding}/vars/0")}
+    layout.update(_norm_paths(keys.PRE_NORM_PREFIX.rstrip("/"), f"{tower}/layer_normalization"))
+    parts = dict(norm_0="layer_norm_1", attention="attention", norm_2="layer_norm_2",
+                 mlp_0="dense_1", mlp_1="dense_2")
+    for index in range(fields["num_layers"]):
+        layout.update(_block_paths(index, f"{tower}/{_indexed('clip_encoder_layer', index)}",
+                                   parts))
+    layout.update(_norm_paths(keys.ENCODER_NORM_PREFIX.rstrip("/"),
+                              f"{tower}/layer_normalization_1"))
+    layout[keys.PROJECTION] = (WEIGHTS_FILE, "layers/dense/vars/0")  # the vision projection
+    return layout
+
+
+# The two-tower image embeddings keep the position ids they look the table up with (SigLIP's
+# first variable, CLIP's second; each after its class token, if any).
+_POSITION_IDS = {
+    "layers/sig_lip_vision_encoder/layers/sig_lip_vision_embedding/vars/0":
+        "layers/sig_lip_vision_encoder/layers/sig_lip_vision_embedding/position_embedding/vars/0",
+    "layers/clip_vision_encoder/layers/clip_vision_embedding/vars/1":
+        "layers/clip_vision_encoder/layers/clip_vision_embedding/position_embedding/vars/0"}
+
+
+def _gather_positions(stored: dict) -> None:
+    """Replaces a two-tower position table by the rows its stored ids pick: keras-hub adds
+    `table[ids]`, and the ids are not always 0..N-1 (a CLIPBackbone built from scratch keeps
+    zeros, so every token gets row 0)."""
+    for ids_path, table_path in _POSITION_IDS.items():
+        ids, table = (WEIGHTS_FILE, ids_path), (WEIGHTS_FILE, table_path)
+        if ids in stored and table in stored:
+            stored[table] = stored[table][np.asarray(stored[ids]).reshape(-1).astype(np.int64)]
+
+
+# Stored state of each backbone that is no image-model weight: the optimizer's; DINOv2's mask
+# token and its position embedding resized to the input (recomputed from the stored one); the
+# two-tower models' text tower, text projection, similarity scale and position ids.
+_IGNORED = ("optimizer/", "layers/dinov2_embedding/vars/", "layers/sig_lip_text_encoder/",
+            "layers/sig_lip_head/", "layers/sig_lip_vision_encoder/layers/"
+            "sig_lip_vision_embedding/vars/", "layers/clip_text_encoder/", "layers/clip_head/",
+            "layers/dense_1/", "layers/clip_vision_encoder/layers/clip_vision_embedding/vars/1")
+
+
 def _canonical(stored: dict, layout: dict) -> dict:
     """The tensors under canonical names; a projection whose bias the preset leaves out
-    (`use_mha_bias=False`, ...) gets zeros, which compute the same."""
-    tensors = {}
-    for name, place in layout.items():
-        if place in stored:
-            tensors[name] = stored[place]
+    (`use_mha_bias=False`, CLIP's patch embedding, ...) gets zeros, which compute the same."""
+    tensors = {name: stored[place] for name, place in layout.items() if place in stored}
     for name in list(tensors):
-        if name.endswith("/kernel") and name[:-len("kernel")] + "bias" not in tensors:
+        if name.endswith("/kernel") and name != keys.PROJECTION and \
+                name[:-len("kernel")] + "bias" not in tensors:
             kernel = tensors[name]
             attention_input = name.split("/")[-2] in ("query", "key", "value")
             shape = kernel.shape[1:] if attention_input else kernel.shape[-1:]
             tensors[name[:-len("kernel")] + "bias"] = np.zeros(shape, kernel.dtype)
     if keys.POSEMB in tensors and tensors[keys.POSEMB].ndim == 2:
         tensors[keys.POSEMB] = tensors[keys.POSEMB][None]  # keras-hub's ViT: an Embedding table
+    if keys.CLS in tensors:
+        tensors[keys.CLS] = tensors[keys.CLS].reshape(1, 1, -1)  # CLIP's is a vector
     used = set(layout.values())
     for (file, path), value in stored.items():  # what no entry names: reported as unexpected
-        if (file, path) not in used and not _ignorable(path):
+        if (file, path) not in used and not path.startswith(_IGNORED):
             tensors[f"{file}:{path}"] = value
     return tensors
 
 
-def _ignorable(path: str) -> bool:
-    """Stored state that is no model weight: the optimizer's, DINOv2's mask token and its
-    position embedding resized to the input (recomputed from the stored one)."""
-    return path.startswith("optimizer/") or path.startswith("layers/dinov2_embedding/vars/")
-
-
-# --- preprocessing -------------------------------------------------------------------------------
-
-
-def _converter_preprocessing(directory: str) -> Preprocessing | None:
-    """`image_converter.json` as a `Preprocessing`: keras-hub computes `pixels * scale + offset`
-    on [0, 255] pixels, which is `(pixels / 255 - mean) / std` with std = 1 / (255 scale) and
-    mean = -offset * std."""
-    data = _optional_json(directory, CONVERTER_FILE)
-    if data is None:
-        return None
-    arguments = data.get("config", {})
-    scale = np.broadcast_to(np.asarray(arguments.get("scale") or 1.0, np.float64), (3,))
-    offset = np.broadcast_to(np.asarray(arguments.get("offset") or 0.0, np.float64), (3,))
-    std = 1.0 / (255.0 * scale)
-    interpolation = arguments.get("interpolation", "bilinear")
-    if interpolation not in ("bilinear", "bicubic", "nearest"):
-        interpolation = "bicubic"  # lanczos and the like: the closest of ours
-    return Preprocessing(mean=tuple(float(value) for value in -offset * std),
-                         std=tuple(float(value) for value in std), interpolation=interpolation,
-                         crop_mode="center" if arguments.get("crop_to_aspect_ratio", True)
-                         else "squash")
+_LAYOUTS = {hub_config.DINOV2_BACKBONE: _dinov2_layout, hub_config.SIGLIP_BACKBONE: _siglip_layout,
+            hub_config.CLIP_BACKBONE: _clip_layout}
 
 
 # --- writing -------------------------------------------------------------------------------------
@@ -401,68 +338,15 @@ def write_preset(directory: str, tensors: dict, fields: dict, preprocessing: Pre
 
 
 def _write_files(directory, tensors, fields, preprocessing, has_head, metadata) -> None:
-    pre_logits = fields.get("representation_size") is not None
     layout = vit_layout(fields["num_layers"], class_token=fields["classifier"] == "token",
-                        pre_logits=pre_logits)
-    backbone = _backbone_config(fields)
-    converter = _converter_config(fields, preprocessing)
-    _write_h5(os.path.join(directory, WEIGHTS_FILE), tensors, layout, WEIGHTS_FILE)
-    _write_json(os.path.join(directory, CONFIG_FILE), backbone)
-    _write_json(os.path.join(directory, CONVERTER_FILE), converter)
-    tasks = []
-    if has_head:
-        preprocessor = _registered("vit.vit_image_classifier_preprocessor",
-                                   "ViTImageClassifierPreprocessor",
-                                   {"image_converter": converter,
-                                    "config_file": PREPROCESSOR_FILE})
-        task = _registered("vit.vit_image_classifier", VIT_CLASSIFIER, {
-            "backbone": backbone, "preprocessor": preprocessor,
-            "num_classes": fields["num_classes"], "pooling": fields["classifier"],
-            "activation": None, "dropout": 0.0,
-            "intermediate_dim": fields.get("representation_size")})
-        _write_h5(os.path.join(directory, TASK_WEIGHTS_FILE), tensors, layout, TASK_WEIGHTS_FILE)
-        _write_json(os.path.join(directory, TASK_FILE), task)
-        _write_json(os.path.join(directory, PREPROCESSOR_FILE), preprocessor)
-        tasks = ["ImageClassifier"]
-    _write_json(os.path.join(directory, METADATA_FILE), dict(metadata, tasks=tasks))
-
-
-def _registered(module: str, class_name: str, config: dict) -> dict:
-    return {"module": f"keras_hub.src.models.{module}", "class_name": class_name,
-            "config": config, "registered_name": f"{REGISTERED_PREFIX}{class_name}"}
-
-
-def _backbone_config(fields: dict) -> dict:
-    size = fields["image_size"]
-    height, width = (size, size) if isinstance(size, int) else size
-    return _registered("vit.vit_backbone", VIT_BACKBONE, {
-        "name": "vit_backbone", "trainable": True, "dtype": _FLOAT32,
-        "image_shape": [height, width, fields["channels"]],
-        "patch_size": [fields["patch_size"]] * 2, "num_layers": fields["num_layers"],
-        "num_heads": fields["num_heads"], "hidden_dim": fields["hidden_size"],
-        "mlp_dim": fields["mlp_dim"], "dropout_rate": fields["dropout_rate"],
-        "attention_dropout": fields["attention_dropout_rate"],
-        "layer_norm_epsilon": fields["layer_norm_epsilon"], "use_mha_bias": True,
-        "use_mlp_bias": True, "use_class_token": fields["classifier"] == "token",
-        "use_patch_bias": True})
-
-
-def _converter_config(fields: dict, preprocessing: Preprocessing) -> dict:
-    std = np.asarray(preprocessing.std, np.float64)
-    mean = np.asarray(preprocessing.mean, np.float64)
-    size = fields["image_size"]
-    return _registered("vit.vit_image_converter", "ViTImageConverter", {
-        "name": "vit_image_converter", "trainable": True, "dtype": _FLOAT32,
-        "image_size": [size, size] if isinstance(size, int) else list(size),
-        "scale": [float(value) for value in 1.0 / (255.0 * std)],
-        "offset": [float(value) for value in -mean / std],
-        "interpolation": preprocessing.interpolation, "antialias": True,
-        "crop_to_aspect_ratio": preprocessing.crop_mode == "center",
-        "pad_to_aspect_ratio": False, "bounding_box_format": "yxyx"})
-
-
-def _write_json(path: str, data: dict) -> None:
-    atomic.write_bytes(path, (json.dumps(data, indent=4) + "\n").encode())
+                        pre_logits=fields.get("representation_size") is not None)
+    weight_files = [WEIGHTS_FILE] + [TASK_WEIGHTS_FILE] * has_head
+    for file in weight_files:
+        _write_h5(os.path.join(directory, file), tensors, layout, file)
+    for name, data in hub_config.preset_json_files(fields, preprocessing, has_head=has_head,
+                                                   metadata=metadata).items():
+        atomic.write_bytes(os.path.join(directory, name),
+                           (json.dumps(data, indent=4) + "\n").encode())
 
 
 def _write_h5(path: str, tensors: dict, layout: dict, file: str) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from vit_keras import atomic
-from vit_keras.checkpoints import (huggingface, io, keras_hub, keys, official, timm,
-                                   transformers_towers)
+from vit_keras.checkpoints import (huggingface, io, keras_hub, keras_hub_config, keys, official,
+                                   timm, transformers_towers)
 
 
 def read_checkpoint(path: str, num_heads: int, *,
@@ -34,7 +34,7 @@ def _read_layout(path: str, num_heads: int) -> keys.Checkpoint:
     """The file at `path` under canonical names, by the reader of its layout."""
     if path.lower().endswith(".keras"):
         return official.from_official(_keras_model_tensors(path))
-    if keras_hub.is_preset(path):
+    if keras_hub_config.is_preset(path):
         return keras_hub.read_preset(path).checkpoint
     file_format, tensors = io.read_tensors(path)
     if official.looks_official(tensors):
