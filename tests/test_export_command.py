@@ -203,10 +203,12 @@ def test_one_table_holds_every_formats_facts():
     files = [entry.file for entry in EXPORT_FORMATS.values()]
     assert files == ["saved_model", "model.tflite", "model_fp16.tflite",
                      "model_dynamic_int8.tflite", "model_int8.tflite", "model.onnx",
-                     "model_dynamic_int8.onnx", "model_int8.onnx"]
+                     "model_dynamic_int8.onnx", "model_int8.onnx", "keras_hub_preset"]
     assert [name for name, entry in EXPORT_FORMATS.items() if entry.kind == "int8"] == [
         "tflite_dynamic_int8", "tflite_int8", "onnx_dynamic_int8", "onnx_int8"]
     assert not EXPORT_FORMATS["saved_model"].timed and EXPORT_FORMATS["onnx"].timed
+    assert not EXPORT_FORMATS["keras_hub_preset"].timed
+    assert EXPORT_FORMATS["keras_hub_preset"].kind == "float"
     assert "--int8-float-ops" in EXPORT_FORMATS["tflite_int8"].advice
     assert "bug" in EXPORT_FORMATS["tflite_fp16"].advice
 

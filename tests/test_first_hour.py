@@ -80,7 +80,8 @@ def _usage_error(argv, cwd):
     (["predict", "no_such_folder", "--model", "model.keras"],
      "no image files at 'no_such_folder' (does not exist)"),
     (["predict", "empty", "--model", "model.keras"], "'empty' (a folder without image files)"),
-    (["predict", "oneclass", "--model", "model.h5"], "expected a .keras file, a SavedModel"),
+    (["predict", "oneclass", "--model", "model.h5"], "expected a .keras file, a keras-hub "
+     "preset folder, a SavedModel"),
     (["predict", "oneclass", "--model", "deit_small_patch16_224", "--weights", "deit.npz"],
      "--weights 'deit.npz' is no file"),
     (["predict", "oneclass", "--tflite", "model.tflite", "--preprocessing", "imagenet"],

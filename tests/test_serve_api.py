@@ -505,8 +505,8 @@ def test_vit_serve_refuses_bad_options_and_files(run_folder, capsys):
     assert cli.main(["serve", "--model", str(run_folder / "missing.keras")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert cli.main(["serve", "--model", str(run_folder / "labels.txt")]) == 2
-    assert "expected a .keras file, a SavedModel directory, a .tflite or an .onnx file" in \
-        capsys.readouterr().err
+    assert "expected a .keras file, a keras-hub preset folder, a SavedModel directory, a .tflite " \
+        "or an .onnx file" in capsys.readouterr().err
     assert cli.main(["serve", "--model", str(run_folder / "model.keras"), "--port", "0"]) == 2
     assert "--port must be in 1..65535" in capsys.readouterr().err
     assert cli.main(["serve", "--model", str(run_folder / "model.keras"), "--name", "a/b"]) == 2

@@ -13,6 +13,7 @@ from training.presets import overrides
 from vit.data import specs
 from vit.inference import export_formats
 from vit_keras import families
+from vit_keras.checkpoints import keras_hub_config
 from vit_keras.config import ARCHITECTURE_FIELDS, variant_of
 from vit_keras.pretrained import registry
 
@@ -42,7 +43,7 @@ def resolve_preset(args: argparse.Namespace) -> presets.Preset:
     if args.image_size is not None:
         preset = preset.replace_model(image_size=args.image_size)
     check_weight_name(preset)
-    return with_weights_preprocessing(preset)
+    return with_weights_preprocessing(with_preset_architecture(preset))
 
 
 def run_options(args: argparse.Namespace) -> presets.RunOptions:
@@ -95,6 +96,27 @@ def with_weights_preprocessing(preset: presets.Preset) -> presets.Preset:
     return preset.replace_model(preprocessing=spec.tags[tag])
 
 
+def with_preset_architecture(preset: presets.Preset) -> presets.Preset:
+    """`--weights` naming a keras-hub preset folder: the model takes the preset's architecture
+    (whatever `--model` said: no other loads its weights), pooling, GELU, registers and layer
+    scale; and its preprocessing and image size unless they were set (`--preprocessing`,
+    `--image-size`, `--set`), the image size also when the preset's patch does not divide it."""
+    weights = preset.finetune.weights
+    if not weights or not keras_hub_config.is_preset(os.path.expanduser(weights)):
+        return preset
+    architecture = keras_hub_config.preset_architecture(os.path.expanduser(weights))
+    kept = (*ARCHITECTURE_FIELDS, *families.FAMILY_FIELDS, *keras_hub_config.PLAIN_VIT,
+            "dropout_rate", "attention_dropout_rate")
+    fields = {name: value for name, value in architecture.fields.items() if name in kept}
+    if architecture.preprocessing is not None and "model.preprocessing" not in preset.pinned:
+        fields["preprocessing"] = architecture.preprocessing
+    patch = fields["patch_size"]
+    if "model.image_size" not in preset.pinned or \
+            any(side % patch for side in preset.model.image_hw):
+        fields["image_size"] = architecture.fields["image_size"]
+    return preset.replace_model(**fields)
+
+
 def check_weights_argument(weights: str | None) -> None:
     """A `--weights` that is no URL, `hf://` reference, released or family weight name must be
     a file or folder that exists (checked before anything is imported or downloaded).
@@ -108,7 +130,7 @@ def check_weights_argument(weights: str | None) -> None:
         return
     raise ValueError(f"--weights {weights!r} is no file, and no weight name: expected a name "
                      "from `vit weights list`, an https:// URL, hf://ORG/REPO or a file "
-                     "(.npz, .safetensors, .pth, .keras)")
+                     "(.npz, .safetensors, .pth, .keras) or keras-hub preset folder")
 
 
 def check_data_specs(preset: presets.Preset) -> None:

@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit embed` options."""
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG/BMP/GIF files")
     parser.add_argument("--model", required=True,
-                        help="a .keras model written by `vit train`; with --weights an "
+                        help="a .keras model written by `vit train` or a keras-hub "
+                        "preset folder; with --weights an "
                         "architecture: a family name (`vit weights list`) or B/16, S/16, ...")
     parser.add_argument("--weights", help="weights for the --model architecture: a tag "
                         "(lvd142m), a name from `vit weights list`, hf://ORG/REPO or a file")

@@ -32,7 +32,8 @@ from vit.data.specs import check_spec
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit evaluate` options."""
     parser.add_argument("--model", required=True, help="a .keras model, SavedModel directory, "
-                        ".tflite or .onnx file written by `vit train` or `vit export`")
+                        ".tflite or .onnx file written by `vit train` or `vit export`, or a "
+                        "keras-hub preset folder")
     parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
                         "tfds:NAME[:SPLIT] | tfrecord:GLOB")
     parser.add_argument("--data-dir", help="tfds data_dir")

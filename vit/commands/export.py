@@ -29,7 +29,8 @@ from vit.inference.model_files import ACTIVATIONS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit export` options."""
-    parser.add_argument("--model", required=True, help="trained .keras model file")
+    parser.add_argument("--model", required=True, help="trained .keras model file, or a "
+                        "keras-hub preset folder")
     parser.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
                         help=f"comma-separated, out of {', '.join(FORMATS)} "
                              f"(default: {', '.join(DEFAULT_FORMATS)})")

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or glob patterns")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a .keras model or SavedModel directory written by "
-                        "`vit train`/`vit export`; with --weights, the architecture (B/16, "
+                        "`vit train`/`vit export`, or a keras-hub preset folder; with --weights, the architecture (B/16, "
                         "S/16, R50+B/16, ...)")
     source.add_argument("--tflite", help="a .tflite file exported by `vit train`/`vit export`")
     source.add_argument("--onnx", help="an .onnx file exported by `vit train`/`vit export`, "

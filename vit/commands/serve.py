@@ -29,8 +29,8 @@ from vit.commands.checks import (add_preprocessing_argument, check_model,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit serve` options."""
-    parser.add_argument("--model", required=True, help="a .keras file, a SavedModel directory, "
-                        "a .tflite or .onnx file; with --weights, an architecture (B/16, ...)")
+    parser.add_argument("--model", required=True, help="a .keras file, a keras-hub preset "
+                        "folder, a SavedModel directory, a .tflite or .onnx file; with --weights, an architecture (B/16, ...)")
     parser.add_argument("--weights", help="pretrained weights for the --model architecture: a "
                         "name from `vit weights list`, an https:// URL, hf://ORG/REPO or a file")
     parser.add_argument("--labels", help="labels.txt (default: next to the model)")

@@ -29,6 +29,7 @@ from vit.inference.model_files import (ACTIVATIONS, activation_beside, check_mod
                                        preprocessing_beside)
 from vit.outputs import read_labels
 from vit_keras import analysis, families, pretrained, preprocess_input
+from vit_keras.checkpoints import keras_hub_config
 from vit_keras.core.model import config_from_model, input_image_size, preprocessing_of
 from vit_keras.export import ONNXModel, TFLiteModel, graph
 from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT
@@ -178,8 +179,8 @@ def load(path: str, weights: str | None = None, labels_path: str | None = None,
     """Loads a classifier, choosing the format from `path`.
 
     Args:
-        path: a `.keras` file, a SavedModel directory, a `.tflite` or `.onnx` file; with
-            `weights`, an architecture name (B/16, S/16, R50+B/16, ...).
+        path: a `.keras` file, a keras-hub preset folder, a SavedModel directory, a `.tflite`
+            or `.onnx` file; with `weights`, an architecture name (B/16, S/16, R50+B/16, ...).
         weights: pretrained weights for the architecture (a name from `vit weights list`, a URL,
             hf://ORG/REPO or a file).
         labels_path: labels.txt (default: the one next to the model; for pretrained ImageNet
@@ -197,6 +198,8 @@ def load(path: str, weights: str | None = None, labels_path: str | None = None,
     if weights:
         return _pretrained(path, weights, labels_path, preprocessing)
     check_model_path(path)
+    if keras_hub_config.is_preset(path):
+        return _keras_hub_preset(path, labels_path, preprocessing)
     if path.lower().endswith(".keras"):
         return _keras(path, labels_path, preprocessing)
     if preprocessing is not None:
@@ -239,6 +242,22 @@ def _keras(path: str, labels_path: str | None, preprocessing=None) -> Classifier
         model.set_preprocessing(preprocessing)
     return from_keras_model(model, path, "keras", labels_beside(path, labels_path),
                             activation_beside(path))
+
+
+def _keras_hub_preset(path: str, labels_path: str | None, preprocessing=None) -> Classifier:
+    """A keras-hub preset with its classifier task; class names from labels.txt in the folder,
+    else ImageNet's for 1000 or 21843 classes."""
+    if not keras_hub_config.preset_architecture(path).has_head:
+        raise ValueError(f"keras-hub preset {path!r} is a backbone without classifier task "
+                         "weights: classifying needs a head. `vit embed --model PRESET` gives "
+                         "its features; `vit train --weights PRESET` trains a head")
+    model = vit_keras.from_preset(path)
+    if preprocessing is not None:
+        model.set_preprocessing(preprocessing)
+    inside = os.path.join(path, "labels.txt")
+    labels = _imagenet_labels(int(model.output_shape[-1]),
+                              labels_path or (inside if os.path.isfile(inside) else None))
+    return from_keras_model(model, path, "keras", labels)
 
 
 def _pretrained(architecture: str, weights: str, labels_path: str | None,

@@ -26,7 +26,8 @@ class ExportFormat:
         name: its `--formats` name and export.json key.
         file: the file (or folder) it writes into the output folder.
         title: how its progress line names it.
-        runtime: what runs the file: 'tensorflow' (SavedModel), 'litert' or 'onnxruntime'.
+        runtime: what runs the file: 'tensorflow' (SavedModel), 'litert', 'onnxruntime' or
+            'keras_hub' (a preset folder).
         quantization: None (float32), 'fp16', 'dynamic_int8' or 'int8' (full-integer,
             calibrated on training images).
         default: whether `vit export` writes it without `--formats`.
@@ -57,7 +58,7 @@ class ExportFormat:
     @property
     def timed(self) -> bool:
         """Whether export.json gets its batch-1 latency (the LiteRT and ONNX Runtime files)."""
-        return self.runtime != "tensorflow"
+        return self.runtime in ("litert", "onnxruntime")
 
     def default_min_agreement(self) -> float:
         """The top-1 agreement with Keras it must reach unless `--min-agreement` says."""
@@ -93,6 +94,10 @@ EXPORT_FORMATS = {entry.name: entry for entry in (
     _onnx("onnx_int8", "model_int8.onnx", "ONNX int8 (static QDQ)", "int8", True,
           _CALIBRATE_MORE + "or ship model_dynamic_int8.onnx (--formats onnx_dynamic_int8) or "
           "model.onnx"),
+    ExportFormat("keras_hub_preset", "keras_hub_preset", "keras-hub preset", "keras_hub", None,
+                 False, "keras-hub computes the exact GELU: train or fine-tune the model with "
+                 "--set model.gelu_approximate=false (a keras-hub preset given to --weights "
+                 "does this)", export_writers.write_keras_hub_preset),
 )}
 FORMATS = tuple(EXPORT_FORMATS)
 DEFAULT_FORMATS = tuple(name for name, entry in EXPORT_FORMATS.items() if entry.default)

@@ -19,7 +19,8 @@ from vit import console
 from vit.inference import export_report, export_writers
 from vit.inference.export_formats import ExportOptions
 from vit.inference.export_writers import WriteJob
-from vit_keras import atomic
+from vit_keras import atomic, hub_presets
+from vit_keras.core.model import config_from_model
 from vit_keras.export import graph
 
 REJECTED_DIR = "rejected"
@@ -51,6 +52,7 @@ def export(model, output_dir: str, options: ExportOptions, bars: dict, *,
         The export.json content.
     """
     _require_calibration(options, representative_images)
+    _require_expressible(options, model)
     fixed = graph.at_image_size(model, options.image_size)
     images, labels = _evaluation_set(fixed, eval_images, eval_labels, representative_images)
     evaluation = Evaluation(images, labels, _keras_logits(fixed, images))
@@ -75,6 +77,16 @@ def _require_calibration(options: ExportOptions, representative_images) -> None:
                          "representative_images: a few hundred training images, float32 "
                          "[N, H, W, 3] in 0..255, to calibrate; got None. Pass them (vit export "
                          "--data ...) or drop those formats.")
+
+
+def _require_expressible(options: ExportOptions, model) -> None:
+    """A keras-hub preset is refused before anything is written when keras-hub's ViT cannot
+    hold the model (a conv stem, registers, MAP pooling, ...)."""
+    if any(entry.runtime == "keras_hub" for entry in options.chosen):
+        problem = hub_presets.preset_problem(config_from_model(model))
+        if problem:
+            raise ValueError(f"format keras_hub_preset: the model cannot be written as a "
+                             f"keras-hub preset: {problem}. Drop that format.")
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """The writers of `vit export`'s formats, and how each written file is run: one writer per
-runtime (SavedModel, LiteRT, ONNX Runtime), each writing one `ExportFormat` and returning its
+runtime (SavedModel, LiteRT, ONNX Runtime, keras-hub), each writing one `ExportFormat` and returning its
 export.json entry so far.
 
 Keras and TensorFlow are imported when a writer runs, never at import.
@@ -92,6 +92,16 @@ def write_onnx(export_format, path: str, job: WriteJob, written: dict) -> dict:
     return entry
 
 
+def write_keras_hub_preset(export_format, path: str, job: WriteJob, written: dict) -> dict:
+    """Writes a keras-hub preset folder (arguments as `write_saved_model`'s). A model with the
+    tanh-approximated GELU is written too: its check runs the folder as keras-hub would (exact
+    GELU), so the agreement says what that costs."""
+    from vit_keras import hub_presets
+
+    hub_presets.save_preset(job.model, path, allow_gelu_mismatch=True)
+    return {"latency_ms": None}
+
+
 def runner(export_format, path: str):
     """The LiteRT or ONNX Runtime runner of a written file (`LATENCY_THREADS` threads)."""
     from vit_keras import export
@@ -105,7 +115,21 @@ def file_logits(export_format, path: str, images):
     """The logits of the written file at `path` on `images` (float32 0..255)."""
     if export_format.runtime == "tensorflow":
         return _saved_model_logits(path, images)
+    if export_format.runtime == "keras_hub":
+        return _preset_logits(path, images)
     return runner(export_format, path)(images)
+
+
+def _preset_logits(path, images):
+    """The preset folder rebuilt as keras-hub reads it (`vit_keras.from_preset`: its config,
+    weights and image converter), on `images`."""
+    import numpy as np
+
+    from vit_keras import hub_presets, preprocess_input
+
+    model = hub_presets.from_preset(path)
+    return np.concatenate([np.asarray(model(preprocess_input(images[i:i + 64], model=model)))
+                           for i in range(0, len(images), 64)])
 
 
 def _saved_model_logits(path, images):

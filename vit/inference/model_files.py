@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 
+from vit_keras.checkpoints import keras_hub_config
 from vit_keras.config import ViTConfig
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 
@@ -21,7 +22,8 @@ ACTIVATION_FILES = ("config.json", "export.json")
 
 
 MODEL_EXTENSIONS = (".keras", ".tflite", ".onnx")
-WHAT_MODELS_ARE = "a .keras file, a SavedModel directory, a .tflite or an .onnx file"
+WHAT_MODELS_ARE = ("a .keras file, a keras-hub preset folder, a SavedModel directory, a "
+                   ".tflite or an .onnx file")
 
 
 def check_model_path(path: str, extensions: tuple[str, ...] = MODEL_EXTENSIONS) -> None:
@@ -43,8 +45,10 @@ def check_model_path(path: str, extensions: tuple[str, ...] = MODEL_EXTENSIONS) 
     if not os.path.exists(path):
         raise ValueError(f"model {path!r} does not exist: expected {expected}")
     if os.path.isdir(path):
-        if not (any_format and os.path.exists(os.path.join(path, "saved_model.pb"))):
-            raise ValueError(f"{path!r} is a directory: expected {expected}")
+        saved_model = any_format and os.path.exists(os.path.join(path, "saved_model.pb"))
+        if not (saved_model or ".keras" in extensions and keras_hub_config.is_preset(path)):
+            raise ValueError(f"{path!r} is a directory: expected {expected}, or a keras-hub "
+                             "preset folder (config.json, model.weights.h5)")
         return
     extension = os.path.splitext(path)[1].lower()
     if extension not in extensions:
@@ -53,17 +57,20 @@ def check_model_path(path: str, extensions: tuple[str, ...] = MODEL_EXTENSIONS) 
 
 
 def load_model(path: str):
-    """A `.keras` model written by `vit train` (safe_mode=True).
+    """A `.keras` model written by `vit train` (safe_mode=True), or a keras-hub preset folder
+    (`vit_keras.from_preset`: with its classifier head when it has task weights).
 
     Raises:
         ValueError: the file does not exist.
     """
     import keras
 
-    import vit_keras  # noqa: F401  registers the ViT layers
+    import vit_keras  # registers the ViT layers
 
     if not os.path.exists(path):
         raise ValueError(f"model file {path!r} does not exist")
+    if keras_hub_config.is_preset(path):
+        return vit_keras.from_preset(path)
     return keras.saving.load_model(path, compile=False, safe_mode=True)
 
 
