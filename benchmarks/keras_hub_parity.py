@@ -49,6 +49,10 @@ def _tower_rows(folder):
         ours = vit_keras.from_preset(path, include_top=False)
         rows.append((f"dinov2 {registers} registers", "read", "last-block normed tokens",
                      _diff(theirs({"images": images}), cases._tokens(ours, images))))
+    theirs, images = cases._deit(os.path.join(folder, "deit")), cases._images(32)
+    ours = vit_keras.from_preset(os.path.join(folder, "deit"), include_top=False)
+    rows.append(("deit", "read", "last-block normed tokens",
+                 _diff(theirs(images), cases._tokens(ours, images))))
     for kind, arange, what in (("siglip", True, "pooled embedding"),
                                ("clip", True, "projected embedding"),
                                ("clip", False, "projected embedding (zero position ids)")):

@@ -86,6 +86,27 @@ def test_a_keras_hub_dinov2_preset_gives_the_same_tokens(tmp_path, registers):
     assert np.abs(np.asarray(theirs({"images": images})) - _tokens(ours, images)).max() < ATOL
 
 
+def _deit(directory):
+    backbone = keras_hub.models.DeiTBackbone(image_shape=(32, 32, 3), patch_size=8,
+                                             num_layers=2, num_heads=2, hidden_dim=16,
+                                             intermediate_dim=32)
+    keras_hub.models.DeiTImageClassifier(backbone=backbone, num_classes=5).save_to_preset(
+        str(directory))
+    return backbone
+
+
+def test_a_keras_hub_deit_preset_gives_the_same_tokens_without_its_head(tmp_path):
+    """Class and distillation tokens; keras-hub's DeiT classifier reads the class token alone,
+    which a distilled ViTConfig (two heads, averaged) cannot, so its task is not loaded."""
+    theirs = _deit(tmp_path)
+    images = _images(32)
+    ours = vit_keras.from_preset(str(tmp_path), include_top=False)
+    assert ours.config.distilled
+    assert np.abs(np.asarray(theirs(images)) - _tokens(ours, images)).max() < ATOL
+    with pytest.raises(ValueError, match="has no task weights"):
+        vit_keras.from_preset(str(tmp_path), include_top=True)
+
+
 def _two_tower(kind, directory, arange_positions):
     from keras_hub.src.models.clip.clip_text_encoder import CLIPTextEncoder
     from keras_hub.src.models.clip.clip_vision_encoder import CLIPVisionEncoder

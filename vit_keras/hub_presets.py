@@ -78,8 +78,9 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
     if new_head:
         fields.update(num_classes=classes, representation_size=None)
     elif include_top and not read.has_head:
-        raise ValueError(f"keras-hub preset {preset!r} has no task weights (a backbone alone): "
-                         "pass classes=N for a new head, or include_top=False")
+        raise ValueError(f"keras-hub preset {preset!r} has no task weights a vit_keras model can "
+                         "hold (a backbone alone, or DeiT's class-token-only classifier): pass "
+                         "classes=N for a new head, or include_top=False")
     if input_shape is not None:
         fields.update(image_size=tuple(input_shape[:2]), channels=input_shape[2])
     config = ViTConfig(**fields)

@@ -8,7 +8,8 @@ optionally `task.json` + `task.weights.h5` (a classifier head), `image_converter
 Keras' object paths (`layers/<snake_case class>[_N]/<attribute>/vars/<index>`); one table per
 family below maps those paths to the canonical names, and serves both directions.
 
-What maps: `ViTBackbone` (with `ViTImageClassifier` task weights), `DINOV2Backbone` (with
+What maps: `ViTBackbone` (with `ViTImageClassifier` task weights), `DeiTBackbone` (its
+class-token-only classifier task is left out), `DINOV2Backbone` (with
 or without registers, SwiGLU) and the image towers of `SigLIPBackbone` (SigLIP and SigLIP 2,
 with the attention-pooling head) and `CLIPBackbone` (with the image projection); only
 `ViTBackbone` is written. Anything else is refused with the reason; keras-hub itself is never
@@ -261,6 +262,23 @@ def _clip_layout(arguments: dict, fields: dict) -> dict:
     return layout
 
 
+def _deit_layout(arguments: dict, fields: dict) -> dict:
+    """Canonical name -> (file, dataset path) for a keras-hub DeiTBackbone."""
+    embedding = "layers/dei_t_embeddings"
+    layout = _dense_paths(names.EMBEDDING, f"{embedding}/patch_embedding")
+    # The embedding's own variables in creation order (DeiTBackbone builds no mask token).
+    for index, name in enumerate((keys.CLS, keys.DIST, keys.POSEMB)):
+        layout[name] = (WEIGHTS_FILE, f"{embedding}/vars/{index}")
+    parts = dict(norm_0="layer_norm_1", attention="mha", norm_2="layer_norm_2",
+                 mlp_0="mlp/dense", mlp_1="output_layer/dense")
+    encoder = "layers/dei_t_encoder"
+    for index in range(fields["num_layers"]):
+        layout.update(_block_paths(
+            index, f"{encoder}/encoder_layers/{_indexed('dei_t_encoder_block', index)}", parts))
+    layout.update(_norm_paths(keys.ENCODER_NORM_PREFIX.rstrip("/"), f"{encoder}/layer_norm"))
+    return layout
+
+
 # The two-tower image embeddings keep the position ids they look the table up with (SigLIP's
 # first variable, CLIP's second; each after its class token, if any).
 _POSITION_IDS = {
@@ -312,7 +330,7 @@ def _canonical(stored: dict, layout: dict) -> dict:
 
 
 _LAYOUTS = {hub_config.DINOV2_BACKBONE: _dinov2_layout, hub_config.SIGLIP_BACKBONE: _siglip_layout,
-            hub_config.CLIP_BACKBONE: _clip_layout}
+            hub_config.CLIP_BACKBONE: _clip_layout, hub_config.DEIT_BACKBONE: _deit_layout}
 
 
 # --- writing -------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ VIT_CLASSIFIER = "ViTImageClassifier"
 DINOV2_BACKBONE = "DINOV2Backbone"
 SIGLIP_BACKBONE = "SigLIPBackbone"
 CLIP_BACKBONE = "CLIPBackbone"
+DEIT_BACKBONE = "DeiTBackbone"
 # What keras-hub ships in the ViT family that a ViTConfig cannot hold, and why.
 # The ViTConfig fields whose value keras-hub's ViTBackbone fixes (the rest of the architecture
 # is in its arguments); a DINOv2 preset changes some of them.
@@ -40,8 +41,6 @@ PLAIN_VIT = {"stem": "patchify", "locality_attention": False, "resnet_layers": N
              "pooled_norm": False, "projection_size": None}
 REFUSED = {
     "DINOV3Backbone": "DINOv3 uses rotary position embeddings (RoPE), which ViTConfig has not",
-    "DeiTBackbone": "keras-hub's DeiT backbone is not mapped yet: load DeiT weights by timm's "
-                    "name (vit_keras.create_model('deit3_small_patch16_224'))",
     "MetaCLIP2Backbone": "MetaCLIP 2 presets are not mapped yet: load OpenCLIP / CLIP image "
                          "towers by timm's name (vit_keras.create_model("
                          "'vit_base_patch16_clip_224'))",
@@ -119,11 +118,12 @@ def preset_architecture(directory: str) -> Architecture:
     if class_name == VIT_BACKBONE:
         has_head = task is not None and os.path.isfile(os.path.join(directory, TASK_WEIGHTS_FILE))
         fields = _vit_fields(arguments, task if has_head else None)
-    elif class_name in _TOWERS:  # no classifier task: keras-hub has none for these
+    elif class_name in _TOWERS:
         has_head, fields = False, _TOWERS[class_name](arguments)
     else:
-        reason = REFUSED.get(class_name, "only ViTBackbone, DINOV2Backbone, SigLIPBackbone and "
-                                         "CLIPBackbone presets map to a ViTConfig")
+        reason = REFUSED.get(class_name, "only ViTBackbone, DeiTBackbone, DINOV2Backbone, "
+                                         "SigLIPBackbone and CLIPBackbone presets map to a "
+                                         "ViTConfig")
         raise ValueError(f"keras-hub preset {directory!r} holds a {class_name or 'nameless'} "
                          f"backbone, which cannot be loaded here: {reason}")
     return Architecture(class_name, arguments, fields, has_head,
@@ -150,17 +150,22 @@ def _square_patch(patch, class_name: str) -> int:
     return int(sides[0])
 
 
+def _encoder_fields(arguments: dict, class_name: str, mlp_key: str) -> dict:
+    """What keras-hub's ViTBackbone and DeiTBackbone arguments share."""
+    return dict(PLAIN_VIT, **_image_fields(arguments, class_name),
+                patch_size=_square_patch(arguments["patch_size"], class_name),
+                hidden_size=arguments["hidden_dim"], mlp_dim=arguments[mlp_key],
+                num_heads=arguments["num_heads"], num_layers=arguments["num_layers"],
+                dropout_rate=arguments.get("dropout_rate", 0.0),
+                attention_dropout_rate=arguments.get("attention_dropout", 0.0),
+                layer_norm_epsilon=arguments.get("layer_norm_epsilon", 1e-6),
+                gelu_approximate=False)  # keras-hub's MLP: Dense(activation="gelu"), exact
+
+
 def _vit_fields(arguments: dict, task: dict | None) -> dict:
     """ViTBackbone (+ ViTImageClassifier) arguments -> ViTConfig fields."""
     class_token = arguments.get("use_class_token", True)
-    fields = dict(PLAIN_VIT, **_image_fields(arguments, VIT_BACKBONE),
-                  patch_size=_square_patch(arguments["patch_size"], VIT_BACKBONE),
-                  hidden_size=arguments["hidden_dim"], mlp_dim=arguments["mlp_dim"],
-                  num_heads=arguments["num_heads"], num_layers=arguments["num_layers"],
-                  dropout_rate=arguments.get("dropout_rate", 0.0),
-                  attention_dropout_rate=arguments.get("attention_dropout", 0.0),
-                  layer_norm_epsilon=arguments.get("layer_norm_epsilon", 1e-6),
-                  gelu_approximate=False,  # keras-hub's MLP: Dense(activation="gelu"), exact
+    fields = dict(_encoder_fields(arguments, VIT_BACKBONE, "mlp_dim"),
                   classifier="token" if class_token else "gap")
     if task is not None:
         task_arguments = task.get("config", {})
@@ -230,8 +235,16 @@ def _clip_fields(arguments: dict) -> dict:
                 projection_size=arguments["projection_dim"])
 
 
+def _deit_fields(arguments: dict) -> dict:
+    """DeiTBackbone: class and distillation tokens. Its classifier task is not read: it
+    classifies from the class token alone, where a distilled ViTConfig averages two heads."""
+    return dict(_encoder_fields(arguments, DEIT_BACKBONE, "intermediate_dim"),
+                classifier="token", distilled=True)
+
+
+# Backbones read without their task (keras-hub has none for them, or one ViTConfig cannot hold).
 _TOWERS = {DINOV2_BACKBONE: _dinov2_fields, SIGLIP_BACKBONE: _siglip_fields,
-           CLIP_BACKBONE: _clip_fields}
+           CLIP_BACKBONE: _clip_fields, DEIT_BACKBONE: _deit_fields}
 
 
 def _converter_preprocessing(directory: str) -> Preprocessing | None:
