@@ -318,3 +318,32 @@ def test_the_export_refuses_a_model_keras_hub_cannot_hold_before_writing(tmp_pat
                                          "a keras-hub preset: its num_register_tokens is 2"):
         export_command.export_model(model, str(tmp_path / "out"), formats="keras_hub_preset")
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_kaggle_preset_goes_through_kagglehub(tmp_path, monkeypatch):
+    """kaggle:// hands the handle to kagglehub (its own download and cache; Kaggle's API cannot
+    be served here) and reads the folder it returns; its failures and its absence are named."""
+    import sys
+    import types
+
+    from vit_keras.pretrained import download
+
+    _vit_classifier(tmp_path)
+    asked = []
+
+    def model_download(handle):
+        asked.append(handle)
+        if handle.endswith("/missing"):
+            raise RuntimeError("404 Client Error: Not Found")
+        return str(tmp_path)
+
+    monkeypatch.setitem(sys.modules, "kagglehub", types.SimpleNamespace(
+        model_download=model_download))
+    model = vit_keras.from_preset("kaggle://keras/vit/keras/vit_tiny/1")
+    assert asked == ["keras/vit/keras/vit_tiny/1"] and model.output.shape == (None, 5)
+    with pytest.raises(download.DownloadError, match="cannot download Kaggle model "
+                                                     "keras/vit/keras/missing: RuntimeError"):
+        vit_keras.from_preset("kaggle://keras/vit/keras/missing")
+    monkeypatch.setitem(sys.modules, "kagglehub", None)
+    with pytest.raises(ValueError, match=r"kaggle:// presets download through kagglehub"):
+        vit_keras.from_preset("kaggle://keras/vit/keras/vit_tiny/1")
