@@ -32,7 +32,8 @@ from opencv_runtime import MAJORS, UNSUPPORTED, OpenCVError, opencv_logits, open
 from vit.inference import export as export_command
 from vit.inference.export_pipeline import REJECTED_DIR
 from training.presets import get_preset
-from vit_keras import ViTConfig
+from vit_keras import ViTConfig, hub_presets
+from vit_keras.core.model import config_from_model
 from vit_keras.export import graph
 
 TINY = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
@@ -61,8 +62,12 @@ def export_every_format(trained, tmp_path) -> dict:
     its held-out ones; adds OpenCV's agreement on the .onnx files ('opencv' rows) and returns
     the report."""
     model = trained.model()
+    # A keras-hub preset only for what keras-hub's ViT can hold (the rest is refused up front).
+    expressible = hub_presets.preset_problem(config_from_model(model)) is None
+    formats = [name for name in export_command.FORMATS
+               if name != "keras_hub_preset" or expressible]
     report = export_command.export_model(
-        model, str(tmp_path), formats=export_command.FORMATS,
+        model, str(tmp_path), formats=formats,
         representative_images=trained.train[:200], eval_images=trained.held_out,
         eval_labels=trained.labels, latency_runs=1)
     report["opencv"] = opencv_agreements(model, trained.held_out, tmp_path)

@@ -41,9 +41,9 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
                 **config_overrides) -> VisionTransformer:
     """Builds a `VisionTransformer` from a keras-hub preset, with its weights and preprocessing.
 
-    keras-hub's `ViTBackbone` (with `ViTImageClassifier` task weights), `DINOV2Backbone` and
-    the image towers of `SigLIPBackbone` and `CLIPBackbone` map exactly; other backbones are
-    refused with the reason.
+    keras-hub's `ViTBackbone` (with `ViTImageClassifier` task weights), `DeiTBackbone`,
+    `DINOV2Backbone` and the image towers of `SigLIPBackbone` and `CLIPBackbone` map exactly;
+    other backbones are refused with the reason.
 
     Args:
         preset: a preset folder (`config.json`, `model.weights.h5`, ...), `hf://ORG/REPO[@REV]`
