@@ -161,14 +161,11 @@ def vit_layout(depth: int, *, class_token: bool = True, pre_logits: bool = False
     if class_token:
         layout[keys.CLS] = (WEIGHTS_FILE, f"{embedding}/vars/0")
     encoder = "layers/vi_t_encoder"
+    parts = dict(norm_0="layer_norm_1", attention="mha", norm_2="layer_norm_2",
+                 mlp_0="mlp/dense_1", mlp_1="mlp/dense_2")
     for index in range(depth):
-        block = f"{encoder}/encoder_layers/{_indexed('vi_t_encoder_block', index)}"
-        ours = keys.block_prefix(index)
-        layout.update(_norm_paths(ours + names.LAYER_NORM_0, f"{block}/layer_norm_1"))
-        layout.update(_attention_paths(ours + keys.ATTENTION, f"{block}/mha"))
-        layout.update(_norm_paths(ours + names.LAYER_NORM_2, f"{block}/layer_norm_2"))
-        layout.update(_dense_paths(f"{ours}{keys.MLP}/Dense_0", f"{block}/mlp/dense_1"))
-        layout.update(_dense_paths(f"{ours}{keys.MLP}/Dense_1", f"{block}/mlp/dense_2"))
+        layout.update(_block_paths(
+            index, f"{encoder}/encoder_layers/{_indexed('vi_t_encoder_block', index)}", parts))
     layout.update(_norm_paths(keys.ENCODER_NORM_PREFIX.rstrip("/"), f"{encoder}/layer_norm"))
     heads = [names.PRE_LOGITS, names.HEAD] if pre_logits else [names.HEAD]
     for index, head in enumerate(heads):
@@ -191,16 +188,13 @@ def _dinov2_layout(arguments: dict, fields: dict) -> dict:
         layout[keys.REGISTERS] = (WEIGHTS_FILE, f"{embedding}/vars/{order.index('registers')}")
     swiglu = arguments.get("use_swiglu_ffn", False)
     mlp_in, mlp_out = ("weights_in", "weights_out") if swiglu else ("fc1", "fc2")
-    for index in range(arguments["num_layers"]):
+    parts = dict(norm_0="norm1", attention="attention/attention", norm_2="norm2",
+                 mlp_0=f"mlp/{mlp_in}", mlp_1=f"mlp/{mlp_out}")
+    for index in range(fields["num_layers"]):
         block = f"layers/dinov2_encoder/layers/{_indexed('dinov2_layer', index)}"
-        ours = keys.block_prefix(index)
-        layout.update(_norm_paths(ours + names.LAYER_NORM_0, f"{block}/norm1"))
-        layout.update(_attention_paths(ours + keys.ATTENTION, f"{block}/attention/attention"))
-        layout.update(_norm_paths(ours + names.LAYER_NORM_2, f"{block}/norm2"))
-        layout.update(_dense_paths(f"{ours}{keys.MLP}/Dense_0", f"{block}/mlp/{mlp_in}"))
-        layout.update(_dense_paths(f"{ours}{keys.MLP}/Dense_1", f"{block}/mlp/{mlp_out}"))
+        layout.update(_block_paths(index, block, parts))
         for scale in (0, 1):
-            layout[f"{ours}LayerScale_{scale}/scale"] = (
+            layout[f"{keys.block_prefix(index)}LayerScale_{scale}/scale"] = (
                 WEIGHTS_FILE, f"{block}/layer_scale{scale + 1}/vars/0")
     layout.update(_norm_paths(keys.ENCODER_NORM_PREFIX.rstrip("/"),
                               "layers/layer_normalization"))
