@@ -333,3 +333,19 @@ def test_patch_embedding_fast_path_equals_the_einsum_projection():
     np.testing.assert_allclose(to_numpy(fast), plain, atol=1e-5)
     layer.projection.quantize("int8")  # a quantized projection always runs Keras' own call
     assert vit_keras.fast_paths.patch_projection(layer.projection, images, 4) is None
+
+
+@requires_tf
+def test_resize_to_a_size_known_at_run_time_matches_keras_resize():
+    """The TensorFlow graph traced for any size resizes as Keras' resize does eagerly."""
+    import tensorflow as tf
+
+    maps = np.random.default_rng(0).normal(size=(2, 3, 5, 4)).astype("float32")
+
+    @tf.function(input_signature=[tf.TensorSpec((None, None, None, 4)), tf.TensorSpec((2,),
+                                                                                      tf.int32)])
+    def traced(values, size):
+        return vit_keras.fast_paths.resize_bilinear(values, (size[0], size[1]))
+
+    expected = to_numpy(vit_keras.fast_paths.resize_bilinear(maps, (12, 7)))
+    np.testing.assert_allclose(traced(maps, tf.constant([12, 7])).numpy(), expected, atol=1e-6)

@@ -19,7 +19,7 @@ PACKAGES = ("vit_keras", "vit", "training")
 RANKS = (
     # The library: what a model is, then how it computes, then how weights reach it.
     ("vit_keras.preprocessing", "vit_keras.atomic", "vit_keras.timing", "vit_keras.names",
-     "vit_keras._after_import", "vit_keras._lazy"),
+     "vit_keras._after_import", "vit_keras._lazy", "vit_keras.segmentation_scores"),
     ("vit_keras.config",),
     ("vit_keras.keras_compat", "vit_keras.families", "vit_keras.legacy"),
     ("vit_keras.quantization", "vit_keras.fast_paths"),
@@ -28,7 +28,7 @@ RANKS = (
     ("vit_keras.core",),
     ("vit_keras.weights",),
     ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates",
-     "vit_keras.hub_presets"),
+     "vit_keras.hub_presets", "vit_keras.segmentation"),
     ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
     ("vit_keras.__init__",),
     # The application: its base, the inference and deployment commands, training, the CLI.

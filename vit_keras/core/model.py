@@ -181,8 +181,69 @@ def last_block_outputs(config: ViTConfig, include_top: bool = True,
     return config.num_prefix_tokens if reads_prefix else None
 
 
+class ConfiguredModel:
+    """What every model built from a `ViTConfig` shares (mixed into a functional
+    `keras.Model`): `config`, `set_preprocessing`, the image-size check before Keras traces,
+    and Keras' `quantize` on every projection. The class sets `self._vit_config`."""
+
+    @property
+    def config(self) -> ViTConfig:
+        """The `ViTConfig` this model was built from."""
+        return self._vit_config
+
+    def set_preprocessing(self, preprocessing: Preprocessing) -> None:
+        """Records how the model's weights expect images prepared, when the weights file did
+        not say (a bare checkpoint): `preprocess_input`, `vit` and the exports read it from
+        `config.preprocessing`, and `.keras` files keep it. The computation is unchanged."""
+        self._vit_config = self._vit_config.replace(
+            preprocessing=Preprocessing.from_dict(preprocessing))
+
+    # Keras traces `predict` and the other loops again with relaxed shapes when the input size
+    # changes, and a relaxed (None, None) image reaches the patch embedding unchecked: so the
+    # size is checked here, on the arrays or tensors the caller hands over, before any tracing.
+    def __call__(self, *args, **kwargs):
+        check_image_size(self.config, args[0] if args else kwargs.get("inputs"))
+        return super().__call__(*args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().predict(x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        check_image_size(self.config, x)
+        return super().predict_on_batch(x)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def test_on_batch(self, x, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().test_on_batch(x, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().fit(x, *args, **kwargs)
+
+    def train_on_batch(self, x, *args, **kwargs):
+        check_image_size(self.config, x)
+        return super().train_on_batch(x, *args, **kwargs)
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras' `Model.quantize` on every projection (see `vit_keras.quantization`)."""
+        quantization.quantize(self, super().quantize, mode, config, filters, **kwargs)
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        # A quantized model's per-layer policies come back as a serialized DTypePolicyMap.
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class VisionTransformer(keras.Model):
+class VisionTransformer(ConfiguredModel, keras.Model):
     """The ViT of a `ViTConfig` as a functional Keras model that carries its config.
 
     The model takes NHWC images in [-1, 1] (see `preprocess_input`) at `config.image_size`.
@@ -219,18 +280,6 @@ class VisionTransformer(keras.Model):
         self.pooling = pooling
         self.classifier_activation = classifier_activation
 
-    @property
-    def config(self) -> ViTConfig:
-        """The `ViTConfig` this model was built from."""
-        return self._vit_config
-
-    def set_preprocessing(self, preprocessing: Preprocessing) -> None:
-        """Records how the model's weights expect images prepared, when the weights file did
-        not say (a bare checkpoint): `preprocess_input`, `vit` and the exports read it from
-        `config.preprocessing`, and `.keras` files keep it. The computation is unchanged."""
-        self._vit_config = self._vit_config.replace(
-            preprocessing=Preprocessing.from_dict(preprocessing))
-
     def get_config(self):
         # Not the functional graph: the ViTConfig and the head options rebuild the model.
         return {"config": self._vit_config.to_dict(), "include_top": self.include_top,
@@ -240,48 +289,6 @@ class VisionTransformer(keras.Model):
                 if self.classifier_activation is not None else None,
                 "name": self.name, "trainable": self.trainable,
                 "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
-
-    # Keras traces `predict` and the other loops again with relaxed shapes when the input size
-    # changes, and a relaxed (None, None) image reaches the patch embedding unchecked: so the
-    # size is checked here, on the arrays or tensors the caller hands over, before any tracing.
-    def __call__(self, *args, **kwargs):
-        check_image_size(self.config, args[0] if args else kwargs.get("inputs"))
-        return super().__call__(*args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        check_image_size(self.config, x)
-        return super().predict(x, *args, **kwargs)
-
-    def predict_on_batch(self, x):
-        check_image_size(self.config, x)
-        return super().predict_on_batch(x)
-
-    def evaluate(self, x=None, *args, **kwargs):
-        check_image_size(self.config, x)
-        return super().evaluate(x, *args, **kwargs)
-
-    def test_on_batch(self, x, *args, **kwargs):
-        check_image_size(self.config, x)
-        return super().test_on_batch(x, *args, **kwargs)
-
-    def fit(self, x=None, *args, **kwargs):
-        check_image_size(self.config, x)
-        return super().fit(x, *args, **kwargs)
-
-    def train_on_batch(self, x, *args, **kwargs):
-        check_image_size(self.config, x)
-        return super().train_on_batch(x, *args, **kwargs)
-
-    def quantize(self, mode=None, config=None, filters=None, **kwargs):
-        """Keras' `Model.quantize` on every projection (see `vit_keras.quantization`)."""
-        quantization.quantize(self, super().quantize, mode, config, filters, **kwargs)
 
     def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
         """Freezes the model and adds LoRA adapters (see `vit_keras.lora.enable_lora`)."""

@@ -17,6 +17,9 @@ tests/test_attention.py).
   BiasAdd (Keras' TensorFlow einsum makes a broadcast BatchMatMul of them, 1.1-1.5x slower
   forward + backward on CPU, and TFLite's slow int8 BATCH_MATMUL), the patch embedding as one
   strided convolution (TFLite CONV_2D). Quantized layers always run Keras' own quantized call.
+- Any size, TensorFlow graphs: bilinear resizing to a size only known at run time through
+  TensorFlow's own resize, the kernel Keras' TensorFlow backend calls (Keras' `resize` refuses
+  a size it cannot check while tracing).
 - Export tracing (`export_forms`): TFLite/ONNX-friendly norms, the exact GELU with ONNX's Erf
   (TensorFlow's own uses Erfc, which ONNX lacks) and, for full-integer TFLite, the
   attention unrolled per head.
@@ -145,3 +148,21 @@ def attention(query, key, value, scale, dropout, training, dropout_rate=0.0):
     if training and _tensorflow() and half_precision:
         return tensorflow_kernels.attention_with_fused_softmax(query, key, value, scale, dropout)
     return None
+
+
+def resize_bilinear(maps, size):
+    """Bilinear resize (half-pixel centres) of [batch, h, w, C] maps to `size` = (H, W).
+
+    Args:
+        maps: a float tensor.
+        size: (height, width), ints or (in a TensorFlow graph traced for any size) scalar
+            tensors.
+
+    Returns:
+        [batch, H, W, C] in `maps`' dtype.
+    """
+    if all(isinstance(side, int) for side in size):
+        return ops.image.resize(maps, tuple(size), interpolation="bilinear")
+    import tensorflow as tf  # only TensorFlow traces with sizes unknown until run time
+
+    return tf.cast(tf.image.resize(maps, tf.stack(size), method="bilinear"), maps.dtype)

@@ -1,0 +1,234 @@
+"""Semantic segmentation on the ViT's patch tokens: `ViTSegmenter`, a functional Keras model
+images -> per-pixel class logits [batch, H, W, classes] at the input's own resolution.
+
+The encoder is the `VisionTransformer`'s, layer for layer and under the same names, so every
+weight source the classifier loads fills it (`load_backbone`). The prefix tokens (class,
+distillation, registers) are dropped and the patch tokens of the chosen blocks are read as
+their NHWC grid (`vit_keras.intermediates.SplitTokens`); a head turns that grid into logits:
+
+- `linear`: BatchNorm + a 1x1 classifier on the grid (several blocks' grids concatenated),
+  upsampled bilinearly to the image: DINOv2's linear ('lin1', or 'ms' over the last 4 blocks)
+  head, the protocol for judging frozen features.
+- `progressive`: `head_stages` times (3x3 conv, BatchNorm, ReLU, 2x bilinear upsampling), then
+  the 1x1 classifier and the upsampling to the image: SETR's progressive upsampling (PUP),
+  the head of the Keras tutorial this project follows.
+
+Intermediate blocks are normed by the encoder's final LayerNorm, as DINOv2's
+`get_intermediate_layers(norm=True)` (none for a model with `pooled_norm`, as timm).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from vit_keras import fast_paths, lora, names, quantization
+from vit_keras.config import ViTConfig
+from vit_keras.core.initializers import PACKAGE
+from vit_keras.core.model import (ConfiguredModel, VisionTransformer, encode_tokens,
+                                  patch_tokens)
+from vit_keras.intermediates import SplitTokens, block_indices
+from vit_keras.weights import load_weights
+
+HEADS = ("linear", "progressive")
+HEAD_PREFIX = "seg_"  # every layer of a segmentation head; the rest is the ViT's encoder
+CLASSIFIER = "seg_classifier"
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ResizeToImage(keras.layers.Layer):
+    """(maps [batch, h, w, C], images [batch, H, W, channels]) -> maps resized bilinearly to
+    [batch, H, W, C], whatever size the images have (half-pixel centres, as PyTorch's
+    `align_corners=False`)."""
+
+    def call(self, maps, images):
+        return fast_paths.resize_bilinear(maps, ops.shape(images)[1:3])
+
+    def compute_output_shape(self, maps_shape, images_shape):
+        return (maps_shape[0], images_shape[1], images_shape[2], maps_shape[-1])
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Upsample(keras.layers.Layer):
+    """[batch, h, w, C] -> [batch, factor h, factor w, C], bilinear with half-pixel centres
+    (Keras' `UpSampling2D` needs a static size; this one takes any-size models' grids too).
+
+    Args:
+        factor: the integer scale of both sides.
+    """
+
+    def __init__(self, factor: int, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+
+    def call(self, maps):
+        rows, cols = ops.shape(maps)[1:3]
+        return fast_paths.resize_bilinear(maps, (rows * self.factor, cols * self.factor))
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, channels = input_shape
+        return (batch, None if height is None else height * self.factor,
+                None if width is None else width * self.factor, channels)
+
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+
+
+def _check_head(config: ViTConfig, head: str, head_width: int, head_stages: int) -> None:
+    if head not in HEADS:
+        raise ValueError(f"segmentation head must be one of {HEADS}, got {head!r}")
+    for name, value, least in (("head_width", head_width, 1), ("head_stages", head_stages, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if config.num_classes < 2:
+        raise ValueError(f"a segmenter needs at least 2 classes (background counts as one), got "
+                         f"num_classes={config.num_classes}")
+
+
+def block_grids(config: ViTConfig, images, blocks, dtype=None) -> list:
+    """The encoder on `images` and the patch-token grids of `blocks`, final-normed.
+
+    Args:
+        config: the model configuration.
+        images: the [batch, H, W, C] input tensor.
+        blocks: block indices (non-negative, see `intermediates.block_indices`).
+        dtype: the layers' dtype policy.
+
+    Returns:
+        One [batch, rows, cols, D] grid per block, in the order of `blocks`.
+    """
+    embedded = patch_tokens(config, images, dtype)
+    tokens = encode_tokens(config, embedded, None, dtype)
+    encoder = keras.Model(images, tokens)  # to reach the blocks' outputs by their names
+    final_norm = None if config.pooled_norm else encoder.get_layer(names.ENCODER_NORM)
+    grids = []
+    for index in blocks:
+        if index == config.num_layers - 1 or final_norm is None:
+            block_tokens = tokens if index == config.num_layers - 1 else \
+                encoder.get_layer(names.block(index)).output
+        else:
+            block_tokens = final_norm(encoder.get_layer(names.block(index)).output)
+        split = SplitTokens(config.num_prefix_tokens, config.num_register_tokens, True,
+                            None if config.dynamic_image_size else config.grid_size,
+                            name=f"{HEAD_PREFIX}grid_{index}", dtype=dtype)
+        grid, _ = split(block_tokens, embedded) if config.dynamic_image_size else \
+            split(block_tokens)
+        grids.append(grid)
+    return grids
+
+
+def _head(features, head: str, num_classes: int, head_width: int, head_stages: int,
+          dtype=None):
+    """Patch grid -> logits on the grid (linear) or on a grid 2**head_stages finer."""
+    if head == "progressive":
+        for stage in range(head_stages):
+            features = keras.layers.Conv2D(head_width, 3, padding="same", use_bias=False,
+                                           name=f"{HEAD_PREFIX}conv_{stage}",
+                                           dtype=dtype)(features)
+            features = keras.layers.BatchNormalization(name=f"{HEAD_PREFIX}norm_{stage}",
+                                                       dtype=dtype)(features)
+            features = keras.layers.ReLU(name=f"{HEAD_PREFIX}relu_{stage}",
+                                         dtype=dtype)(features)
+            features = Upsample(2, name=f"{HEAD_PREFIX}up_{stage}", dtype=dtype)(features)
+    else:
+        features = keras.layers.BatchNormalization(name=f"{HEAD_PREFIX}norm",
+                                                   dtype=dtype)(features)
+    # Logits in float32, so mixed-precision models still return float32 (as the classifier).
+    return keras.layers.Dense(num_classes, name=CLASSIFIER,
+                              dtype=quantization.float32_policy(dtype, CLASSIFIER))(features)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ViTSegmenter(ConfiguredModel, keras.Model):
+    """Semantic segmentation with a ViT encoder: images -> logits [batch, H, W, num_classes].
+
+    The input is the `VisionTransformer`'s (NHWC images prepared by `preprocess_input`, at
+    `config.image_size`, or any size with `dynamic_image_size`); the logits come at the
+    input's resolution. `get_config()` is the `ViTConfig` and the head options, so `.keras`
+    files load under `safe_mode`. `quantize` and `enable_lora` work as on the classifier.
+
+    Args:
+        config: a `ViTConfig` (or its `to_dict()`); `num_classes` counts every class the masks
+            hold, background included.
+        head: 'linear' (default) or 'progressive' (see the module docstring).
+        blocks: which blocks' patch tokens the head reads: None (default) the last block, an
+            int n the last n blocks (DINOv2's 'ms' head reads 4), or a list of indices.
+        head_width: channels of the progressive head's convolutions (default 256).
+        head_stages: the progressive head's 2x upsampling stages (default 2).
+        name: model name; default 'vit_segmenter'.
+        dtype: dtype policy of the layers (None: the global policy).
+    """
+
+    def __init__(self, config, head: str = "linear", blocks=None, head_width: int = 256,
+                 head_stages: int = 2, name: str | None = None, dtype=None, **kwargs):
+        config = ViTConfig.from_dict(config) if isinstance(config, dict) else config
+        if not isinstance(config, ViTConfig):
+            raise ValueError(f"config must be a ViTConfig or its to_dict(), got {config!r}")
+        _check_head(config, head, head_width, head_stages)
+        indices = block_indices([-1] if blocks is None else blocks, config.num_layers)
+        height, width = (None, None) if config.dynamic_image_size else config.image_hw
+        images = keras.Input((height, width, config.channels), name="images")
+        grids = block_grids(config, images, indices, dtype)
+        features = grids[0] if len(grids) == 1 else keras.layers.Concatenate(
+            name=f"{HEAD_PREFIX}concat", dtype=dtype)(grids)
+        logits = _head(features, head, config.num_classes, head_width, head_stages, dtype)
+        logits = ResizeToImage(name=f"{HEAD_PREFIX}resize", dtype="float32")(logits, images)
+        super().__init__(images, logits, name=name or "vit_segmenter", dtype=dtype, **kwargs)
+        self._vit_config = config
+        self.head = head
+        self.blocks = blocks if blocks is None or isinstance(blocks, int) else list(blocks)
+        self.head_width = head_width
+        self.head_stages = head_stages
+
+    def get_config(self):
+        return {"config": self._vit_config.to_dict(), "head": self.head, "blocks": self.blocks,
+                "head_width": self.head_width, "head_stages": self.head_stages,
+                "name": self.name, "trainable": self.trainable,
+                "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}
+
+    def head_layers(self) -> list:
+        """The segmentation head's layers with weights (trained anew in every fine-tuning)."""
+        return [layer for layer in self.layers
+                if layer.name.startswith(HEAD_PREFIX) and layer.weights]
+
+    def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
+        """Freezes the encoder, adds LoRA adapters to its projections named by `targets` (see
+        `vit_keras.lora.enable_lora`) and keeps the segmentation head trainable."""
+        lora.enable_lora(self, rank, targets, alpha)
+        for layer in self.head_layers():
+            layer.trainable = True
+
+
+def load_backbone(segmenter: ViTSegmenter, weights) -> None:
+    """Fills the segmenter's encoder from a classifier or any weight source; the head is left
+    as it is.
+
+    Args:
+        segmenter: a `ViTSegmenter`.
+        weights: a Keras model with the ViT's layers (a `VisionTransformer`, e.g. `vit train`'s
+            model.keras), or anything `vit_keras.load_weights` takes (a release name, an
+            .npz/.safetensors/.h5 file, a preset folder, ...).
+
+    Raises:
+        ValueError: the source misses one of the encoder's layers, or its shapes differ.
+    """
+    if isinstance(weights, keras.Model):
+        source = weights
+    else:
+        source = VisionTransformer(segmenter.config, include_top=False, name="backbone")
+        load_weights(source, weights, skip_head=True)
+    by_name = {layer.name: layer for layer in source.layers}
+    encoder = [layer for layer in segmenter.layers
+               if layer.weights and not layer.name.startswith(HEAD_PREFIX)]
+    missing = [layer.name for layer in encoder if layer.name not in by_name]
+    if missing:
+        raise ValueError(f"{source.name!r} has no layer {', '.join(missing)} of the segmenter's "
+                         "encoder: expected a ViT of the same config (or its weights)")
+    for layer in encoder:
+        theirs = [ops.convert_to_numpy(w) for w in by_name[layer.name].weights]
+        ours = [tuple(w.shape) for w in layer.weights]
+        if [tuple(w.shape) for w in theirs] != ours:
+            raise ValueError(f"layer {layer.name!r}: the segmenter expects weights of shapes "
+                             f"{ours}, {source.name!r} has {[tuple(w.shape) for w in theirs]}: "
+                             "build the segmenter from the same ViTConfig")
+        layer.set_weights(theirs)
