@@ -347,5 +347,14 @@ def test_resize_to_a_size_known_at_run_time_matches_keras_resize():
     def traced(values, size):
         return vit_keras.fast_paths.resize_bilinear(values, (size[0], size[1]))
 
-    expected = to_numpy(vit_keras.fast_paths.resize_bilinear(maps, (12, 7)))
+    expected = to_numpy(keras.ops.image.resize(maps, (12, 7), interpolation="bilinear"))
     np.testing.assert_allclose(traced(maps, tf.constant([12, 7])).numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [(12, 7), (3, 5), (2, 9), (1, 1)])
+def test_resize_between_static_sizes_matches_keras_resize(size):
+    """The interpolation-matrix form (static sizes) is Keras' bilinear resize, up or down."""
+    maps = np.random.default_rng(1).normal(size=(2, 3, 5, 4)).astype("float32")
+    fast = to_numpy(vit_keras.fast_paths.resize_bilinear(keras.ops.convert_to_tensor(maps), size))
+    expected = to_numpy(keras.ops.image.resize(maps, size, interpolation="bilinear"))
+    np.testing.assert_allclose(fast, expected, atol=1e-5)

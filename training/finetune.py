@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from vit_keras import keras_compat, lora
+from vit_keras.segmentation import ViTSegmenter
 
 HEAD_LAYERS = ("pre_logits", "head", "head_dist")
 FROZEN_BACKBONE = ("head", "probe")  # modes whose backbone never trains
@@ -32,7 +33,10 @@ def lora_targets(preset) -> tuple[str, ...]:
 
 
 def head_layers(network: keras.Model) -> list:
-    """The layers of `network` that `head` mode trains: pre_logits, head, head_dist."""
+    """The layers of `network` that `head` mode trains: pre_logits, head, head_dist (a
+    segmenter's: its segmentation head)."""
+    if isinstance(network, ViTSegmenter):
+        return network.head_layers()
     names = {layer.name for layer in network.layers}
     return [network.get_layer(name) for name in HEAD_LAYERS if name in names]
 
@@ -87,8 +91,10 @@ def describe(model: keras.Model, preset) -> str:
     'finetune lora (rank 8 on query,value; the head): 9,610 of 209,354 weights train (4.6%)'."""
     trained, total = count_weights(model)
     mode, rank = preset.finetune.mode, preset.finetune.lora_rank
-    details = {"full": "", "head": " (the head)", "probe": " (a linear classifier on frozen "
-               "features, fitted once)",
+    probe = (" (a linear head trained on the frozen patch tokens)"
+             if isinstance(model, ViTSegmenter) else
+             " (a linear classifier on frozen features, fitted once)")
+    details = {"full": "", "head": " (the head)", "probe": probe,
                "lora": f" (rank {rank} on {','.join(lora_targets(preset))}; the head)"}[mode]
     return (f"finetune {mode}{details}: {trained:,} of {total:,} weights train "
             f"({100 * trained / max(total, 1):.1f}%)")

@@ -29,7 +29,7 @@ INSPECT_SAMPLES = 4
 def evaluate(setup: Setup, fitted: Fitted) -> dict:
     """The run's metrics.json: what was trained, how fast, and the validation scores."""
     preset, plan = setup.preset, setup.plan
-    probing = preset.finetune.mode == "probe"
+    probing = preset.finetune.mode == "probe" and setup.objective.closed_form_probe
     metrics = {"preset": preset.name, "objective": setup.objective.name,
                "data": preset.data.train, "val_data": setup.data.val_origin,
                "num_train_examples": setup.num_examples, "epochs": preset.schedule.epochs,
@@ -50,7 +50,8 @@ def evaluate(setup: Setup, fitted: Fitted) -> dict:
         if probing:  # one fit: its score is the best
             metrics["best_val_accuracy"] = results.get(fitted.best.monitor[len("val_"):])
             metrics["best_epoch"] = 1
-        metrics.update(setup.objective.evaluate_extras(fitted.model, fitted.val_dataset))
+        metrics.update(setup.objective.evaluate_extras(fitted.model, fitted.val_dataset,
+                                                       val_source=setup.data.val))
         metrics["val_examples"] = fitted.val_examples
     return metrics
 
@@ -128,8 +129,8 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
     objective, config, output = setup.objective, setup.config, setup.folders.output
     export = options.export and objective.exports
     if options.export and not objective.exports:
-        console.say(f"export: skipped for objective {objective.name} (its head is untrained; "
-                    "fine-tune the encoder, then export)")
+        console.say(f"export: skipped for objective {objective.name} "
+                    f"({objective.export_skipped})")
     if not (export or options.inspect):
         return None
     report_ = None

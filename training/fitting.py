@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training import callbacks, finetune, pipeline, preemption, probe, recipe
+from training import callbacks, finetune, preemption, probe, recipe
 from training.setup import Setup
 from vit import console
 from vit.data import evaluation
@@ -69,7 +69,7 @@ def build(setup: Setup) -> keras.Model:
     if strategy is not None and strategy is not tf.distribute.get_strategy():
         batch = plan.per_replica_batch
         sample = (np.zeros((batch, *config.image_hw, config.channels), np.float32),
-                  np.zeros((batch, config.num_classes), np.float32))
+                  setup.objective.sample_targets(batch, config))
         keras_compat.build_without_peeking(model, sample)
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             keras_compat.vector_logs(model)
@@ -106,10 +106,10 @@ def validation_stream(setup: Setup) -> tuple[object, int | None]:
     count = val.num_examples
     usable = (count - count % setup.plan.replicas if count and setup.backend == "jax"
               else None)
-    dataset = evaluation.eval_dataset(val, setup.config.image_hw, setup.plan.step_batch,
-                                      num_classes=setup.data.train.num_classes,
-                                      drop_remainder=whole, max_examples=usable,
-                                      preprocessing=setup.config.preprocessing)
+    dataset = setup.objective.eval_batches(val, setup.config.image_hw, setup.plan.step_batch,
+                                           setup.data.train.num_classes, drop_remainder=whole,
+                                           max_examples=usable,
+                                           preprocessing=setup.config.preprocessing)
     return dataset, usable or count
 
 
@@ -195,9 +195,9 @@ def fit_probe(setup: Setup, model: keras.Model, signals) -> Fitted:
 def train_stream(setup: Setup, first_epoch: int, first_step: int):
     """The augmented training batches from (`first_epoch`, `first_step`) on."""
     plan = setup.plan
-    return pipeline.train_dataset(
-        setup.data.train, setup.config.image_hw, plan.step_batch, setup.preset,
-        start_epoch=first_epoch, start_step=first_step, steps_per_epoch=plan.steps_per_epoch,
+    return setup.objective.train_batches(
+        setup.data.train, setup.config.image_hw, plan.step_batch, start_epoch=first_epoch,
+        start_step=first_step, steps_per_epoch=plan.steps_per_epoch,
         preprocessing=setup.config.preprocessing)
 
 

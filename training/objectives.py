@@ -14,6 +14,12 @@ export and inspection):
 - `multilabel`: a `VisionTransformer` whose classes are independent (sigmoid cross-entropy,
   timm's `--bce-loss`), scored by mAP and F1 (`training.multilabel`); its exports and
   `vit predict` / `vit serve` give sigmoid scores (`activation` in config.json).
+- `segment`: a `vit_keras.ViTSegmenter` (a class per pixel) on image/mask pairs
+  (`vit.data.segmentation`, `training.segment_pipeline`), pixel cross-entropy that ignores
+  255, scored by mIoU, pixel accuracy and per-class IoU at the masks' own resolution.
+
+Each objective opens its data (`open_data`) and makes its training and validation batches
+(`train_batches`, `eval_batches`), so the run never asks which objective it trains.
 
 The losses live in the models' `compute_loss` (keras.ops), so `fit` trains all three alike.
 """
@@ -26,9 +32,12 @@ import keras
 import numpy as np
 
 import vit_keras
-from vit.inference import multilabel_scores
-from training import finetune, multilabel, recipe
+from vit.data import evaluation, segmentation as segmentation_data, sources, subsets
+from vit.inference import multilabel_scores, segmentation_eval
+from training import finetune, multilabel, pipeline, recipe, segment_pipeline
 from vit_keras import ViTConfig, atomic
+from vit_keras.segmentation import ViTSegmenter, load_backbone
+from vit_keras.segmentation_scores import IGNORE
 from vit_keras.core.deit import DistillationTrainer
 from vit_keras.core.masked_patch import MaskedPatchPretrainer, to_classifier
 
@@ -36,10 +45,15 @@ from vit_keras.core.masked_patch import MaskedPatchPretrainer, to_classifier
 
 def float32_copy(model: keras.Model, config: ViTConfig) -> keras.Model:
     """A float32, uncompiled `VisionTransformer(config)` holding `model`'s weights."""
+    return _float32_twin(model, lambda: vit_keras.VisionTransformer(config))
+
+
+def _float32_twin(model: keras.Model, make) -> keras.Model:
+    """`make()` built under the float32 policy, holding `model`'s weights."""
     policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")
     try:
-        copy = vit_keras.VisionTransformer(config)
+        copy = make()
     finally:
         keras.mixed_precision.set_global_policy(policy)
     copy.set_weights([np.asarray(weight) for weight in model.get_weights()])
@@ -53,12 +67,36 @@ class Classification:
     metric_label = "top-1"
     metric_key = "val_top1"
     exports = True
+    export_skipped = ""  # why `exports` is False, for the run's output
     monitor = "val_accuracy"  # the logged metric that chooses the best weights (higher = better)
     activation = "softmax"  # what turns the model's logits into its scores, in every format
     multilabel = False  # each class scored on its own (sigmoid), e.g. for the linear probe
 
+    closed_form_probe = True  # finetune 'probe' fits the head once, without gradient steps
+
     def __init__(self, preset):
         self.preset = preset
+
+    def open_data(self, data_dir: str | None):
+        """The training and validation data (`vit.data.sources.TrainingData`), the preset's
+        classes subset applied."""
+        data = self.preset.data
+        return subsets.restrict_training_data(
+            sources.open_training_data(data.train, data.val, data.val_split, self.preset.seed,
+                                       data_dir), data.classes)
+
+    def train_batches(self, source, image_size, batch_size: int, **options):
+        """The augmented training batches (`training.pipeline.train_dataset`'s options)."""
+        return pipeline.train_dataset(source, image_size, batch_size, self.preset, **options)
+
+    def eval_batches(self, source, image_size, batch_size: int, num_classes: int, **options):
+        """Validation batches (`vit.data.evaluation.eval_dataset`'s options)."""
+        return evaluation.eval_dataset(source, image_size, batch_size, num_classes=num_classes,
+                                       **options)
+
+    def sample_targets(self, batch: int, config: ViTConfig) -> np.ndarray:
+        """Zero targets of one batch, to build a model without reading the data."""
+        return np.zeros((batch, config.num_classes), np.float32)
 
     @property
     def monitor_label(self) -> str:
@@ -127,8 +165,9 @@ class Classification:
     def write_extras(self, classifier: keras.Model, output: str) -> None:
         """Files only this objective writes (none)."""
 
-    def evaluate_extras(self, model, val_dataset) -> dict:
-        """metrics.json entries measured beyond `evaluate` (none)."""
+    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+        """metrics.json entries measured beyond `evaluate` (none); `val_source` is the
+        validation `Source` the batches come from."""
         return {}
 
     def report(self, results: dict) -> dict:
@@ -144,7 +183,8 @@ class MaskedPatchPrediction(Classification):
     name = "mpp"
     metric_label = "masked-patch colour top-1"
     metric_key = "val_mpp_accuracy"
-    exports = False  # the head is untrained: fine-tune the encoder first
+    exports = False
+    export_skipped = "its head is untrained; fine-tune the encoder, then export"
 
     def __init__(self, preset):
         if preset.finetune.mode != "full":
@@ -220,7 +260,7 @@ class Distillation(Classification):
     def compile_args(self, config):
         return {"metrics": recipe.make_metrics(config.num_classes)}
 
-    def evaluate_extras(self, model, val_dataset):
+    def evaluate_extras(self, model, val_dataset, val_source=None):
         """The teacher's top-1 on the same validation data, to compare the student with."""
         hits = keras.metrics.CategoricalAccuracy()
         for images, labels in val_dataset:
@@ -259,7 +299,7 @@ class MultiLabel(Classification):
         return {"loss": multilabel.SigmoidCrossEntropy(self.preset.objective.label_smoothing),
                 "metrics": multilabel.make_metrics(config.num_classes)}
 
-    def evaluate_extras(self, model, val_dataset) -> dict:
+    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
         """The exact mAP and F1 (threshold 0.5) over every validation example."""
         logits, targets = multilabel_scores.predictions(model, val_dataset)
         scores = multilabel_scores.report(targets, logits)
@@ -272,8 +312,101 @@ class MultiLabel(Classification):
                 "val_cross_entropy": float(results["cross_entropy"])}
 
 
+class Segmentation(Classification):
+    """Semantic segmentation: a `ViTSegmenter`, pixel cross-entropy ignoring 255, mIoU.
+
+    The best weights follow Keras' `MeanIoU` at the model's resolution (`val_mean_iou`);
+    metrics.json reports the exact mIoU, pixel accuracy and per-class IoU at the masks' own
+    resolution (`vit.inference.segmentation_eval`). `finetune probe` is DINOv2's protocol: a
+    linear head trained on the frozen encoder's patch tokens.
+    """
+
+    name = "segment"
+    metric_label = "mIoU"
+    metric_key = "val_mIoU"
+    monitor = "val_mean_iou"
+    monitor_label = "mIoU (model resolution)"
+    exports = False
+    export_skipped = ("SavedModel/TFLite/ONNX files of a segmenter are not written yet; "
+                      "model.keras holds the trained segmenter")
+    closed_form_probe = False
+
+    def __init__(self, preset):
+        if preset.objective.label_smoothing:
+            raise ValueError("objective 'segment' takes no label smoothing: drop "
+                             "objective.label_smoothing")
+        super().__init__(preset)
+
+    def open_data(self, data_dir):
+        data = self.preset.data
+        return segmentation_data.open_segmentation_data(data.train, data.val, data.val_split,
+                                                        self.preset.seed)
+
+    def check_data(self, data) -> None:
+        """Segmentation data: every pixel labelled with a class id (or ignored)."""
+        if data.train.decode_mask is None:
+            raise ValueError(f"{data.train.spec} has no masks: segmentation needs "
+                             "'digit-scenes' or folder:DIR with DIR/images/ and DIR/masks/")
+
+    def loss_note(self) -> str:
+        return ""
+
+    def train_batches(self, source, image_size, batch_size, **options):
+        options.pop("num_classes", None)
+        return segment_pipeline.train_dataset(source, image_size, batch_size, self.preset,
+                                              **options)
+
+    def eval_batches(self, source, image_size, batch_size, num_classes, **options):
+        return segmentation_data.eval_dataset(source, image_size, batch_size, **options)
+
+    def sample_targets(self, batch, config):
+        return np.zeros((batch, *config.image_hw), np.int32)
+
+    def build(self, config: ViTConfig) -> keras.Model:
+        settings = self.preset.objective
+        probing = self.preset.finetune.mode == "probe"
+        model = ViTSegmenter(config, head="linear" if probing else settings.segment_head,
+                             blocks=settings.segment_blocks, head_width=settings.segment_width,
+                             head_stages=settings.segment_stages)
+        if self.preset.finetune.weights:
+            load_backbone(model, self._backbone_source(config))
+        return model
+
+    def _backbone_source(self, config):
+        """A `.keras` model is read as a Keras model (a classifier of the same config), any
+        other source through `load_weights`."""
+        weights = self.preset.finetune.weights
+        if weights.endswith(".keras"):
+            return keras.saving.load_model(weights, safe_mode=True)
+        return weights
+
+    def compile_args(self, config: ViTConfig) -> dict:
+        return {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                   ignore_class=IGNORE),
+                "metrics": [keras.metrics.MeanIoU(config.num_classes, name="mean_iou",
+                                                  ignore_class=IGNORE, sparse_y_pred=False)]}
+
+    def classifier(self, model, config):
+        """The float32 segmenter `model.keras` holds (LoRA merged)."""
+        merged = finetune.mergeable(model)
+        return _float32_twin(merged, lambda: ViTSegmenter.from_config(
+            {**merged.get_config(), "dtype": None}))
+
+    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+        """The exact scores at the masks' resolution over the whole validation source."""
+        source = val_source
+        matrix = segmentation_eval.confusion(
+            segmentation_eval.keras_predict(model), source, model.config.image_hw,
+            model.config.num_classes, preprocessing=model.config.preprocessing)
+        return segmentation_eval.report(matrix, source.class_names)
+
+    def report(self, results: dict) -> dict:
+        return {"val_mean_iou_model_resolution": float(results["mean_iou"]),
+                "val_loss": float(results["loss"])}
+
+
 def get_objective(preset):
     """The objective `preset.objective.kind` names, set up for `preset`."""
     table = {"classify": Classification, "mpp": MaskedPatchPrediction, "distill": Distillation,
-             "multilabel": MultiLabel}
+             "multilabel": MultiLabel, "segment": Segmentation}
     return table[preset.objective.kind](preset)

@@ -82,7 +82,7 @@ class Run:
         model = fitting.build(setup)
         state = fitting.restore(setup, model)
         may_stop()
-        if setup.preset.finetune.mode == "probe":
+        if setup.preset.finetune.mode == "probe" and setup.objective.closed_form_probe:
             fitted = fitting.fit_probe(setup, model, signals)
         else:
             made.append(fitting.make_callbacks(setup, state, signals, self.options.verbose))

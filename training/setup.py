@@ -15,7 +15,7 @@ import numpy as np
 
 from training import adapt, distribute, jax_distribution, objectives, presets
 from vit import console, hardware, outputs
-from vit.data import sources, subsets
+from vit.data import sources
 from vit.data.source import Source
 from vit_keras import atomic
 
@@ -184,14 +184,6 @@ def make_folders(output: str, placement) -> Folders:
                    saves=placement.chief or placement.strategy is None, scratch=scratch)
 
 
-def open_data(preset: presets.Preset, data_dir: str | None):
-    """The training and validation data of `preset` (its classes subset applied)."""
-    data = preset.data
-    return subsets.restrict_training_data(
-        sources.open_training_data(data.train, data.val, data.val_split, preset.seed, data_dir),
-        data.classes)
-
-
 def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, start: str,
            signals) -> Setup:
     """The run's first phase: placement (first: it may reset the runtime), precision, seed,
@@ -215,7 +207,7 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
     policy = resolve_precision(preset, placement.on_tpu)
     keras.mixed_precision.set_global_policy(policy)
     keras.utils.set_random_seed(preset.seed)
-    data = open_data(preset, options.data_dir)
+    data = objectives.get_objective(preset).open_data(options.data_dir)
     objectives.get_objective(preset).check_data(data)
     num_examples = count_examples(data.train)
     adaptation = ""

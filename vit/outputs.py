@@ -54,8 +54,8 @@ def _number(text) -> float:
 
 
 def plot_curves(history: dict[str, list[float]], path: str) -> str | None:
-    """Loss and accuracy (PR-AUC for a multi-label run) per epoch, train and validation, as a
-    PNG; None without history."""
+    """Loss and accuracy (PR-AUC for a multi-label run, mean IoU for segmentation) per epoch,
+    train and validation, as a PNG; None without history."""
     if not history.get("epoch"):
         return None
     import matplotlib
@@ -64,7 +64,8 @@ def plot_curves(history: dict[str, list[float]], path: str) -> str | None:
     import matplotlib.pyplot as plt
 
     epochs = [epoch + 1 for epoch in history["epoch"]]
-    score = "pr_auc" if "pr_auc" in history and "accuracy" not in history else "accuracy"
+    score = next((key for key in ("accuracy", "pr_auc", "mean_iou") if key in history),
+                 "accuracy")
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
     for axis, metric in zip(axes, ("loss", score)):
         for key, style in ((metric, "-"), (f"val_{metric}", "o-")):

@@ -24,8 +24,9 @@ from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
 PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
                 "mpp_digits", "mpp_digits_finetune", "deit_distill", "digits_upstream",
-                "digits_transfer")
+                "digits_transfer", "digits_segment")
 DEFAULT_PRESET = "digits_tiny"
+TASK_PRESETS = {"classify": DEFAULT_PRESET, "segment": "digits_segment"}  # `vit train --task`
 # Flat keys of the presets before they had sections, where the sectioned name differs from
 # `SECTION.<the same name>`; every other flat key is the field's own name (`lr` = `optim.lr`).
 RENAMED_FLAT_KEYS = {"data": "data.train", "val_data": "data.val", "schedule": "schedule.decay",

@@ -25,8 +25,12 @@ _FLAG_KEYS = {  # command-line flag -> preset key
 
 
 def resolve_preset(args: argparse.Namespace) -> presets.Preset:
-    """The preset of `--config`, then `--model`'s variant, then `--set`, then the other flags."""
-    preset = presets.get_preset(args.config)
+    """The preset of `--config` (default: `--task`'s), then `--model`'s variant, then `--set`,
+    then the other flags."""
+    task = getattr(args, "task", None) or "classify"
+    preset = presets.get_preset(getattr(args, "config", None) or presets.TASK_PRESETS[task])
+    if task == "segment":
+        preset = preset.with_values({"objective.kind": "segment"})
     if args.model:
         preset = preset.with_variant(args.model)
     preset = overrides.apply_overrides(preset, args.set)
@@ -137,6 +141,7 @@ def check_data_specs(preset: presets.Preset) -> None:
     """The preset's training and validation data specs, as far as they can be checked without
     reading images (`vit.data.specs.check_spec`); a classifier needs 2 classes."""
     classes_needed = 2 if preset.objective.kind in ("classify", "distill") else 1
-    specs.check_spec(preset.data.train, min_classes=classes_needed)
+    segmentation = preset.objective.kind == "segment"
+    specs.check_spec(preset.data.train, min_classes=classes_needed, segmentation=segmentation)
     if preset.data.val:
-        specs.check_spec(preset.data.val)
+        specs.check_spec(preset.data.val, segmentation=segmentation)

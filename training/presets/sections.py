@@ -11,7 +11,8 @@ import dataclasses
 OPTIMIZERS = ("adamw", "adam", "sgd")
 DECAYS = ("cosine", "linear", "constant")
 CROPS = ("resize", "inception", "pad_crop")
-OBJECTIVES = ("classify", "mpp", "distill", "multilabel")
+OBJECTIVES = ("classify", "mpp", "distill", "multilabel", "segment")
+SEGMENT_HEADS = ("linear", "progressive")  # vit_keras.segmentation.HEADS, read without Keras
 DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
 MIXED_PRECISIONS = ("", "auto", "mixed_bfloat16", "mixed_float16")
@@ -192,7 +193,8 @@ class Objective(Section):
         kind: 'classify' (supervised), 'mpp' (masked patch prediction pre-training, writes
             encoder.npz to fine-tune from), 'distill' (DeiT distillation from `teacher`) or
             'multilabel' (independent sigmoid classes, binary cross-entropy, mAP and F1; e.g.
-            `csv:` data).
+            `csv:` data) or 'segment' (a class per pixel: `vit_keras.ViTSegmenter`, pixel
+            cross-entropy ignoring 255, mIoU; `vit train --task segment`).
         label_smoothing: label smoothing of the cross-entropy.
         teacher: 'distill' only: a `.keras` model mapping the same [-1, 1] images to class
             scores.
@@ -200,17 +202,35 @@ class Objective(Section):
             teacher's argmax) or 'soft' (it learns the teacher's softened distribution: KL
             divergence at `distill_temperature`, scaled by its square).
         distill_temperature: 'soft' distillation temperature (> 0).
+        segment_head: 'segment' only: 'linear' (BatchNorm + 1x1 classifier on the patch grid,
+            DINOv2's linear head) or 'progressive' (conv-BN-ReLU + 2x upsampling stages, SETR's
+            PUP).
+        segment_blocks: 'segment': the head reads the last this many blocks' patch tokens.
+        segment_width: 'segment', progressive head: channels of its convolutions.
+        segment_stages: 'segment', progressive head: its 2x upsampling stages.
+        segment_scale_min, segment_scale_max: 'segment': the random rescale of image and
+            mask before the crop (1 = the model's size).
+        segment_photometric: 'segment': random brightness and contrast (image only).
     """
 
     NAME = "objective"
     RULES = {"kind": OBJECTIVES, "label_smoothing": "[0,1)", "distill_mode": DISTILL_MODES,
-             "distill_temperature": ">0"}
+             "distill_temperature": ">0", "segment_head": SEGMENT_HEADS,
+             "segment_blocks": ">=1", "segment_width": ">=1", "segment_stages": ">=0",
+             "segment_scale_min": ">0", "segment_scale_max": ">0"}
 
     kind: str = "classify"
     label_smoothing: float = 0.0
     teacher: str = ""
     distill_mode: str = "hard"
     distill_temperature: float = 1.0
+    segment_head: str = "linear"
+    segment_blocks: int = 1
+    segment_width: int = 256
+    segment_stages: int = 2
+    segment_scale_min: float = 0.5
+    segment_scale_max: float = 2.0
+    segment_photometric: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

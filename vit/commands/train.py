@@ -10,6 +10,8 @@ Examples:
   vit train --config digits_transfer --weights saved_models/digits_0_4/model.keras --finetune probe
   vit train --set optim.layer_decay=0.75 --set objective.kind=distill ...
   vit train --data csv:~/photos/tags.csv --set objective.kind=multilabel   # several labels each
+  vit train --task segment                          # a class per pixel, on the built-in scenes
+  vit train --task segment --data folder:~/scenes   # ~/scenes/images/ + ~/scenes/masks/
   vit train --resume                                # continue a killed run where it stopped
   vit train --resume auto                           # resume if there is a backup, else start
   vit train --backend jax --model-parallel 2        # JAX: data parallel, each model on 2 devices
@@ -19,7 +21,8 @@ Examples:
 Outputs go to saved_models/<preset>/ (or --output DIR, local or gs://): model.keras,
 labels.txt, metrics.json, history.csv, curves.png, config.json, best.weights.h5, logs/
 (TensorBoard), backup/ (resumable state, removed when the run completes), the exports and
-inspect/. Every objective (classify, mpp, distill, multilabel) runs through the same pipeline.
+inspect/. Every objective (classify, mpp, distill, multilabel, segment) runs through the same
+run.
 """
 
 from __future__ import annotations
@@ -35,8 +38,14 @@ from vit.commands.checks import add_preprocessing_argument
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit train` options, grouped like the preset's sections."""
     recipe = parser.add_argument_group("recipe (the preset and its fields)")
-    recipe.add_argument("--config", default=presets.DEFAULT_PRESET, choices=presets.PRESET_NAMES,
-                        help="preset to start from (default: %(default)s)")
+    recipe.add_argument("--task", choices=tuple(presets.TASK_PRESETS), default="classify",
+                        help="what the model learns: 'classify' (a class per image) or "
+                        "'segment' (a class per pixel, on digit-scenes or folder:DIR with "
+                        "DIR/images/ and DIR/masks/; objective.kind=segment); it picks the "
+                        "default preset (default: %(default)s)")
+    recipe.add_argument("--config", choices=presets.PRESET_NAMES,
+                        help=f"preset to start from (default: {presets.DEFAULT_PRESET}, or "
+                        f"{presets.TASK_PRESETS['segment']} with --task segment)")
     recipe.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a preset field, SECTION.FIELD=VALUE (repeatable), e.g. "
                         "--set augment.translate=0.1 --set model.drop_path_rate=0.1; every key "

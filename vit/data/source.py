@@ -29,6 +29,9 @@ class Source:
             then each epoch is a full random permutation; other sources are shuffled in
             blocks of `shuffle_buffer` records.
         multilabel: labels are multi-hot vectors (an image may have several classes, or none).
+        decode_mask: for segmentation data, the function mapping one label record (a mask
+            file's path, or already a mask) to uint8 [height, width] class ids (255 =
+            ignore); None for labels that are class ids.
     """
 
     spec: str
@@ -39,6 +42,7 @@ class Source:
     ignore_errors: bool = False
     arrays: tuple | None = None
     multilabel: bool = False
+    decode_mask: Callable[[tf.Tensor], tf.Tensor] | None = None
 
     @property
     def num_classes(self) -> int:

@@ -56,6 +56,9 @@ def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
     if subset not in ("train", "val"):
         raise ValueError(f"subset must be 'train' or 'val', got {subset!r}")
     kind, argument = parse_spec(spec)
+    if kind == "digit-scenes":
+        raise ValueError("digit-scenes is segmentation data (masks, not class labels): train it "
+                         "with --task segment (vit.data.segmentation opens it)")
     if kind == "digits":
         return digits_source("train" if subset == "train" else "test")
     if kind == "folder":

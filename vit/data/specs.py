@@ -10,18 +10,25 @@ import os
 
 from vit.paths import IMAGE_EXTENSIONS, is_image_name
 
-KINDS = ("digits", "folder", "csv", "tfds", "tfrecord")
+KINDS = ("digits", "digit-scenes", "folder", "csv", "tfds", "tfrecord")
+BUILT_IN = ("digits", "digit-scenes")  # offline sets without an argument
+IMAGES_DIR, MASKS_DIR = "images", "masks"  # a segmentation folder's two parts
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
     """Splits a data spec into (kind, argument); raises ValueError on an unknown kind."""
     kind, _, argument = spec.partition(":")
-    if kind == "digits" and not argument:
+    if kind in BUILT_IN and not argument:
         return kind, ""
-    if kind in KINDS[1:] and argument:
+    if kind in KINDS and kind not in BUILT_IN and argument:
         return kind, argument
-    raise ValueError(f"data spec {spec!r} not understood: expected 'digits', 'folder:PATH', "
-                     "'csv:PATH', 'tfds:NAME[:SPLIT]' or 'tfrecord:GLOB'")
+    raise ValueError(f"data spec {spec!r} not understood: expected 'digits', 'digit-scenes', "
+                     "'folder:PATH', 'csv:PATH', 'tfds:NAME[:SPLIT]' or 'tfrecord:GLOB'")
+
+
+def is_segmentation_folder(path: str) -> bool:
+    """Whether `path` holds `images/` and `masks/` folders (segmentation data)."""
+    return all(os.path.isdir(os.path.join(path, name)) for name in (IMAGES_DIR, MASKS_DIR))
 
 
 def class_folders(path: str) -> list[str]:
@@ -56,19 +63,27 @@ def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:
     return class_names, files, labels
 
 
-def check_spec(spec: str, min_classes: int = 1) -> None:
+def check_spec(spec: str, min_classes: int = 1, segmentation: bool = False) -> None:
     """Checks what can be checked of `spec` without reading its images: the spec's form, that
-    a local folder, CSV file or TFRecord pattern exists, and a folder's number of classes.
+    a local folder, CSV file or TFRecord pattern exists, and a folder's number of classes
+    (for segmentation: that it has `images/` and `masks/`).
 
     Args:
-        spec: a data spec (`vit.data.sources`).
+        spec: a data spec (`vit.data.sources`, `vit.data.segmentation`).
         min_classes: classes a `folder:` source must have (2 to train a classifier).
+        segmentation: the spec must hold masks (`digit-scenes` or a segmentation folder).
 
     Raises:
         ValueError: naming what was expected and what was found.
     """
     kind, argument = parse_spec(spec)
     path = os.path.expanduser(argument)
+    if segmentation:
+        _check_segmentation_spec(kind, argument, path)
+        return
+    if kind == "digit-scenes":
+        raise ValueError("digit-scenes is segmentation data (masks, not class labels): train "
+                         "it with --task segment")
     if "://" in argument or kind in ("digits", "tfds"):
         return  # remote or downloaded data: checked when it is opened
     if kind == "folder":
@@ -83,3 +98,15 @@ def check_spec(spec: str, min_classes: int = 1) -> None:
                          "columns file,labels")
     elif kind == "tfrecord" and not glob.glob(path):
         raise ValueError(f"tfrecord:{argument} matches no files")
+
+
+def _check_segmentation_spec(kind: str, argument: str, path: str) -> None:
+    if kind == "digit-scenes":
+        return
+    if kind != "folder":
+        raise ValueError(f"segmentation data {kind}:{argument}: expected 'digit-scenes' or "
+                         f"'folder:DIR' with DIR/{IMAGES_DIR}/ and DIR/{MASKS_DIR}/")
+    if not is_segmentation_folder(path):
+        raise ValueError(f"segmentation data {argument!r}: expected the folders "
+                         f"{argument}/{IMAGES_DIR}/ and {argument}/{MASKS_DIR}/ holding images "
+                         "and masks of the same file stems")

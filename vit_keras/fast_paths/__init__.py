@@ -17,9 +17,11 @@ tests/test_attention.py).
   BiasAdd (Keras' TensorFlow einsum makes a broadcast BatchMatMul of them, 1.1-1.5x slower
   forward + backward on CPU, and TFLite's slow int8 BATCH_MATMUL), the patch embedding as one
   strided convolution (TFLite CONV_2D). Quantized layers always run Keras' own quantized call.
-- Any size, TensorFlow graphs: bilinear resizing to a size only known at run time through
-  TensorFlow's own resize, the kernel Keras' TensorFlow backend calls (Keras' `resize` refuses
-  a size it cannot check while tracing).
+- Bilinear resizing (segmentation heads): between sizes known while tracing, two products
+  with [new, old] interpolation matrices (TensorFlow's resize gradient made training 2x slower
+  on CPU); to a size only known at run time (a TensorFlow graph traced for any size),
+  TensorFlow's own resize, the kernel Keras' TensorFlow backend calls (Keras' `resize`
+  refuses a size it cannot check while tracing).
 - Export tracing (`export_forms`): TFLite/ONNX-friendly norms, the exact GELU with ONNX's Erf
   (TensorFlow's own uses Erfc, which ONNX lacks) and, for full-integer TFLite, the
   attention unrolled per head.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from vit_keras.fast_paths import export_forms, training_forms
@@ -150,6 +153,19 @@ def attention(query, key, value, scale, dropout, training, dropout_rate=0.0):
     return None
 
 
+def _half_pixel_matrix(old: int, new: int) -> np.ndarray:
+    """float32 [new, old]: linear interpolation with half-pixel centres, clamped at the edges
+    (TensorFlow's bilinear resize without antialiasing, PyTorch's `align_corners=False`)."""
+    positions = np.clip((np.arange(new) + 0.5) * (old / new) - 0.5, 0, old - 1)
+    lower = np.floor(positions).astype(int)
+    upper = np.minimum(lower + 1, old - 1)
+    weight = positions - lower
+    matrix = np.zeros((new, old), np.float32)
+    np.add.at(matrix, (np.arange(new), lower), 1 - weight)
+    np.add.at(matrix, (np.arange(new), upper), weight)
+    return matrix
+
+
 def resize_bilinear(maps, size):
     """Bilinear resize (half-pixel centres) of [batch, h, w, C] maps to `size` = (H, W).
 
@@ -161,8 +177,11 @@ def resize_bilinear(maps, size):
     Returns:
         [batch, H, W, C] in `maps`' dtype.
     """
-    if all(isinstance(side, int) for side in size):
-        return ops.image.resize(maps, tuple(size), interpolation="bilinear")
+    old = tuple(maps.shape[1:3])
+    if all(isinstance(side, int) for side in (*size, *old)):
+        rows = ops.convert_to_tensor(_half_pixel_matrix(old[0], size[0]), maps.dtype)
+        cols = ops.convert_to_tensor(_half_pixel_matrix(old[1], size[1]), maps.dtype)
+        return ops.einsum("Ww,bHwc->bHWc", cols, ops.einsum("Hh,bhwc->bHwc", rows, maps))
     import tensorflow as tf  # only TensorFlow traces with sizes unknown until run time
 
     return tf.cast(tf.image.resize(maps, tf.stack(size), method="bilinear"), maps.dtype)

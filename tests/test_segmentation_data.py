@@ -1,0 +1,196 @@
+"""Segmentation data: folders of images and masks (checked up front), the built-in digit scenes,
+the paired augmentation, exact scoring at the masks' resolution and `vit train --task segment`."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit.data import masks, segmentation, specs
+
+PALETTE = [0, 0, 0, 200, 30, 30, 30, 200, 30] + [0] * (256 * 3 - 9)
+
+
+def _write_pair(root, stem, mask, image_size=None, palette=True):
+    """An image whose red channel encodes the mask (class c -> 60 c + 20; ignored -> 0) and
+    its mask: a palette PNG (VOC's form) or a grey one of class ids."""
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    (root / "masks").mkdir(exist_ok=True)
+    height, width = image_size or mask.shape
+    red = np.where(mask == 255, 0, mask * 60 + 20).astype(np.uint8)
+    image = np.stack([red, np.full_like(red, 90), np.full_like(red, 40)], -1)
+    Image.fromarray(image[:height, :width]).save(root / "images" / f"{stem}.png")
+    picture = Image.fromarray(mask.astype(np.uint8))
+    if palette:
+        picture = Image.new("P", (mask.shape[1], mask.shape[0]))
+        picture.putdata(mask.astype(np.uint8).ravel().tolist())
+        picture.putpalette(PALETTE)
+    picture.save(root / "masks" / f"{stem}.png")
+
+
+def _blocks(seed, size=24, block=6):
+    """A mask of square blocks of classes 0..2, a few pixels ignored."""
+    rng = np.random.default_rng(seed)
+    mask = np.kron(rng.integers(0, 3, (size // block, size // block)),
+                   np.ones((block, block), int))
+    mask[0, :3] = 255
+    return mask
+
+
+def _folder(root, count=6, size=24):
+    for index in range(count):
+        _write_pair(root, f"scene_{index}", _blocks(index, size), palette=index % 2 == 0)
+    (root / "classes.txt").write_text("background\nred\ngreen\n")
+    return root
+
+
+def test_a_palette_mask_reads_as_its_indices(tmp_path):
+    _write_pair(tmp_path, "a", _blocks(0))
+    read = masks.read_mask(str(tmp_path / "masks" / "a.png"))
+    np.testing.assert_array_equal(read, _blocks(0))
+
+
+def test_folder_source_pairs_by_stem_and_names_the_classes(tmp_path):
+    _folder(tmp_path)
+    source = segmentation.load_segmentation_source(f"folder:{tmp_path}", "train", 0.0)
+    assert source.class_names == ["background", "red", "green"]
+    assert source.num_examples == 6
+    batches = list(segmentation.eval_dataset(source, 24, 4).as_numpy_iterator())
+    masks_read = np.concatenate([mask for _, mask in batches])
+    np.testing.assert_array_equal(masks_read[0], _blocks(0))
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("missing", "images without a mask in masks/: scene_1"),
+    ("extra", "masks without an image in images/: lonely"),
+    ("rgb", "is a RGB image: expected a single-channel PNG"),
+    ("size", "the mask is 24x24, its image 24x18: expected the same size"),
+    ("beyond", "a mask holds the class id 7, and classes.txt names 3 classes"),
+    ("empty", "holds no"),
+    ("layout", "expected the folders"),
+])
+def test_bad_folders_are_named(tmp_path, damage, message):
+    root = _folder(tmp_path / "data", count=3)
+    if damage == "missing":
+        (root / "masks" / "scene_1.png").unlink()
+    elif damage == "extra":
+        Image.fromarray(np.zeros((4, 4), np.uint8)).save(root / "masks" / "lonely.png")
+    elif damage == "rgb":
+        Image.fromarray(np.zeros((24, 24, 3), np.uint8)).save(root / "masks" / "scene_0.png")
+    elif damage == "size":
+        _write_pair(root, "scene_2", _blocks(2), image_size=(18, 24))
+    elif damage == "beyond":
+        mask = _blocks(1)
+        mask[5, 5] = 7
+        _write_pair(root, "scene_1", mask)
+    elif damage == "empty":
+        for path in [*(root / "images").iterdir(), *(root / "masks").iterdir()]:
+            path.unlink()
+    elif damage == "layout":
+        (root / "masks").rename(root / "labels")
+    with pytest.raises(ValueError, match=message):
+        segmentation.load_segmentation_source(f"folder:{root}", "train", 0.0)
+
+
+def test_specs_check_the_segmentation_layout_before_any_framework(tmp_path):
+    specs.check_spec("digit-scenes", segmentation=True)
+    with pytest.raises(ValueError, match="expected the folders"):
+        specs.check_spec(f"folder:{tmp_path}", segmentation=True)
+    with pytest.raises(ValueError, match="--task segment"):
+        specs.check_spec("digit-scenes")
+
+
+def test_digit_scenes_are_fixed_and_label_digits_rims_and_background():
+    images, scene_masks = segmentation.digit_scene_arrays("test")
+    again, _ = segmentation.digit_scene_arrays("test")
+    np.testing.assert_array_equal(images, again)
+    assert images.shape == (300, 32, 32, 3) and scene_masks.shape == (300, 32, 32)
+    values = set(np.unique(scene_masks))
+    assert {0, 255} <= values and values - {0, 255} <= set(range(1, 11))
+    assert len(values - {0, 255}) == 10  # every digit occurs
+    ink = images.astype(int).sum(-1)
+    assert ink[scene_masks > 0].mean() - 100 > ink[scene_masks == 0].mean()
+
+
+def _interior(mask):
+    """Labelled pixels whose 5x5 neighbourhood holds one class."""
+    padded = np.pad(mask, 2, constant_values=255)
+    rows, cols = mask.shape
+    same = np.ones(mask.shape, bool)
+    for dy in range(5):
+        for dx in range(5):
+            same &= padded[dy:dy + rows, dx:dx + cols] == mask
+    return same & (mask != 255)
+
+
+def test_augmentation_moves_image_and_mask_together(tmp_path):
+    """The red channel encodes each pixel's class: after random rescales, crops and flips,
+    the class read from the image still matches the mask's almost everywhere."""
+    import tensorflow as tf
+
+    from training import segment_pipeline
+    from training.presets import get_preset
+
+    preset = get_preset("digits_segment").with_values(
+        {"augment.flip": True, "objective.segment_scale_min": 0.75,
+         "objective.segment_scale_max": 2.0, "objective.segment_photometric": False})
+    mask = _blocks(3, size=48, block=16).astype(np.uint8)
+    red = np.where(mask == 255, 0, mask.astype(int) * 60 + 20)
+    image = np.stack([red, red, red], -1).astype(np.float32)
+    flipped_any = False
+    for index in range(12):
+        seed = tf.constant([7, index], tf.int64)
+        out_image, out_mask = segment_pipeline.paired_geometry(
+            tf.constant(image), tf.constant(mask), (32, 32), preset.objective, True, seed)
+        out_image, out_mask = out_image.numpy(), out_mask.numpy()
+        inside = _interior(out_mask)  # edges blur in the bilinear image, not in the mask
+        decoded = np.round((out_image[..., 0] - 20) / 60)
+        assert inside.sum() > 50
+        assert (decoded[inside] == out_mask[inside]).mean() > 0.99
+        flipped_any |= not np.array_equal(out_mask, mask[:32, :32])
+    assert flipped_any
+
+
+def test_exact_scores_at_the_masks_resolution(tmp_path):
+    """A perfect predictor scores 1; scores come from the original masks, whatever the model's
+    size, and ignored pixels count nowhere."""
+    from vit.inference import segmentation_eval
+
+    _folder(tmp_path, count=3, size=30)
+    source = segmentation.load_segmentation_source(f"folder:{tmp_path}", "train", 0.0)
+
+    def perfect(inputs):  # recovers the class from the red channel, at the model's size
+        red = (inputs[..., 0] + 1) * 127.5
+        classes = np.clip(np.round((red - 20) / 60), 0, 2).astype(int)
+        return np.eye(3)[classes] * 10
+
+    matrix = segmentation_eval.confusion(perfect, source, 30, 3, batch_size=2)
+    scores = segmentation_eval.report(matrix, source.class_names)
+    assert scores["val_pixel_accuracy"] == pytest.approx(1.0)
+    assert matrix.sum() == sum((_blocks(i, 30) != 255).sum() for i in range(3))
+
+
+def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
+    """`vit train --task segment` on a folder of palette masks: exit 0, a ViTSegmenter in
+    model.keras, the exact scores in metrics.json."""
+    import keras
+
+    from vit import cli
+    from vit_keras.segmentation import ViTSegmenter
+
+    data = _folder(tmp_path / "data", count=12, size=16)
+    output = tmp_path / "out"
+    status = cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
+                       "--set", "data.val_split=0.25", "--epochs", "2", "--batch-size", "4",
+                       "--set", "model.image_size=16", "--set", "model.num_layers=1",
+                       "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
+                       "--set", "objective.segment_width=8", "--no-inspect",
+                       "--output", str(output)])
+    assert status == 0
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert 0.0 <= metrics["val_mIoU"] <= 1.0
+    assert set(metrics["val_class_iou"]) == {"background", "red", "green"}
+    model = keras.saving.load_model(str(output / "model.keras"), safe_mode=True)
+    assert isinstance(model, ViTSegmenter) and model.config.num_classes == 3
+    assert (output / "labels.txt").read_text().split() == ["background", "red", "green"]

@@ -1,0 +1,70 @@
+"""Exact segmentation scores of a model on a segmentation `Source`, at the masks' own
+resolution: each image goes through the model at its size, the class scores are resized
+bilinearly to the image's original size, and every labelled pixel of the original mask counts
+once in one confusion matrix (`vit_keras.segmentation_scores`)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from vit.data.segmentation import eval_pairs
+from vit.data.source import Source
+from vit.images import scale
+from vit_keras import segmentation_scores
+from vit_keras.preprocessing import OFFICIAL
+
+
+def confusion(predict: Callable, source: Source, image_size, num_classes: int,
+              batch_size: int = 32, max_examples: int | None = None,
+              preprocessing=OFFICIAL) -> np.ndarray:
+    """The confusion matrix of `predict` over `source`.
+
+    Args:
+        predict: model inputs [batch, height, width, 3] -> class scores [batch, height, width,
+            classes] (logits or probabilities) at the model's size.
+        source: a segmentation `Source` (`vit.data.segmentation`).
+        image_size: the model's size.
+        num_classes: the model's classes.
+        batch_size: images per call of `predict`.
+        max_examples: only the first examples (None: all).
+        preprocessing: what the model expects of pixels.
+
+    Returns:
+        [num_classes, num_classes] int64 counts (rows: the masks' classes).
+    """
+    pairs = eval_pairs(source, image_size)
+    if max_examples is not None:
+        pairs = pairs.take(max_examples)
+    pairs = pairs.map(lambda image, mask: (image, mask, tf.shape(mask)))
+    batches = pairs.padded_batch(batch_size, padding_values=(
+        0.0, tf.constant(segmentation_scores.IGNORE, tf.uint8), 0))
+    total = np.zeros((num_classes, num_classes), np.int64)
+    for images, masks, sizes in batches.as_numpy_iterator():
+        scores = np.asarray(predict(np.asarray(scale(images, preprocessing), np.float32)))
+        for item_scores, mask, (height, width) in zip(scores, masks, sizes):
+            full = tf.image.resize(item_scores[None].astype(np.float32), (height, width),
+                                   method="bilinear")
+            predicted = np.argmax(full[0].numpy(), axis=-1)
+            total += segmentation_scores.confusion_matrix(mask[:height, :width], predicted,
+                                                          num_classes)
+    return total
+
+
+def keras_predict(model) -> Callable:
+    """`predict` for `confusion` from a Keras segmenter (its logits)."""
+    return lambda inputs: model.predict_on_batch(inputs)
+
+
+def report(confusion_matrix: np.ndarray, class_names: list[str]) -> dict:
+    """metrics.json's segmentation entries: mIoU, pixel accuracy, mean accuracy and the
+    per-class IoU by class name (None where a class occurs in neither masks nor
+    predictions)."""
+    scores = segmentation_scores.scores(confusion_matrix)
+    per_class = {name: None if np.isnan(value) else round(float(value), 6)
+                 for name, value in zip(class_names, scores["iou"])}
+    return {"val_mIoU": scores["mIoU"], "val_pixel_accuracy": scores["pixel_accuracy"],
+            "val_mean_accuracy": scores["mean_accuracy"], "val_class_iou": per_class,
+            "val_class_pixels": dict(zip(class_names, scores["pixels"]))}
