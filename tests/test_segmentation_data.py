@@ -194,3 +194,71 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
     model = keras.saving.load_model(str(output / "model.keras"), safe_mode=True)
     assert isinstance(model, ViTSegmenter) and model.config.num_classes == 3
     assert (output / "labels.txt").read_text().split() == ["background", "red", "green"]
+
+
+def test_probe_trains_a_linear_head_on_a_classifiers_frozen_encoder(tmp_path):
+    """--finetune probe from a classifier's model.keras at another image size: the encoder is
+    the classifier's (position embeddings resized), only the linear head trains."""
+    import dataclasses
+
+    import keras
+
+    import vit_keras
+    from vit import cli
+    from training.presets import get_preset
+
+    tiny = dict(image_size=8, num_layers=1, hidden_size=16, mlp_dim=32)
+    config = dataclasses.replace(get_preset("digits_segment").model, **tiny, num_classes=10)
+    classifier = vit_keras.VisionTransformer(config)
+    classifier.save(tmp_path / "classifier.keras")
+    data = _folder(tmp_path / "data", count=8, size=16)
+    output = tmp_path / "out"
+    status = cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
+                       "--set", "data.val_split=0.25", "--epochs", "1", "--batch-size", "4",
+                       "--weights", str(tmp_path / "classifier.keras"), "--finetune", "probe",
+                       "--set", "model.image_size=16", "--set", "model.num_layers=1",
+                       "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
+                       "--no-inspect", "--output", str(output)])
+    assert status == 0
+    segmenter = keras.saving.load_model(str(output / "model.keras"), safe_mode=True)
+    assert segmenter.head == "linear"
+    block = "encoderblock_0"
+    for mine, theirs in zip(segmenter.get_layer(block).get_weights(),
+                            classifier.get_layer(block).get_weights()):
+        np.testing.assert_array_equal(mine, theirs)  # frozen: still the classifier's
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert metrics["trainable_weights"] < metrics["total_weights"] / 10
+
+
+def test_predict_with_a_segmenter_writes_masks_and_overlays(tmp_path, capsys):
+    """`vit predict` on a segmenter: a palette mask of each image's own size, its overlay, and
+    the classes by pixel share in the table and in --output."""
+    import dataclasses
+
+    from vit import cli
+    from vit_keras import ViTConfig
+    from vit_keras.segmentation import ViTSegmenter
+
+    config = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+                       num_layers=1, num_classes=3)
+    model = ViTSegmenter(dataclasses.replace(config))
+    model.get_layer("seg_classifier").set_weights(
+        [np.random.default_rng(0).normal(size=(16, 3)).astype("float32") * 5,
+         np.zeros(3, "float32")])
+    model.save(tmp_path / "model.keras")
+    (tmp_path / "labels.txt").write_text("background\nred\ngreen\n")
+    _folder(tmp_path / "data", count=2, size=30)
+    images = [str(tmp_path / "data" / "images" / f"scene_{i}.png") for i in range(2)]
+    masks_dir = tmp_path / "masks"
+    status = cli.main(["predict", *images, "--model", str(tmp_path / "model.keras"),
+                       "--masks", str(masks_dir), "--output", str(tmp_path / "shares.json")])
+    assert status == 0
+    assert "share" in capsys.readouterr().out
+    for index in range(2):
+        with Image.open(masks_dir / f"scene_{index}.png") as mask:
+            assert mask.mode == "P" and mask.size == (30, 30)
+            assert np.asarray(mask).max() < 3
+        with Image.open(masks_dir / f"scene_{index}_overlay.png") as overlay:
+            assert overlay.mode == "RGB" and overlay.size == (30, 30)
+    predictions = json.loads((tmp_path / "shares.json").read_text())["predictions"]
+    assert sum(entry["score"] for entry in predictions[0]["top"]) == pytest.approx(1.0)

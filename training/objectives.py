@@ -368,17 +368,9 @@ class Segmentation(Classification):
         model = ViTSegmenter(config, head="linear" if probing else settings.segment_head,
                              blocks=settings.segment_blocks, head_width=settings.segment_width,
                              head_stages=settings.segment_stages)
-        if self.preset.finetune.weights:
-            load_backbone(model, self._backbone_source(config))
+        if self.preset.finetune.weights:  # position embeddings resized to this model's grid
+            load_backbone(model, self.preset.finetune.weights)
         return model
-
-    def _backbone_source(self, config):
-        """A `.keras` model is read as a Keras model (a classifier of the same config), any
-        other source through `load_weights`."""
-        weights = self.preset.finetune.weights
-        if weights.endswith(".keras"):
-            return keras.saving.load_model(weights, safe_mode=True)
-        return weights
 
     def compile_args(self, config: ViTConfig) -> dict:
         return {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True,

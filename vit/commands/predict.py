@@ -9,6 +9,7 @@ Examples:
   vit predict digit.png --onnx saved_models/digits_tiny/model_int8.onnx
   vit predict digit.png --model saved_models/digits_tiny/saved_model
   vit predict cat.jpg --weights imagenet21k+imagenet2012 --model B/16
+  vit predict scene.png --model saved_models/digits_segment/model.keras --masks masks/
 
 A folder gives its image files and those of its sub-folders; a pattern (quoted, so that
 the shell leaves it alone; `**` spans folders) its image files. Images are checked, decoded and
@@ -18,7 +19,9 @@ that is no usable image is skipped and listed at the end. Class names come from
 the ImageNet class names shipped with vit_keras. A multi-label model (`vit train --set
 objective=multilabel`, recorded as `activation` in the config.json next to its files) and the
 ImageNet-21k heads, pre-trained with a sigmoid loss, give independent per-class probabilities;
-other heads show softmax probabilities.
+other heads show softmax probabilities. A segmenter (`vit train --task segment`) writes a
+class-id mask and an overlay per image into --masks and shows each image's classes by the
+share of pixels they cover.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="images per model call (default: %(default)s)")
     parser.add_argument("--output", help="also write the predictions to this .csv (file, "
                         "class_1, score_1, ...) or .json file (with the skipped files)")
+    parser.add_argument("--masks", default="masks", metavar="DIR",
+                        help="a segmenter (vit train --task segment) writes each image's "
+                        "class-id mask (palette PNG) and overlay here (default: %(default)s)")
 
 
 def check(args: argparse.Namespace) -> None:

@@ -157,7 +157,7 @@ def outputs_from_logits(run_logits: Callable,
 
 
 def scores_from_logits(logits, activation: str | None = None) -> np.ndarray:
-    """Probabilities from logits [batch, classes].
+    """Probabilities from logits [batch, classes] (a segmenter's: [batch, H, W, classes]).
 
     Args:
         logits: the model's logits.
@@ -168,10 +168,11 @@ def scores_from_logits(logits, activation: str | None = None) -> np.ndarray:
     if activation not in (None, *ACTIVATIONS):
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if activation == "sigmoid" or (activation is None and
-                                   logits.shape[1] == IMAGENET21K_CLASSES):
+                                   logits.shape[-1] == IMAGENET21K_CLASSES):
         return 1.0 / (1.0 + np.exp(-logits))
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return probabilities / probabilities.sum(axis=1, keepdims=True)
+    # The class axis is the last: [batch, classes], or a segmenter's [batch, H, W, classes].
+    probabilities = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return probabilities / probabilities.sum(axis=-1, keepdims=True)
 
 
 def load(path: str, weights: str | None = None, labels_path: str | None = None,

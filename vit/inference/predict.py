@@ -1,6 +1,6 @@
 """`vit predict`: the top-k classes of image files by a trained model (.keras, a SavedModel
 directory, .tflite or .onnx) or an architecture with pretrained weights, loaded as a
-`vit.inference.classifier.Classifier`. The flags are `vit.commands.predict`'s; the folders and
+`vit.inference.classifier.Classifier` (a segmenter's masks: `segment_predict`). The flags are `vit.commands.predict`'s; the folders and
 patterns among the images were expanded to their files by its `check`.
 
 The images go through the model in batches; a file that cannot be used (not an image, corrupt,
@@ -19,7 +19,7 @@ import numpy as np
 
 from vit import console
 from vit.images import ImageError, pixel_size, read_file
-from vit.inference import classifier
+from vit.inference import classifier, segment_predict
 from vit_keras import atomic
 
 OUTPUT_KINDS = (".csv", ".json")
@@ -71,12 +71,12 @@ def small_images(readable, patch: int | None) -> list[str]:
     return warnings
 
 
-def table(rows: list[dict]) -> str:
-    """A header, then one line per image: the file, then its top-k classes and scores, best
-    first, in aligned columns."""
+def table(rows: list[dict], score: str = "score") -> str:
+    """A header, then one line per image: the file, then its top-k classes and scores (a
+    segmenter's: pixel shares, `score='share'`), best first, in aligned columns."""
     top_k = max(len(row["top"]) for row in rows)
     header = ["file"] + [title for rank in range(1, top_k + 1)
-                         for title in (f"top-{rank}", "score")]
+                         for title in (f"top-{rank}", score)]
     lines = [header] + [[row["file"]] + [cell for name, score in row["top"]
                                          for cell in (name, f"{score:.4f}")] for row in rows]
     widths = [max(len(line[column]) for line in lines if column < len(line))
@@ -115,8 +115,14 @@ def run(args: argparse.Namespace) -> int:
     if not readable:
         raise ValueError(f"none of the {len(args.images)} files is a usable image: "
                          + "; ".join(why for _, why in skipped))
-    rows = predict_files(model, readable, args.top_k, args.batch_size)
-    console.say(table(rows))
+    if segment_predict.is_segmenter(model):
+        rows = segment_predict.segment_files(model, readable, args.top_k, args.batch_size,
+                                             args.masks)
+        console.say(table(rows, score="share"))
+        console.say(f"masks and overlays: {args.masks}/ (<image>.png, <image>_overlay.png)")
+    else:
+        rows = predict_files(model, readable, args.top_k, args.batch_size)
+        console.say(table(rows))
     for warning in small_images(readable, model.patch_size):
         console.say(warning, error=True)
     if args.output:
