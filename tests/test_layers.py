@@ -12,6 +12,7 @@ from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding, Visi
 from vit_keras.core import (deit, heads, layers, masked_patch, normalization, posemb, resnet,
                             stems)
 from vit_keras.intermediates import ClassTokenOf, SplitTokens
+from vit_keras.segmentation import ResizeToImage, Upsample, ViTSegmenter
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
 
@@ -123,6 +124,11 @@ LAYER_CASES = [
                                             grid_size=(1, 2)), TOKENS,
                  [(2, 1, 2, 8), (2, 3, 8)], 0, {}, id="SplitTokens"),
     pytest.param(ClassTokenOf, {}, TOKENS, (2, 8), 0, {}, id="ClassTokenOf"),
+    # The segmentation heads' resizes: a 2x step, and to the images' size (the images give
+    # only their shape, so they are integers here: no gradient is owed to them).
+    pytest.param(Upsample, dict(factor=2), FEATURES, (2, 8, 8, 8), 0, {}, id="Upsample"),
+    pytest.param(ResizeToImage, {}, [FEATURES, np.zeros((2, 8, 12, 3), "int32")],
+                 (2, 8, 12, 8), 0, {}, id="ResizeToImage"),
     # 2 LayerNorms (2 each), attention (q, k, v, out: kernel and bias each), MLP (4).
     pytest.param(layers.EncoderBlock, dict(num_heads=2, mlp_dim=16), TOKENS,
                  [(2, 5, 8), (2, 2, 5, 5)], 16,
@@ -179,7 +185,7 @@ LAYER_CASES = [
 ]
 
 # Being rewritten elsewhere; their owners add their run_layer_test cases.
-NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer}
+NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer, ViTSegmenter}
 
 
 @pytest.mark.parametrize("layer_cls,init_kwargs,input_data,output_shape,trainable,extra",

@@ -37,14 +37,16 @@ CLASSIFIER = "seg_classifier"
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ResizeToImage(keras.layers.Layer):
-    """(maps [batch, h, w, C], images [batch, H, W, channels]) -> maps resized bilinearly to
+    """[maps [batch, h, w, C], images [batch, H, W, channels]] -> maps resized bilinearly to
     [batch, H, W, C], whatever size the images have (half-pixel centres, as PyTorch's
     `align_corners=False`)."""
 
-    def call(self, maps, images):
+    def call(self, inputs):
+        maps, images = inputs
         return fast_paths.resize_bilinear(maps, ops.shape(images)[1:3])
 
-    def compute_output_shape(self, maps_shape, images_shape):
+    def compute_output_shape(self, input_shape):
+        maps_shape, images_shape = input_shape
         return (maps_shape[0], images_shape[1], images_shape[2], maps_shape[-1])
 
 
@@ -103,11 +105,10 @@ def block_grids(config: ViTConfig, images, blocks, dtype=None) -> list:
     final_norm = None if config.pooled_norm else encoder.get_layer(names.ENCODER_NORM)
     grids = []
     for index in blocks:
-        if index == config.num_layers - 1 or final_norm is None:
-            block_tokens = tokens if index == config.num_layers - 1 else \
-                encoder.get_layer(names.block(index)).output
-        else:
-            block_tokens = final_norm(encoder.get_layer(names.block(index)).output)
+        last = index == config.num_layers - 1  # `tokens` went through the final norm already
+        block_tokens = tokens if last else encoder.get_layer(names.block(index)).output
+        if not last and final_norm is not None:
+            block_tokens = final_norm(block_tokens)
         split = SplitTokens(config.num_prefix_tokens, config.num_register_tokens, True,
                             None if config.dynamic_image_size else config.grid_size,
                             name=f"{HEAD_PREFIX}grid_{index}", dtype=dtype)
@@ -172,7 +173,7 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
         features = grids[0] if len(grids) == 1 else keras.layers.Concatenate(
             name=f"{HEAD_PREFIX}concat", dtype=dtype)(grids)
         logits = _head(features, head, config.num_classes, head_width, head_stages, dtype)
-        logits = ResizeToImage(name=f"{HEAD_PREFIX}resize", dtype="float32")(logits, images)
+        logits = ResizeToImage(name=f"{HEAD_PREFIX}resize", dtype="float32")([logits, images])
         super().__init__(images, logits, name=name or "vit_segmenter", dtype=dtype, **kwargs)
         self._vit_config = config
         self.head = head
