@@ -352,7 +352,6 @@ class Segmentation(Classification):
         return ""
 
     def train_batches(self, source, image_size, batch_size, **options):
-        options.pop("num_classes", None)
         return segment_pipeline.train_dataset(source, image_size, batch_size, self.preset,
                                               **options)
 
