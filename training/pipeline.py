@@ -107,19 +107,9 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
         image = _crop(source.decode(record), image_size, settings, element_seed, preprocessing)
         return image, targets(label, depth, source.multilabel)
 
-    def one_epoch(epoch):
-        dataset = shuffled(source, shuffle_buffer, tf.stack([seed * 1_000_003 + 999_983, epoch]))
-        dataset = dataset.enumerate().map(lambda i, element: prepare(i, *element, epoch),
-                                          num_parallel_calls=tf.data.AUTOTUNE)
-        if source.ignore_errors:
-            dataset = dataset.ignore_errors(log_warning=True)
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-        if steps_per_epoch:
-            dataset = dataset.take(steps_per_epoch)
-        dataset = dataset.enumerate()
-        return dataset.map(lambda step, batch: (epoch, step, batch))
-
-    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(one_epoch)
+    batches = epoch_batches(source, prepare, seed * 1_000_003 + 999_983,
+                             shuffle_buffer, batch_size, drop_remainder, steps_per_epoch)
+    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(batches)
     dataset = dataset.skip(start_step)
 
     def finish(epoch, step, batch):
@@ -131,5 +121,33 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
 
     dataset = dataset.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
     return with_options(dataset.prefetch(tf.data.AUTOTUNE))
+
+
+def epoch_batches(source: Source, prepare, shuffle_seed: int, shuffle_buffer: int,
+                  batch_size: int, drop_remainder: bool, steps_per_epoch):
+    """The per-epoch stream both training pipelines (classes, masks) `flat_map` over.
+
+    Args:
+        source: the training `Source`.
+        prepare: (index, record, label, epoch) -> one training example.
+        shuffle_seed: with the epoch, seeds that epoch's order (stateless).
+        shuffle_buffer, batch_size, drop_remainder, steps_per_epoch: as `train_dataset`.
+
+    Returns:
+        epoch -> a dataset of that epoch's `(epoch, step, batch)`.
+    """
+
+    def one_epoch(epoch):
+        dataset = shuffled(source, shuffle_buffer, tf.stack([shuffle_seed, epoch]))
+        dataset = dataset.enumerate().map(lambda i, element: prepare(i, *element, epoch),
+                                          num_parallel_calls=tf.data.AUTOTUNE)
+        if source.ignore_errors:
+            dataset = dataset.ignore_errors(log_warning=True)
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        if steps_per_epoch:
+            dataset = dataset.take(steps_per_epoch)
+        return dataset.enumerate().map(lambda step, batch: (epoch, step, batch))
+
+    return one_epoch
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from training.pipeline import shuffled
+from training.pipeline import epoch_batches
 from vit.data.evaluation import with_options
 from vit.data.segmentation import mask_to_size
 from vit.data.source import Source
@@ -84,12 +84,8 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
             image = photometric(image, element_seed)
         return scale(image, preprocessing), mask
 
-    def one_epoch(epoch):
-        dataset = shuffled(source, shuffle_buffer, tf.stack([seed * 1_000_003 + 999_983, epoch]))
-        dataset = dataset.enumerate().map(lambda i, element: prepare(i, *element, epoch),
-                                          num_parallel_calls=tf.data.AUTOTUNE)
-        dataset = dataset.batch(batch_size, drop_remainder=True)
-        return dataset.take(steps_per_epoch) if steps_per_epoch else dataset
-
-    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(one_epoch).skip(start_step)
+    batches = epoch_batches(source, prepare, seed * 1_000_003 + 999_983, shuffle_buffer,
+                            batch_size, True, steps_per_epoch)
+    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(batches).skip(start_step)
+    dataset = dataset.map(lambda epoch, step, batch: batch)
     return with_options(dataset.prefetch(tf.data.AUTOTUNE))

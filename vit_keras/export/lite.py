@@ -93,13 +93,29 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     _check_arguments(quantization, representative_data, io_type, batch_size, float_ops,
                      per_channel)
     bars.check_options(min_agreement, on_low_agreement)
-    model = graph.float32_model(graph.at_image_size(model, image_size))
-    logits_model, _ = graph.split_activation(model)
-    height, width = graph.image_size(model)
+    logits_model, _ = graph.split_activation(
+        graph.float32_model(graph.at_image_size(model, image_size)))
+    content, report = _converted(
+        logits_model, path, quantization, representative_data, io_type, batch_size,
+        num_calibration_images, include_preprocessing, tuple(float_ops), per_channel,
+        keep_tensor_names)
+    bar = (quantization, min_agreement, on_low_agreement, _advice(quantization))
+    if verify_images is None:  # reported, not enforced
+        bar, verify_images = None, verification_images(representative_data,
+                                                        graph.image_size(logits_model))
+    return agreement.publish_verified(path, content, report, runner=TFLiteModel,
+                                      logits_model=logits_model, images=verify_images,
+                                      include_preprocessing=include_preprocessing, bar=bar)
+
+
+def _converted(logits_model, path, quantization, representative_data, io_type, batch_size,
+               num_calibration_images, include_preprocessing, float_ops, per_channel,
+               keep_tensor_names) -> tuple[bytes, dict]:
+    """The converted file's bytes and its report before verification (`tflite`'s arguments)."""
     concrete_function = _trace(logits_model, include_preprocessing, batch_size,
                                integer=quantization == "int8" and not float_ops)
-    content = _convert(concrete_function, quantization, representative_data,
-                       io_type, num_calibration_images, (height, width), tuple(float_ops),
+    content = _convert(concrete_function, quantization, representative_data, io_type,
+                       num_calibration_images, graph.image_size(logits_model), float_ops,
                        per_channel)
     ops = _check_operators(content, quantization, float_ops)
     if not keep_tensor_names:
@@ -108,12 +124,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
               "float_ops": list(float_ops), "size_bytes": len(content), "ops": ops}
     if quantization == "int8":
         report["per_channel"] = per_channel
-    bar = (quantization, min_agreement, on_low_agreement, _advice(quantization))
-    if verify_images is None:  # reported, not enforced
-        bar, verify_images = None, verification_images(representative_data, (height, width))
-    return agreement.publish_verified(path, content, report, runner=TFLiteModel,
-                                      logits_model=logits_model, images=verify_images,
-                                      include_preprocessing=include_preprocessing, bar=bar)
+    return content, report
 
 
 def _advice(quantization) -> str:
