@@ -32,7 +32,7 @@ sys.path.insert(0, REPO)
 def run_vit(train_args: list[str], output: str) -> dict:
     """`vit train --task segment ARGS` in its own process; its metrics.json."""
     command = [sys.executable, "-m", "vit", "train", "--task", "segment", "--no-inspect",
-               "--output", output, *train_args]
+               "--no-export", "--output", output, *train_args]  # training is what is compared
     print("$", " ".join(shlex.quote(part) for part in command[1:]), flush=True)
     started = time.perf_counter()
     subprocess.run(command, check=True, cwd=REPO)

@@ -69,3 +69,15 @@ def missing() -> str | None:
     except ImportError:
         return "selenium is not installed (a test extra: pip install -e '.[dev]')"
     return None
+
+
+def skip_without_browser() -> None:
+    """Skips the calling test without a browser, except where VIT_REQUIRE_BROWSER=1 (.ci/run)
+    says it is there: then it fails."""
+    import pytest
+
+    why = missing()
+    if why and os.environ.get("VIT_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{why}; VIT_REQUIRE_BROWSER=1 requires the browser tests to run")
+    if why:
+        pytest.skip(f"{why}; the browser tests need it")

@@ -4,7 +4,6 @@ errors. Skips with the reason when Chromium or its driver is not installed."""
 
 import contextlib
 import io
-import os
 
 import browser
 import numpy as np
@@ -19,15 +18,6 @@ from vit_keras import VisionTransformer, ViTConfig
 
 CONFIG = ViTConfig(image_size=16, patch_size=4, hidden_size=32, mlp_dim=64, num_heads=4,
                    num_layers=2, num_classes=10)
-
-
-def _skip_without_browser():
-    """Skips without a browser, except where VIT_REQUIRE_BROWSER=1 (.ci/run) says it is there."""
-    why = browser.missing()
-    if why and os.environ.get("VIT_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{why}; VIT_REQUIRE_BROWSER=1 requires the browser tests to run")
-    if why:
-        pytest.skip(f"{why}; the browser tests need it")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +47,7 @@ def vit_predict_top1(model_path, image_path) -> str:
 
 
 def test_the_page_shows_vit_predicts_top1_and_draws_the_heatmap(digit_model):
-    _skip_without_browser()
+    browser.skip_without_browser()
     from selenium.webdriver.common.by import By
 
     predicted = vit_predict_top1(digit_model / "model.keras", digit_model / "digit.png")
@@ -81,7 +71,7 @@ def test_the_page_shows_vit_predicts_top1_and_draws_the_heatmap(digit_model):
 
 
 def test_the_page_shows_the_servers_error_for_a_bad_file(digit_model, tmp_path):
-    _skip_without_browser()
+    browser.skip_without_browser()
     from selenium.webdriver.common.by import By
 
     broken = tmp_path / "broken.png"

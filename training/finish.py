@@ -13,7 +13,6 @@ from training import finetune, report
 from training.fitting import Fitted
 from training.setup import Setup
 from vit import console, hardware, outputs
-from vit.data import evaluation
 from vit.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, ExportOptions,
                                   export_model, parse_min_agreement)
 from vit.inference.export import report_failures as report_export_failures
@@ -135,15 +134,15 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
         return None
     report_ = None
     size, rule = config.image_hw, config.preprocessing
-    images, labels = evaluation.take_raw_images(setup.data.val or setup.data.train, size,
-                                                EVAL_SAMPLES, rule)
+    images, labels = objective.export_samples(setup.data.val or setup.data.train, size,
+                                              EVAL_SAMPLES, rule)
     if export and setup.backend != "tensorflow":
         if setup.placement.chief:
             report_ = export_in_tensorflow(os.path.join(output, "model.keras"),
                                            options.min_agreement)
     elif export:
-        calibration, _ = evaluation.take_raw_images(setup.data.train, size,
-                                                    CALIBRATION_SAMPLES, rule)
+        calibration, _ = objective.export_samples(setup.data.train, size, CALIBRATION_SAMPLES,
+                                                  rule)
         report_ = export_model(classifier, output, representative_images=calibration,
                                eval_images=images, eval_labels=labels,
                                options=ExportOptions(

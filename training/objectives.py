@@ -165,6 +165,11 @@ class Classification:
     def write_extras(self, classifier: keras.Model, output: str) -> None:
         """Files only this objective writes (none)."""
 
+    def export_samples(self, source, image_size, count: int, preprocessing):
+        """Up to `count` raw examples the exports calibrate and are checked on: (float32
+        images in 0..255 at `image_size`, their labels)."""
+        return evaluation.take_raw_images(source, image_size, count, preprocessing)
+
     def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
         """metrics.json entries measured beyond `evaluate` (none); `val_source` is the
         validation `Source` the batches come from."""
@@ -326,9 +331,6 @@ class Segmentation(Classification):
     metric_key = "val_mIoU"
     monitor = "val_mean_iou"
     monitor_label = "mIoU (model resolution)"
-    exports = False
-    export_skipped = ("SavedModel/TFLite/ONNX files of a segmenter are not written yet; "
-                      "model.keras holds the trained segmenter")
     closed_form_probe = False
 
     def __init__(self, preset):
@@ -360,6 +362,11 @@ class Segmentation(Classification):
 
     def sample_targets(self, batch, config):
         return np.zeros((batch, *config.image_hw), np.int32)
+
+    def export_samples(self, source, image_size, count: int, preprocessing):
+        """Images resized whole, as the masks are (`preprocessing` crops nothing here), and
+        their masks at the model's size: each file is checked pixel by pixel."""
+        return segmentation_data.take_pairs(source, image_size, count)
 
     def build(self, config: ViTConfig) -> keras.Model:
         settings = self.preset.objective

@@ -1,5 +1,6 @@
 """Evaluate a trained model (.keras, SavedModel, .tflite or .onnx) on a data spec: top-1,
-top-5 and per-class accuracy; for a multi-label model or data, mAP, F1 and per-class AP.
+top-5 and per-class accuracy; for a multi-label model or data, mAP, F1 and per-class AP; for a
+segmenter on data with masks, mIoU, pixel accuracy and per-class IoU.
 
 Examples:
   vit evaluate --model saved_models/digits_tiny/model.keras --data digits
@@ -7,6 +8,7 @@ Examples:
   vit evaluate --model saved_models/digits_tiny/model_int8.onnx --data folder:~/digits/test
   vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
   vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
+  vit evaluate --model saved_models/digits_segment/model_int8.tflite --data digit-scenes
 
 A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
 of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
@@ -18,6 +20,11 @@ export.json beside it records, and it normalises them itself; the report is the 
 
 `digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
 test split; tfds: validation, else test); `folder:`, `csv:` and `tfrecord:` on every image.
+
+Data with masks (`digit-scenes`, its 300 validation scenes, or a folder of `images/` and
+`masks/`) is scored as `vit train --task segment` scores it: each image goes through the model
+at its size, the class scores are resized to the mask's own size, and one confusion matrix over
+every labelled pixel (255 ignored) gives the mIoU, the pixel accuracy and each class's IoU.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import argparse
 
 from vit.commands.checks import (add_preprocessing_argument, check_model,
                                  check_preprocessing_target)
-from vit.data.specs import check_spec
+from vit.data.specs import check_spec, is_segmentation_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         ".tflite or .onnx file written by `vit train` or `vit export`, or a "
                         "keras-hub preset folder")
     parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
-                        "tfds:NAME[:SPLIT] | tfrecord:GLOB")
+                        "tfds:NAME[:SPLIT] | tfrecord:GLOB; for a segmenter: digit-scenes | "
+                        "folder:PATH with images/ and masks/")
     parser.add_argument("--data-dir", help="tfds data_dir")
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
     parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "
@@ -58,7 +66,7 @@ def check(args: argparse.Namespace) -> None:
     """Checks the model, the data spec and the options before any framework is imported."""
     check_model(args.model)
     check_preprocessing_target(args.model, args.preprocessing)
-    check_spec(args.data)
+    check_spec(args.data, segmentation=is_segmentation_spec(args.data))
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.block is not None and args.few_shot is None:

@@ -173,6 +173,27 @@ def eval_pairs(source: Source, image_size) -> tf.data.Dataset:
         num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def take_pairs(source: Source, image_size, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Up to `count` images and masks at the model's size, for export and its checks.
+
+    Args:
+        source: a segmentation `Source`.
+        image_size: the model's size, an int or (height, width).
+        count: at most this many pairs, in source order.
+
+    Returns:
+        (float32 images [n, height, width, 3] in 0..255, uint8 masks [n, height, width] with
+        255 where pixels are ignored).
+    """
+    size = images.image_hw(image_size)
+    pairs = eval_pairs(source, size).map(lambda image, mask: (image, mask_to_size(mask, size)))
+    taken = list(pairs.take(count).as_numpy_iterator())
+    if not taken:
+        return np.zeros((0, *size, 3), np.float32), np.zeros((0, *size), np.uint8)
+    return (np.stack([image for image, _ in taken]).astype(np.float32),
+            np.stack([mask for _, mask in taken]))
+
+
 def eval_dataset(source: Source, image_size, batch_size: int, drop_remainder: bool = False,
                  max_examples: int | None = None, preprocessing=OFFICIAL) -> tf.data.Dataset:
     """Validation batches `(model inputs, int32 masks at the model's size)`, no augmentation.

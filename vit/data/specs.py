@@ -31,6 +31,14 @@ def is_segmentation_folder(path: str) -> bool:
     return all(os.path.isdir(os.path.join(path, name)) for name in (IMAGES_DIR, MASKS_DIR))
 
 
+def is_segmentation_spec(spec: str) -> bool:
+    """Whether `spec` names data with masks: 'digit-scenes', or a folder of `images/` and
+    `masks/`."""
+    kind, argument = parse_spec(spec)
+    return kind == "digit-scenes" or (kind == "folder" and is_segmentation_folder(
+        os.path.expanduser(argument)))
+
+
 def class_folders(path: str) -> list[str]:
     """The sorted class sub-folder names of `folder:PATH` data.
 

@@ -108,6 +108,23 @@ class Classifier:
                 f"(its patch size), got {height}x{width}")
 
     @functools.cached_property
+    def per_pixel(self) -> bool:
+        """Whether the logits are per pixel, [batch, H, W, classes]: a segmenter's (one blank
+        image through an exported file tells)."""
+        if self.keras_model is not None:
+            return len(self.keras_model.output_shape) == 4
+        size = self.image_size or (224, 224)
+        return self.predict(np.zeros((1, *size, 3), np.float32))["logits"].ndim == 4
+
+    @property
+    def resize_rule(self) -> Preprocessing:
+        """How encoded files are resized for it: the weights' rule, except that a segmenter
+        sees each image whole (never centre-cropped), so that its mask covers all of it."""
+        if not self.per_pixel or self.preprocessing.crop_mode == "squash":
+            return self.preprocessing
+        return dataclasses.replace(self.preprocessing, crop_mode="squash", crop_fraction=1.0)
+
+    @functools.cached_property
     def _patch_rule(self) -> tuple[int, bool]:
         """(pixels per patch side, whether other sizes are padded) of the Keras model."""
         config = config_from_model(self.keras_model)
@@ -121,14 +138,14 @@ class Classifier:
             for batch in (1, 2):
                 self.predict(np.zeros((batch, *self.image_size, 3), np.float32))
             if self.run_encoded is None:
-                prepare_decoder(self.image_size, preprocessing=self.preprocessing)
+                prepare_decoder(self.image_size, preprocessing=self.resize_rule)
 
     def predict_encoded(self, files) -> dict[str, np.ndarray]:
         """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`."""
         if self.run_encoded is not None:
             return self.run_encoded(np.asarray(files, dtype=object))
         return self.predict(decode_checked(files, self.image_size,
-                                           preprocessing=self.preprocessing))
+                                           preprocessing=self.resize_rule))
 
     def attention_rollout(self, images) -> np.ndarray:
         """Where the model looks: [batch, grid rows, grid cols] rollout weights in [0, 1].

@@ -1,6 +1,8 @@
 """`vit evaluate`: top-1, top-5 and per-class accuracy of a trained model on a data spec; for
 a multi-label model or data, the exact mAP, F1 and per-class average precision
-(`vit.inference.multilabel_scores`); with --few-shot, the paper's few-shot linear evaluation.
+(`vit.inference.multilabel_scores`); for a segmenter on data with masks, mIoU, pixel accuracy
+and per-class IoU (`vit.inference.segmentation_eval`); with --few-shot, the paper's few-shot
+linear evaluation.
 The flags are `vit.commands.evaluate`'s.
 """
 
@@ -12,9 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 from vit import console
-from vit.data import evaluation, sources
+from vit.data import evaluation, segmentation, sources, specs
 from vit.images import scale
-from vit.inference import classifier, model_files, multilabel_scores
+from vit.inference import classifier, model_files, multilabel_scores, segmentation_eval
 from vit.inference.classifier import Classifier
 from vit.inference.model_files import load_model
 from vit.outputs import write_json
@@ -182,6 +184,8 @@ def load_evaluated(path: str, preprocessing=None):
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`."""
+    if specs.is_segmentation_spec(args.data):
+        return _run_segmentation(args)
     source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                  args.data_dir, val_split=0.0)
     model = load_evaluated(args.model, args.preprocessing)
@@ -209,6 +213,30 @@ def run(args: argparse.Namespace) -> int:
     height, width = scorer(model, args.image_size)[0]
     where = f"{args.model} on {args.data}: {results['examples']} images at {height}x{width}"
     console.say("\n".join((_multilabel_lines if multilabel else _lines)(results, where)))
+    if args.output:
+        write_json(args.output, {"model": args.model, "data": args.data, **results})
+    return 0
+
+
+def _run_segmentation(args: argparse.Namespace) -> int:
+    """`vit evaluate` of a segmenter on data with masks: mIoU, pixel accuracy, IoU per class,
+    counted at the masks' own resolution."""
+    if args.few_shot is not None:
+        raise ValueError(f"--few-shot fits classifiers; {args.data} is segmentation data: "
+                         "leave --few-shot out")
+    source = segmentation.load_segmentation_source(args.data, sources.evaluation_subset(
+        args.data), val_split=0.0)
+    model = classifier.load(args.model, labels_path=args.labels,
+                            preprocessing=args.preprocessing)
+    results = segmentation_eval.evaluate(model, source, min(args.batch_size, 64),
+                                         args.image_size)
+    names = class_names_for(args.model, args.labels, source.class_names)
+    for row in results["per_class"]:
+        row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
+    height, width = results["image_size"]
+    where = (f"{args.model} on {args.data}: {results['examples']} images at {height}x{width}, "
+             "scored at the masks' own size")
+    console.say("\n".join(segmentation_eval.report_lines(results, where)))
     if args.output:
         write_json(args.output, {"model": args.model, "data": args.data, **results})
     return 0

@@ -19,6 +19,7 @@ from vit.inference.export_report import (EXIT_EXPORT_FAILED, REPORT_NAME, check_
 from vit.inference.model_files import load_model
 from vit_keras.core.model import preprocessing_of
 from vit_keras.export import graph
+from vit_keras.segmentation import ViTSegmenter
 
 __all__ = ["CALIBRATED_FORMATS", "DEFAULT_FORMATS", "EXIT_EXPORT_FAILED", "EXPORT_FORMATS",
            "FORMATS", "REPORT_NAME", "ExportFormat", "ExportOptions", "check_label",
@@ -113,7 +114,8 @@ def _command_images(args, model, options: ExportOptions) -> export_data.ExportIm
             console.say(f"vit export: calibrating and evaluating on {data_spec!r}, the data the "
                         "model was trained on (from its config.json)")
         return export_data.load(data_spec, image_hw, args.calibration_images, args.eval_images,
-                                trained_on, preprocessing_of(model))
+                                trained_on, preprocessing_of(model),
+                                masks=isinstance(model, ViTSegmenter))
     calibrated = ", ".join(name for name in options.formats if name in CALIBRATED_FORMATS)
     if calibrated:
         raise ValueError(f"{calibrated} needs --data to calibrate on (a few hundred training "

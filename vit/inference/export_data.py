@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from vit.data import evaluation, sources
+from vit.data import evaluation, segmentation, sources
 from vit_keras.preprocessing import OFFICIAL
 
 
@@ -28,7 +28,7 @@ class ExportImages:
 
 
 def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000,
-         trained_on: dict | None = None, rule=None) -> ExportImages:
+         trained_on: dict | None = None, rule=None, masks: bool = False) -> ExportImages:
     """The calibration and evaluation images of `spec`.
 
     Args:
@@ -41,6 +41,8 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
             split and seed.
         rule: the model's preprocessing, whose resize rule applies (default: the official
             one).
+        masks: the model is a segmenter: `spec` is segmentation data (images resized whole,
+            labels are masks at the model's size), or an .npz whose 'labels' are such masks.
 
     Returns:
         The `ExportImages`.
@@ -48,7 +50,7 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
 
     if not spec.endswith(".npz"):
         return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {},
-                                 rule or OFFICIAL)
+                                 rule or OFFICIAL, masks)
     with np.load(spec, allow_pickle=False) as arrays:
         if "images" not in arrays:
             raise ValueError(f"{spec}: expected an array 'images' (N, H, W, 3), found "
@@ -60,14 +62,22 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
 
 
 def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
-                      rule) -> ExportImages:
+                      rule, masks: bool) -> ExportImages:
     """Calibration images from the training data, evaluation images + labels from its
     validation data as the run chose them (`--val-data`, or the held-out part), resized as
     `vit train` resizes for evaluation."""
-    data = sources.open_training_data(spec, trained_on.get("val_data", ""),
-                                      trained_on.get("val_split", 0.1), trained_on.get("seed", 0))
-    calibration, _ = evaluation.take_raw_images(data.train, image_hw, calibration_count, rule)
+    arguments = (spec, trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
+                 trained_on.get("seed", 0))
+    if masks:
+        data = segmentation.open_segmentation_data(*arguments)
+        take = segmentation.take_pairs
+    else:
+        data = sources.open_training_data(*arguments)
+
+        def take(source, size, count):
+            return evaluation.take_raw_images(source, size, count, rule)
+
+    calibration, _ = take(data.train, image_hw, calibration_count)
     if data.val is None:
         return ExportImages(calibration)
-    images, labels = evaluation.take_raw_images(data.val, image_hw, eval_count, rule)
-    return ExportImages(calibration, images, labels)
+    return ExportImages(calibration, *take(data.val, image_hw, eval_count))

@@ -57,7 +57,8 @@ def export(model, output_dir: str, options: ExportOptions, bars: dict, *,
     images, labels = _evaluation_set(fixed, eval_images, eval_labels, representative_images)
     evaluation = Evaluation(images, labels, _keras_logits(fixed, images))
     report = export_report.header(images, options.latency_runs,
-                                  export_report.label_scores(evaluation.keras_logits, labels))
+                                  export_report.label_scores(evaluation.keras_logits, labels),
+                                  per_pixel=evaluation.keras_logits.ndim == 4)
     report.update(export_report.model_contract(model, options.image_size, options.activation))
     os.makedirs(output_dir, exist_ok=True)
     job = WriteJob(model, options, representative_images)
@@ -198,12 +199,24 @@ def _evaluation_set(model, images, labels, representative_images):
         raise ValueError(f"eval images must be [N, {height}, {width}, 3] float32 in 0..255, "
                          f"got shape {images.shape}")
     if labels is not None:
-        labels = np.asarray(labels)
-        labels = labels.astype(np.float32) if labels.ndim == 2 else \
-            labels.astype(np.int64).reshape(-1)
-        if len(labels) != len(images):
-            raise ValueError(f"got {len(labels)} eval labels for {len(images)} eval images")
+        labels = _checked_labels(np.asarray(labels), images)
     return images, labels
+
+
+def _checked_labels(labels, images):
+    """Multi-hot [N, classes] float32, masks [N, H, W] int64 (a segmenter's, at the images'
+    size, 255 ignored) or class ids [N] int64, one per image."""
+    if labels.ndim == 3 and labels.shape[1:] != images.shape[1:3]:
+        raise ValueError(f"eval masks must be [N, {images.shape[1]}, {images.shape[2]}] (the eval "
+                         f"images' size), got shape {labels.shape}")
+    if labels.ndim == 2:
+        labels = labels.astype(np.float32)
+    else:
+        labels = labels.astype(np.int64) if labels.ndim == 3 else \
+            labels.astype(np.int64).reshape(-1)
+    if len(labels) != len(images):
+        raise ValueError(f"got {len(labels)} eval labels for {len(images)} eval images")
+    return labels
 
 
 def _keras_logits(model, images):

@@ -11,7 +11,7 @@ import os
 from vit import console
 from vit.inference import multilabel_scores
 from vit.inference.export_writers import LATENCY_THREADS
-from vit_keras import atomic
+from vit_keras import atomic, segmentation_scores
 from vit_keras.core.model import preprocessing_of
 from vit_keras.export import graph
 from vit_keras.export.agreement import logit_agreement
@@ -20,13 +20,15 @@ REPORT_NAME = "export.json"
 EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
 
 
-def header(eval_images, latency_runs: int, keras_scores: dict) -> dict:
+def header(eval_images, latency_runs: int, keras_scores: dict, per_pixel: bool = False) -> dict:
     """export.json before the formats: the input contract, the evaluation and timing setup.
 
     Args:
         eval_images: the images every file is compared with Keras on.
         latency_runs: timed batch-1 calls per file.
         keras_scores: the Keras model's `label_scores`.
+        per_pixel: the model is a segmenter, whose files agree with Keras pixel by pixel
+            ('agreement': 'pixels'; a classifier's: 'top-1').
 
     Returns:
         The report, its 'formats' empty.
@@ -35,6 +37,7 @@ def header(eval_images, latency_runs: int, keras_scores: dict) -> dict:
         "input": {"shape": list(eval_images.shape[1:]), "dtype": "float32",
                   "range": [0, 255], "layout": "NHWC RGB"},
         "eval_examples": int(len(eval_images)),
+        "agreement": "pixels" if per_pixel else "top-1",
         "latency": {"batch_size": 1, "threads": LATENCY_THREADS, "runs": latency_runs,
                     "statistic": "median of 5 interleaved rounds (each a median)"},
         "keras": keras_scores,
@@ -51,14 +54,24 @@ def model_contract(model, image_size, activation) -> dict:
 
 
 def label_scores(logits, labels) -> dict:
-    """{'accuracy': top-1} for int labels; {'accuracy': None, 'mAP': exact} for multi-hot ones."""
+    """{'accuracy': top-1} for int labels; {'accuracy': None, 'mAP': exact} for multi-hot ones;
+    {'accuracy': None, 'mIoU', 'pixel_accuracy'} for a segmenter's masks (255 ignored)."""
     if labels is None:
         return {"accuracy": None}
+    if labels.ndim == 3:
+        found = segmentation_scores.scores(segmentation_scores.confusion_matrix(
+            labels, logits.argmax(-1), logits.shape[-1]))
+        return {"accuracy": None, "mIoU": _number(found["mIoU"]),
+                "pixel_accuracy": _number(found["pixel_accuracy"])}
     if labels.ndim == 2:
-
-        mean = multilabel_scores.mean_average_precision(labels, logits)[0]
-        return {"accuracy": None, "mAP": None if math.isnan(mean) else mean}
+        return {"accuracy": None,
+                "mAP": _number(multilabel_scores.mean_average_precision(labels, logits)[0])}
     return {"accuracy": float((logits.argmax(-1) == labels).mean())}
+
+
+def _number(value):
+    """A JSON-safe score: None for NaN (nothing to score)."""
+    return None if math.isnan(value) else float(value)
 
 
 def agreement_columns(logits, keras_logits, labels) -> dict:
@@ -76,8 +89,9 @@ def write(report: dict, output_dir: str) -> None:
 def format_report(report: dict) -> str:
     """export.json as a Markdown table: format, size, latency, accuracy, agreement, logit diff
     and the check against the format's bar."""
-    lines = ["| format | size (MB) | latency (ms) | accuracy | top-1 agreement | max logit diff "
-             "| check |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| format | size (MB) | latency (ms) | {_score_name(report)} | "
+             f"{_agreement_name(report)} | max logit diff | check |",
+             "|---|---|---|---|---|---|---|"]
     lines.append(f"| keras | | | {_score(report['keras'])} | | | |")
     for name, entry in report["formats"].items():
         latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
@@ -93,9 +107,11 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
     rows = []
     for entry in report["formats"].values():
         score = _score(entry)
+        prefix = "mIoU " if "mIoU" in entry else "" if entry.get("mAP") is not None else \
+            "top-1 "
         rows.append((entry.get("rejected_file") or entry["file"],
-                     f"agreement {_percent(entry['top1_agreement'])}"
-                     f"{', top-1 ' + score if score else ''}, {check_label(entry)}"))
+                     f"{_agreement_name(report)} {_percent(entry['top1_agreement'])}"
+                     f"{', ' + prefix + score if score else ''}, {check_label(entry)}"))
     return rows
 
 
@@ -108,9 +124,10 @@ def check_label(entry: dict) -> str:
     return f"FAILED (< {_percent(entry['min_agreement'])})"
 
 
-def failure_line(name: str, entry: dict) -> str:
-    """One line saying which file failed its check, by how much, where it went, what to try."""
-    return (f"export: {name} FAILED: top-1 agreement with the Keras model "
+def failure_line(name: str, entry: dict, agreement: str = "top-1 agreement") -> str:
+    """One line saying which file failed its check, by how much, where it went, what to try
+    (`agreement`: what was measured, 'top-1 agreement' or 'pixel agreement')."""
+    return (f"export: {name} FAILED: {agreement} with the Keras model "
             f"{_percent(entry['top1_agreement'])} < {_percent(entry['min_agreement'])}; "
             f"not written as {entry['file']} (kept as {entry['rejected_file']} to inspect); "
             f"{entry['advice']}")
@@ -127,7 +144,8 @@ def report_failures(report: dict, command: str = "vit export") -> int:
         The exit status: 0, or `EXIT_EXPORT_FAILED`.
     """
     for name in report["failed"]:
-        console.say(failure_line(name, report["formats"][name]), error=True)
+        console.say(failure_line(name, report["formats"][name], _agreement_name(report)),
+                    error=True)
     if not report["failed"]:
         return 0
     console.say(f"{command}: {len(report['failed'])} of {len(report['formats'])} exported files "
@@ -140,8 +158,18 @@ def _percent(value) -> str:
     return "" if value is None else f"{100 * value:.2f}%"
 
 
+def _agreement_name(report: dict) -> str:
+    return "pixel agreement" if report.get("agreement") == "pixels" else "top-1 agreement"
+
+
+def _score_name(report: dict) -> str:
+    return "mIoU" if report.get("agreement") == "pixels" else "accuracy"
+
+
 def _score(entry: dict) -> str:
-    """The accuracy column: top-1, or the mAP of a multi-label model."""
+    """The accuracy column: top-1, the mAP of a multi-label model, or a segmenter's mIoU."""
+    if "mIoU" in entry:
+        return _percent(entry["mIoU"])
     if entry.get("mAP") is not None:
         return f"{_percent(entry['mAP'])} mAP"
     return _percent(entry["accuracy"])

@@ -20,14 +20,13 @@ import tensorflow as tf
 
 from vit.images import pixel_size
 from vit_keras import atomic
-from vit_keras.segmentation import ViTSegmenter
 
 OVERLAY_OPACITY = 0.5
 
 
 def is_segmenter(model) -> bool:
-    """Whether a loaded `Classifier` holds a segmenter (per-pixel outputs)."""
-    return isinstance(model.keras_model, ViTSegmenter)
+    """Whether a loaded `Classifier` holds a segmenter (per-pixel outputs), in any format."""
+    return model.per_pixel
 
 
 def palette(num_classes: int) -> np.ndarray:

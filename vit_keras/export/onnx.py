@@ -96,6 +96,7 @@ def _convert(logits_model: keras.Model, opset: int, dynamic_batch: bool,
         proto, _ = tf2onnx.convert.from_function(function, input_signature=signature,
                                                  opset=opset)
     _rename_output(proto, OUTPUT_NAME)
+    _declare_output_shape(proto, logits_model.output_shape[1:])
     fused = onnx_graph.fuse_layer_norms(proto)
     onnx_lib.checker.check_model(proto)
     return proto, fused
@@ -109,3 +110,15 @@ def _rename_output(proto, name: str) -> None:
             if output == old:
                 node.output[index] = name
     proto.graph.output[0].name = name
+
+
+def _declare_output_shape(proto, shape) -> None:
+    """Writes the Keras output's static sizes into the graph output where tf2onnx left them
+    symbolic (a segmenter's [batch, H, W, classes] after its resizes)."""
+    dims = proto.graph.output[0].type.tensor_type.shape.dim
+    if len(dims) != len(shape) + 1:
+        return
+    for dim, size in zip(list(dims)[1:], shape):
+        if size is not None and not dim.HasField("dim_value"):
+            dim.ClearField("dim_param")
+            dim.dim_value = int(size)

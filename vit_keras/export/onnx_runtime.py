@@ -39,8 +39,12 @@ class ONNXModel:
                              f"shape {shape}")
         self._input_name = model_input.name
         self.input_shape = tuple(shape[1:])
-        self.num_classes = self._session.get_outputs()[0].shape[-1]
         self._fixed_batch = shape[0] if isinstance(shape[0], int) else None
+        classes = self._session.get_outputs()[0].shape[-1]
+        if not isinstance(classes, int):  # a file whose converter left the output unnamed
+            classes = self._run(np.zeros((self._fixed_batch or 1, *self.input_shape),
+                                         np.float32)).shape[-1]
+        self.num_classes = int(classes)
 
     def __call__(self, images) -> np.ndarray:
         """Classifies images.
@@ -50,7 +54,7 @@ class ONNXModel:
                 0..255.
 
         Returns:
-            float32 logits [batch, num_classes].
+            float32 logits [batch, num_classes] (a segmenter's: [batch, H, W, num_classes]).
         """
         return run_in_batches(self._run, images, self.input_shape, self._fixed_batch, self.path,
                               chunk=64)

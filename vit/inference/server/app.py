@@ -38,6 +38,7 @@ from starlette.routing import Route
 
 from vit import images
 from vit.inference import classifier as classifiers
+from vit.inference.segment_predict import palette
 from vit.inference.server import tf_serving
 from vit.inference.server.admission import (RETRY_AFTER_S, Admission, Busy, Door, Ticket,
                                              busy_message)
@@ -158,7 +159,7 @@ class _Service:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
-        await run_in_threadpool(self.model.warm_up)  # before the server takes requests
+        await run_in_threadpool(self._warm_up)  # before the server takes requests
         # The loaded framework and model are hundreds of thousands of long-lived objects: a
         # full garbage collection walking them stops every thread for about half a second
         # under load. Frozen, they are left out of every collection while the server runs.
@@ -172,11 +173,19 @@ class _Service:
             self.decoding.shutdown(wait=True)
             gc.unfreeze()  # a process serving more than once collects the old model again
 
+    def _warm_up(self) -> None:
+        self.model.warm_up()
+        _ = self.model.per_pixel  # known before the first request asks
+
     def _run(self, kind: str, inputs: np.ndarray) -> dict:
-        """The model call of one batch, on the batcher's thread."""
+        """The model call of one batch, on the batcher's thread; a segmenter answers its
+        class ids per pixel (its per-pixel scores would be `classes` times larger)."""
         if kind == "encoded":
-            return self.model.predict_encoded(inputs)
-        outputs = self.model.predict(inputs)
+            outputs = self.model.predict_encoded(inputs)
+        else:
+            outputs = self.model.predict(inputs)
+        if self.model.per_pixel:
+            return {"class_ids": np.argmax(outputs["logits"], axis=-1).astype(np.int32)}
         if kind == "explain":
             outputs["rollout"] = self.model.attention_rollout(inputs)
         return outputs
@@ -203,7 +212,8 @@ class _Service:
         return JSONResponse({
             "name": self.name, "format": self.model.format, "classes": self.model.num_classes,
             "image_size": list(size) if size else None,
-            "heatmap": self.model.keras_model is not None,
+            "heatmap": self.model.keras_model is not None and not self.model.per_pixel,
+            "segmenter": self.model.per_pixel,
             "max_request_bytes": self.options.max_request_bytes})
 
     async def tf_serving(self, request: Request):
@@ -219,7 +229,8 @@ class _Service:
         if request.method == "GET" and suffix in (None, "/metadata"):
             return JSONResponse(tf_serving.model_status() if suffix is None else
                                 tf_serving.model_metadata(self.name, self.model.image_size,
-                                                          self.model.num_classes))
+                                                          self.model.num_classes,
+                                                          self.model.per_pixel))
         if suffix in (":classify", ":regress"):
             raise RequestError(400, f"{suffix[1:]} takes tf.Example inputs, which an image "
                                     "model has no use for; use :predict")
@@ -297,7 +308,7 @@ class _Service:
     def _decode(self, files: list[bytes]) -> np.ndarray:
         try:
             return images.decode_checked(files, self.model.image_size,
-                                         preprocessing=self.model.preprocessing)
+                                         preprocessing=self.model.resize_rule)
         except images.ImageError as error:
             raise RequestError(STATUS_OF_IMAGE_PROBLEM[error.reason], str(error)) from None
 
@@ -329,9 +340,12 @@ class _Service:
         check_encoded(data, "the image")
         if self.model.decodes_in_graph:
             return "encoded", np.array([data], dtype=object)
-        return "images" if self.model.keras_model is None else "explain", self._decode([data])
+        explains = self.model.keras_model is not None and not self.model.per_pixel
+        return "explain" if explains else "images", self._decode([data])
 
     def _explanation(self, outputs: dict) -> dict:
+        if self.model.per_pixel:
+            return self._segmentation(outputs["class_ids"][0])
         scores = outputs["probabilities"][0]
         names = self.model.class_names
         top = [{"index": int(i), "label": names[i], "probability": float(scores[i])}
@@ -345,6 +359,20 @@ class _Service:
                 "heatmap_unavailable": None if heatmap else
                 f"a {self.model.format} file keeps no attention maps; serve the .keras model "
                 "to see where it looks"}
+
+
+    def _segmentation(self, class_ids: np.ndarray) -> dict:
+        """The page's answer of a segmenter: the classes by pixel share, and the mask at the
+        model's size with a colour per class (the palette of `vit predict --masks`)."""
+        names = self.model.class_names
+        shares = np.bincount(class_ids.ravel(), minlength=len(names)) / class_ids.size
+        top = [{"index": int(i), "label": names[i], "share": float(shares[i])}
+               for i in np.argsort(-shares, kind="stable")[:TOP_K] if shares[i] > 0]
+        mask = {"rows": int(class_ids.shape[0]), "cols": int(class_ids.shape[1]),
+                "values": class_ids.ravel().tolist(),
+                "colours": palette(len(names))[:len(names)].tolist()}
+        return {"model": self.name, "top": top, "mask": mask, "heatmap": None,
+                "heatmap_unavailable": None}
 
 
 def _assertion(error) -> str:

@@ -136,17 +136,19 @@ def predict_response(outputs: dict[str, np.ndarray], columnar: bool) -> dict:
     """The JSON of a predict answer.
 
     Args:
-        outputs: {'probabilities', 'logits'} arrays [batch, classes].
+        outputs: {'probabilities', 'logits'} arrays [batch, classes], or a segmenter's
+            {'class_ids'} [batch, height, width].
         columnar: answer in the columnar format.
 
     Returns:
         {"predictions": [one object per instance]}, or {"outputs": {name: [per instance]}}.
     """
-    outputs = {name: np.asarray(outputs[name]).tolist() for name in OUTPUT_NAMES}
+    names = ["class_ids"] if "class_ids" in outputs else list(OUTPUT_NAMES)
+    outputs = {name: np.asarray(outputs[name]).tolist() for name in names}
     if columnar:
         return {"outputs": outputs}
-    count = len(outputs[OUTPUT_NAMES[0]])
-    return {"predictions": [{name: outputs[name][i] for name in OUTPUT_NAMES}
+    count = len(outputs[names[0]])
+    return {"predictions": [{name: outputs[name][i] for name in names}
                             for i in range(count)]}
 
 
@@ -156,17 +158,20 @@ def model_status() -> dict:
                                       "status": {"error_code": "OK", "error_message": ""}}]}
 
 
-def model_metadata(name: str, image_size, num_classes: int) -> dict:
+def model_metadata(name: str, image_size, num_classes: int, per_pixel: bool = False) -> dict:
     """`GET /v1/models/NAME/metadata`: both signature definitions, as TF Serving lists them.
 
     Args:
         name: the served model's name.
         image_size: (height, width) of `images`; None for any size.
         num_classes: width of the outputs.
+        per_pixel: a segmenter, answering `class_ids` int32 [batch, height, width].
     """
     height, width = image_size or (-1, -1)
     outputs = {output: _tensor_info(output, "DT_FLOAT", [-1, num_classes])
                for output in OUTPUT_NAMES}
+    if per_pixel:
+        outputs = {"class_ids": _tensor_info("class_ids", "DT_INT32", [-1, height, width])}
     signatures = {
         SERVING_DEFAULT: _signature(SERVING_DEFAULT, "DT_FLOAT", [-1, height, width, 3], outputs),
         SERVE_BYTES: _signature(SERVE_BYTES, "DT_STRING", [-1], outputs),

@@ -1,5 +1,6 @@
 // The `vit serve` page: send an image to /api/explain, draw it with the attention-rollout
-// heatmap on top, and list the top classes. No framework, no build step, nothing from a CDN.
+// heatmap on top (a segmenter: its class mask), and list the top classes (a segmenter: by pixel
+// share). No framework, no build step, nothing from a CDN.
 "use strict";
 
 const page = {
@@ -52,7 +53,8 @@ async function classify(file) {
       `${page.model.max_request_bytes}.`);
     return;
   }
-  setState("working", `Classifying ${file.name}…`);
+  setState("working", `${page.model && page.model.segmenter ? "Segmenting" : "Classifying"} ` +
+    `${file.name}…`);
   const response = await fetch("/api/explain", {
     method: "POST", body: file,
     headers: { "Content-Type": file.type || "application/octet-stream" },
@@ -64,15 +66,27 @@ async function classify(file) {
   }
   const image = await createImageBitmap(file);
   drawPhoto(image);
-  drawHeatmap(result.heatmap);
+  if (result.mask) {
+    drawMask(result.mask);
+  } else {
+    drawHeatmap(result.heatmap);
+  }
   showClasses(result.top);
   document.getElementById("result").hidden = false;
-  document.getElementById("heatmap-caption").textContent = result.heatmap ?
-    "Attention rollout: where the model looks, through every block." :
+  document.getElementById("heatmap-caption").textContent = result.mask ?
+    "Each pixel's class, one colour per class (the first class, background, left clear)." :
+    result.heatmap ? "Attention rollout: where the model looks, through every block." :
     result.heatmap_unavailable;
   const best = result.top[0];
   document.body.dataset.top1 = best.label;
-  setState("done", `${file.name}: ${best.label} (${(100 * best.probability).toFixed(1)}%).`);
+  const what = result.mask ? "of the pixels" : "";
+  setState("done", `${file.name}: ${best.label} (${(100 * score(best)).toFixed(1)}%` +
+    `${what ? " " + what : ""}).`);
+}
+
+// A classifier's class has a probability; a segmenter's, the share of pixels it covers.
+function score(item) {
+  return "share" in item ? item.share : item.probability;
 }
 
 function drawPhoto(image) {
@@ -108,9 +122,28 @@ function drawHeatmap(heatmap) {
   context.drawImage(grid, 0, 0, page.heatmap.width, page.heatmap.height);
 }
 
+// The mask is at the model's size; the model saw the whole image resized, so it spans it all.
+function drawMask(mask) {
+  const context = page.heatmap.getContext("2d");
+  context.clearRect(0, 0, page.heatmap.width, page.heatmap.height);
+  const grid = document.createElement("canvas");
+  grid.width = mask.cols;
+  grid.height = mask.rows;
+  const cells = grid.getContext("2d").createImageData(mask.cols, mask.rows);
+  mask.values.forEach((id, i) => {
+    cells.data.set([...mask.colours[id], id === 0 ? 0 : 255], 4 * i);
+  });
+  grid.getContext("2d").putImageData(cells, 0, 0);
+  context.imageSmoothingEnabled = false; // class edges stay sharp
+  context.drawImage(grid, 0, 0, page.heatmap.width, page.heatmap.height);
+  document.body.dataset.maskClasses = [...new Set(mask.values)].sort((a, b) => a - b).join(",");
+}
+
 function showClasses(top) {
   const list = document.getElementById("top");
-  list.replaceChildren(...top.map(({ label, probability }) => {
+  list.replaceChildren(...top.map((entry) => {
+    const { label } = entry;
+    const probability = score(entry);
     const item = document.createElement("li");
     const row = document.createElement("div");
     row.className = "row";

@@ -1,0 +1,261 @@
+"""A segmenter deployed: `vit export` (SavedModel with class ids and probabilities, TFLite
+fp32/fp16/int8 and ONNX fp32/int8, each checked against Keras pixel by pixel under the
+classifier's bars and scored by mIoU on held-out masks), `vit evaluate` in every format, and
+`vit serve` (the mask over REST, the overlay on its page in headless Chromium)."""
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SIZE, BLOCK = 16, 4
+COLOURS = np.array([[40, 90, 40], [220, 60, 30], [40, 60, 220]], np.float32)
+
+
+def _scenes(count, seed):
+    """Images of coloured 4x4 blocks (the patch grid) and their masks of classes 0..2."""
+    rng = np.random.default_rng(seed)
+    masks = np.kron(rng.integers(0, 3, (count, SIZE // BLOCK, SIZE // BLOCK)),
+                    np.ones((1, BLOCK, BLOCK), int)).astype(np.uint8)
+    images = COLOURS[masks] + rng.normal(0, 12, (count, SIZE, SIZE, 3))
+    return np.clip(images, 0, 255).astype(np.float32), masks
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny segmenter fitted on the block scenes (its logits decisive, as a trained model's
+    are), saved, and a folder of held-out scenes with palette masks."""
+    import keras
+
+    import vit_keras
+
+    keras.utils.set_random_seed(0)
+    config = vit_keras.ViTConfig(image_size=SIZE, patch_size=BLOCK, hidden_size=16,
+                                 num_layers=1, num_heads=2, mlp_dim=32, num_classes=3)
+    model = vit_keras.ViTSegmenter(config, head="linear")
+    images, masks = _scenes(256, seed=1)
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(images / 127.5 - 1, masks.astype(np.int32), epochs=12, batch_size=32,
+              verbose=0)
+    root = tmp_path_factory.mktemp("segmentation_export")
+    model.save(root / "seg.keras")
+    held_out = root / "held_out"
+    (held_out / "images").mkdir(parents=True)
+    (held_out / "masks").mkdir()
+    val_images, val_masks = _scenes(24, seed=2)
+    for index, (image, mask) in enumerate(zip(val_images, val_masks)):
+        Image.fromarray(image.astype(np.uint8)).save(held_out / "images" / f"{index}.png")
+        picture = Image.new("P", (SIZE, SIZE))
+        picture.putdata(mask.ravel().tolist())
+        picture.putpalette([0, 0, 0, 200, 30, 30, 30, 30, 200] + [0] * 759)
+        picture.save(held_out / "masks" / f"{index}.png")
+    return model, root, held_out
+
+
+@pytest.fixture(scope="module")
+def exported(trained):
+    """`vit export --data folder:...` of the fitted segmenter: (exit status, printed table,
+    output folder)."""
+    from vit import cli
+
+    _, root, held_out = trained
+    output = root / "exported"
+    with _captured() as printed:
+        status = cli.main(["export", "--model", str(root / "seg.keras"), "--data",
+                           f"folder:{held_out}", "--output", str(output), "--latency-runs", "5"])
+    return status, printed.getvalue(), output
+
+
+@contextlib.contextmanager
+def _captured():
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        yield printed
+
+
+def test_every_format_matches_keras_pixel_by_pixel(exported):
+    """Every default format written and passed at the default bars (float 99.9%, int8 98% of
+    pixels), each scored by mIoU on the held-out masks."""
+    status, table, output = exported
+    assert status == 0
+    report = json.loads((output / "export.json").read_text())
+    assert report["agreement"] == "pixels" and not report["failed"]
+    assert report["keras"]["mIoU"] > 0.9
+    for name, entry in report["formats"].items():
+        assert entry["passed"], name
+        assert entry["min_agreement"] in (0.999, 0.98)
+        assert entry["top1_agreement"] >= entry["min_agreement"]
+        assert entry["mIoU"] == pytest.approx(report["keras"]["mIoU"], abs=0.02), name
+    assert set(report["formats"]) >= {"saved_model", "tflite", "tflite_fp16", "tflite_int8",
+                                      "onnx", "onnx_int8"}
+    assert "| mIoU | pixel agreement |" in table
+
+
+@pytest.mark.parametrize("name", ["seg.keras", "exported/model_int8.tflite",
+                                  "exported/model.onnx"])
+def test_evaluate_scores_a_segmenter_in_any_format(trained, exported, name, tmp_path, capsys):
+    """`vit evaluate` on data with masks: mIoU, pixel accuracy and IoU per class, the same for
+    the .keras model and its exported files, in the table and in --output."""
+    from vit import cli
+
+    _, root, held_out = trained
+    report = json.loads((exported[2] / "export.json").read_text())
+    status = cli.main(["evaluate", "--model", str(root / name), "--data", f"folder:{held_out}",
+                       "--output", str(tmp_path / "scores.json")])
+    assert status == 0
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["examples"] == 24 and len(scores["per_class"]) == 3
+    assert scores["mIoU"] == pytest.approx(report["keras"]["mIoU"], abs=0.02)
+    assert scores["pixel_accuracy"] > 0.9
+    assert sum(row["pixels"] for row in scores["per_class"]) == 24 * SIZE * SIZE
+    printed = capsys.readouterr().out
+    assert "mIoU" in printed and "pixel accuracy" in printed and " IoU " in printed
+
+
+def test_evaluate_refuses_a_classifier_on_masks(trained, tmp_path, capsys):
+    import vit_keras
+    from vit import cli
+
+    _, _, held_out = trained
+    classifier = vit_keras.VisionTransformer(vit_keras.ViTConfig(
+        image_size=SIZE, patch_size=BLOCK, hidden_size=16, num_layers=1, num_heads=2,
+        mlp_dim=32, num_classes=3))
+    classifier.save(tmp_path / "classifier.keras")
+    status = cli.main(["evaluate", "--model", str(tmp_path / "classifier.keras"), "--data",
+                       f"folder:{held_out}"])
+    assert status == 2
+    assert "holds masks (segmentation data)" in capsys.readouterr().err
+
+
+def test_saved_model_returns_class_ids_and_probabilities(trained):
+    """serving_default: probabilities, logits and class ids per pixel; serve_class_ids: only
+    the ids; serve_bytes: an encoded image of another size, resized whole."""
+    import tensorflow as tf
+
+    from vit_keras import export
+
+    model, root, _ = trained
+    images, masks = _scenes(4, seed=3)
+    path = export.saved_model(model, str(root / "saved"))
+    loaded = tf.saved_model.load(path)
+    expected = np.asarray(model.predict(images / 127.5 - 1, verbose=0)).argmax(-1)
+    outputs = loaded.signatures["serving_default"](images=tf.constant(images))
+    assert outputs["probabilities"].shape == (4, SIZE, SIZE, 3)
+    np.testing.assert_allclose(tf.reduce_sum(outputs["probabilities"], -1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(outputs["class_ids"], expected)
+    ids_only = loaded.signatures["serve_class_ids"](images=tf.constant(images))
+    assert set(ids_only) == {"class_ids"} and ids_only["class_ids"].dtype == tf.int32
+    np.testing.assert_array_equal(ids_only["class_ids"], expected)
+    assert (expected == masks).mean() > 0.9
+    big = Image.fromarray(images[0].astype(np.uint8)).resize((SIZE * 3, SIZE * 2),
+                                                               Image.NEAREST)
+    encoded = io.BytesIO()
+    big.save(encoded, format="PNG")
+    from_bytes = loaded.signatures["serve_bytes"](image_bytes=tf.constant([encoded.getvalue()]))
+    assert from_bytes["class_ids"].shape == (1, SIZE, SIZE)
+    assert (np.asarray(from_bytes["class_ids"][0]) == expected[0]).mean() > 0.9
+
+
+def test_masks_of_another_size_are_refused(trained):
+    from vit.inference.export import export_model
+
+    model, root, _ = trained
+    images, masks = _scenes(4, seed=4)
+    with pytest.raises(ValueError, match=r"eval masks must be \[N, 16, 16\].*\(4, 8, 8\)"):
+        export_model(model, str(root / "refused"), eval_images=images,
+                     eval_labels=masks[:, ::2, ::2], formats=("tflite",))
+
+
+def _served_png(image) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image, np.uint8)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("name", ["seg.keras", "exported/model.tflite"])
+def test_serve_answers_the_mask_over_rest(trained, exported, name):
+    """:predict answers class ids per pixel (float instances and encoded files, the file
+    resized whole), the metadata says so, and /api/explain gives the mask and pixel shares."""
+    import base64
+
+    import httpx
+    from localhost import served
+
+    from vit.inference import classifier
+    from vit.inference.server import create_app
+
+    model, root, _ = trained
+    images, _ = _scenes(3, seed=5)
+    expected = np.asarray(model.predict(images / 127.5 - 1, verbose=0)).argmax(-1)
+    served_model = classifier.load(str(root / name))
+    with served(create_app(served_model, "seg")) as url, \
+            httpx.Client(base_url=url, timeout=60) as client:
+        rows = client.post("/v1/models/seg:predict", json={"instances": images.tolist()})
+        assert rows.status_code == 200, rows.text
+        predictions = rows.json()["predictions"]
+        assert [set(row) for row in predictions] == [{"class_ids"}] * 3
+        np.testing.assert_array_equal([row["class_ids"] for row in predictions], expected)
+        big = Image.fromarray(images[0].astype(np.uint8)).resize((SIZE * 2, SIZE * 3),
+                                                                   Image.NEAREST)
+        files = client.post("/v1/models/seg:predict", json={
+            "signature_name": "serve_bytes",
+            "instances": [{"b64": base64.b64encode(_served_png(big)).decode()}]})
+        assert files.status_code == 200, files.text
+        mask = np.asarray(files.json()["predictions"][0]["class_ids"])
+        assert mask.shape == (SIZE, SIZE) and (mask == expected[0]).mean() > 0.9
+        metadata = client.get("/v1/models/seg/metadata").json()
+        outputs = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"][
+            "outputs"]
+        assert set(outputs) == {"class_ids"}
+        assert client.get("/api/model").json()["segmenter"] is True
+        explained = client.post("/api/explain", content=_served_png(images[1]),
+                                headers={"content-type": "image/png"}).json()
+    assert (explained["mask"]["rows"], explained["mask"]["cols"]) == (SIZE, SIZE)
+    np.testing.assert_array_equal(np.reshape(explained["mask"]["values"], (SIZE, SIZE)),
+                                  expected[1])
+    shares = np.bincount(expected[1].ravel(), minlength=3) / SIZE ** 2
+    assert {row["label"]: row["share"] for row in explained["top"]} == pytest.approx(
+        {str(index): share for index, share in enumerate(shares) if share})
+    assert len(explained["mask"]["colours"]) == 3
+
+
+def test_the_page_draws_the_mask_and_lists_the_pixel_shares(trained, tmp_path):
+    import browser
+
+    browser.skip_without_browser()
+    from localhost import served
+    from selenium.webdriver.common.by import By
+
+    from vit.inference import classifier
+    from vit.inference.server import create_app
+
+    model, root, _ = trained
+    images, _ = _scenes(1, seed=6)
+    expected = np.asarray(model.predict(images / 127.5 - 1, verbose=0)).argmax(-1)[0]
+    (tmp_path / "scene.png").write_bytes(_served_png(images[0]))
+    with served(create_app(classifier.load(str(root / "seg.keras")), "seg")) as url:
+        driver = browser.start_chromium()
+        try:
+            state = browser.classify_in_page(driver, url, tmp_path / "scene.png")
+            status = driver.find_element(By.ID, "status").text
+            body = driver.find_element(By.TAG_NAME, "body")
+            drawn = body.get_attribute("data-mask-classes")
+            width, height, opaque, colours = driver.execute_script(browser.HEATMAP_PIXELS)
+            labels = [item.text for item in driver.find_elements(By.CSS_SELECTOR,
+                                                                 "#top li .label")]
+            console = driver.get_log("browser")
+        finally:
+            driver.quit()
+    assert state == "done", status
+    assert "of the pixels" in status
+    assert drawn == ",".join(str(index) for index in np.unique(expected))
+    shown = set(np.unique(expected)) - {0}  # class 0 (background) is left clear
+    assert colours == len(shown) and 0 < opaque < width * height
+    assert set(labels) == {str(index) for index in np.unique(expected)}
+    assert not [entry for entry in console if entry["level"] == "SEVERE"], console
