@@ -152,6 +152,27 @@ def test_augmentation_moves_image_and_mask_together(tmp_path):
     assert flipped_any
 
 
+def test_a_resumed_stream_repeats_the_uninterrupted_one(tmp_path):
+    """Batches are a function of (seed, epoch, step): a run resumed at epoch 1, step 1 sees
+    exactly the batches the uninterrupted run saw from there, images and masks alike."""
+    from training import segment_pipeline
+    from training.presets import get_preset
+
+    source = segmentation.load_segmentation_source(f"folder:{_folder(tmp_path, count=8)}",
+                                                   "train", 0.0)
+    preset = get_preset("digits_segment").with_values({"schedule.epochs": 3,
+                                                       "augment.flip": True})
+    stream = [segment_pipeline.train_dataset(source, 16, 2, preset, start_epoch=epoch,
+                                             start_step=step, steps_per_epoch=4)
+              for epoch, step in ((0, 0), (1, 1))]
+    whole, resumed = (list(dataset.as_numpy_iterator()) for dataset in stream)
+    assert len(whole) == 12 and len(resumed) == 7
+    for (image, mask), (again, again_mask) in zip(whole[5:], resumed):
+        np.testing.assert_array_equal(image, again)
+        np.testing.assert_array_equal(mask, again_mask)
+    assert not np.array_equal(whole[0][1], whole[4][1])  # epochs differ
+
+
 def test_exact_scores_at_the_masks_resolution(tmp_path):
     """A perfect predictor scores 1; scores come from the original masks, whatever the model's
     size, and ignored pixels count nowhere."""
@@ -270,3 +291,38 @@ def test_predict_with_a_segmenter_writes_masks_and_overlays(tmp_path, capsys):
             assert overlay.mode == "RGB" and overlay.size == (30, 30)
     predictions = json.loads((tmp_path / "shares.json").read_text())["predictions"]
     assert sum(entry["score"] for entry in predictions[0]["top"]) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_a_killed_segmentation_run_resumes_to_the_uninterrupted_result(tmp_path):
+    """SIGKILL after a backup, then --resume: the segmenter's weights equal those of a run
+    never interrupted (same batches of images and masks, same updates)."""
+    import subprocess
+
+    import keras
+    from runs import kill_after_backup, start_vit, vit_command, vit_env
+
+    data = _folder(tmp_path / "data", count=64, size=16)
+    common = ["train", "--task", "segment", "--data", f"folder:{data}", "--epochs", "3",
+              "--batch-size", "4", "--no-export", "--no-inspect", "--seed", "5",
+              "--set", "data.val_split=0.25", "--set", "model.image_size=16",
+              "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
+              "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
+              "--set", "backup_every=3", "--set", "eval_every=3"]
+    reference = start_vit([*common, "--output", tmp_path / "ref"], tmp_path,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    victim_dir = tmp_path / "victim"
+    victim = start_vit([*common, "--output", victim_dir], tmp_path,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = kill_after_backup(victim, victim_dir, min_step=6, timeout=120)
+    assert 0 < state["global_step"] < 3 * 12 and not (victim_dir / "model.keras").exists()
+    resumed = subprocess.run(vit_command(*common, "--output", victim_dir, "--resume"),
+                             env=vit_env(), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in resumed.stdout
+    assert reference.wait(timeout=240) == 0, reference.stderr.read()[-3000:]
+    mine, theirs = (keras.saving.load_model(str(folder / "model.keras"), safe_mode=True)
+                    for folder in (tmp_path / "ref", victim_dir))
+    for a, b in zip(mine.get_weights(), theirs.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
