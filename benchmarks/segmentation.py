@@ -1,16 +1,23 @@
-"""Segmentation: `vit train --task segment` beside a small Keras U-Net trained for the same wall
-time, on the built-in digit scenes, in one run.
+"""Segmentation: `vit train --task segment` beside a small Keras U-Net given the same training
+time, on the built-in digit scenes and on shape scenes made here, and (--pretrained) a backbone
+pre-trained by the default classification job, then fine-tuned, against the same from scratch.
 
 The ViT is the plain command a user types (`vit train --task segment`, plus `--train-args`);
 its training seconds (metrics.json `train_seconds`) are the U-Net's budget. The U-Net
 (Ronneberger et al. 2015, shrunk to 32x32 inputs: 32-64-128 filters, two 3x3 conv-BN-ReLU per
 level, max pooling down, 2x transposed convolutions up with skip connections, a 1x1 classifier)
 trains on the very same batches (`training.segment_pipeline`, the preset's augmentation and
-seed) with AdamW at 2e-3 and cosine decay over as many epochs as the budget affords (timed on
-a throwaway twin's epoch first). Both are scored by the same exact mIoU over the validation scenes
-(`vit.inference.segmentation_eval`). Prints one row per model and the ratio.
+seed) with AdamW at 2e-3 and cosine decay over the epochs one timed epoch of a throwaway twin
+says the budget affords; it stops at the budget whatever the estimate said. Every model is
+scored by the same exact mIoU over the validation scenes (`vit.inference.segmentation_eval`),
+and each runs in its own process, whose peak resident memory is reported.
 
-    python benchmarks/segmentation.py                  # about 6 minutes on 2 cores
+Shape scenes: 32x32 canvases of smooth colour gradients with two to four filled discs, squares
+and triangles (4 classes with the background) in random colours and sizes, which may overlap;
+1,200 training and 300 validation scenes, written as an images/ + masks/ folder (`folder:`).
+
+    python benchmarks/segmentation.py                  # about 12 minutes on 2 cores
+    python benchmarks/segmentation.py --pretrained     # + the default job, 3 fine-tunings: 22 min
     python benchmarks/segmentation.py --train-args "--set objective.segment_head=linear --epochs 20"
 """
 
@@ -29,17 +36,79 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
-def run_vit(train_args: list[str], output: str) -> dict:
-    """`vit train --task segment ARGS` in its own process; its metrics.json."""
-    command = [sys.executable, "-m", "vit", "train", "--task", "segment", "--no-inspect",
+def _run(command: list[str]) -> float:
+    """Runs a command of this repository's Python; returns its peak resident memory in MB."""
+    print("$", " ".join(shlex.quote(str(part)) for part in command[1:]), flush=True)
+    process = subprocess.Popen(command, cwd=REPO)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise SystemExit(f"{command[1:]} failed with exit status {process.returncode}")
+    return usage.ru_maxrss / 1024  # Linux reports KiB
+
+
+def run_vit(train_args: list, output: str, task: str = "segment") -> dict:
+    """`vit train --task TASK ARGS` in its own process; its metrics.json and peak memory."""
+    command = [sys.executable, "-m", "vit", "train", "--task", task, "--no-inspect",
                "--no-export", "--output", output, *train_args]  # training is what is compared
-    print("$", " ".join(shlex.quote(part) for part in command[1:]), flush=True)
-    started = time.perf_counter()
-    subprocess.run(command, check=True, cwd=REPO)
+    peak = _run(command)
     with open(os.path.join(output, "metrics.json")) as handle:
-        metrics = json.load(handle)
-    metrics["command_seconds"] = time.perf_counter() - started
-    return metrics
+        return {**json.load(handle), "peak_mb": peak}
+
+
+def run_unet_process(budget_seconds: float, train_spec: str, val_spec: str,
+                     folder: str) -> dict:
+    """`run_unet` in its own process (this script's --unet mode), for its own peak memory."""
+    result = os.path.join(folder, f"unet-{len(os.listdir(folder))}.json")
+    peak = _run([sys.executable, os.path.abspath(__file__), "--unet", json.dumps(
+        {"budget": budget_seconds, "train": train_spec, "val": val_spec, "result": result})])
+    with open(result) as handle:
+        return {**json.load(handle), "peak_mb": peak}
+
+
+def make_shape_scenes(folder: str, count: int, seed: int, size: int = 32) -> str:
+    """`count` shape scenes as `folder/images/*.png` + `folder/masks/*.png` and classes.txt;
+    returns the `folder:` spec."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    for name in ("images", "masks"):
+        os.makedirs(os.path.join(folder, name), exist_ok=True)
+    ramp = np.linspace(0, 1, size)
+    for index in range(count):
+        start, end = rng.uniform(0, 255, (2, 3))
+        along = ramp[:, None] if rng.random() < 0.5 else ramp[None, :]
+        canvas = start + (end - start) * along[..., None] + rng.normal(0, 8, (size, size, 3))
+        image = Image.fromarray(np.clip(canvas, 0, 255).astype(np.uint8))
+        mask = Image.new("L", (size, size), 0)
+        for _ in range(rng.integers(2, 5)):
+            _draw_shape(ImageDraw.Draw(image), ImageDraw.Draw(mask), rng, size)
+        image.save(os.path.join(folder, "images", f"{index:04d}.png"))
+        mask.save(os.path.join(folder, "masks", f"{index:04d}.png"))
+    with open(os.path.join(folder, "classes.txt"), "w") as handle:
+        handle.write("background\ndisc\nsquare\ntriangle\n")
+    return f"folder:{folder}"
+
+
+def _draw_shape(image, mask, rng, size: int) -> None:
+    """One filled disc, square or triangle, in the image's random colour and the mask's id."""
+    label = int(rng.integers(1, 4))
+    radius = rng.uniform(4, 9)
+    x, y = rng.uniform(radius, size - radius, 2)
+    if label == 1:
+        box = [x - radius, y - radius, x + radius, y + radius]
+        draws = [(canvas.ellipse, box) for canvas in (image, mask)]
+    elif label == 2:
+        box = [x - radius, y - radius, x + radius, y + radius]
+        draws = [(canvas.rectangle, box) for canvas in (image, mask)]
+    else:
+        corners = [(x, y - radius), (x - radius, y + radius), (x + radius, y + radius)]
+        draws = [(canvas.polygon, corners) for canvas in (image, mask)]
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    (draw_image, shape), (draw_mask, _) = draws
+    draw_image(shape, fill=colour)
+    draw_mask(shape, fill=label)
 
 
 def unet(num_classes: int, size: int = 32, widths=(32, 64, 128)):
@@ -76,20 +145,39 @@ def _compiled_unet(classes: int, epochs: int, steps: int):
     return model
 
 
-def run_unet(budget_seconds: float, preset) -> dict:
-    """The U-Net trained on the preset's batches for `budget_seconds`: one timed epoch of a
-    throwaway twin (not counted) sets how many epochs the budget affords, and the cosine
-    schedule spans exactly those."""
+def _stop_at_budget(model, seconds: float):
+    """A Keras callback that ends `model`'s training once `seconds` of it have passed."""
+    import keras
+
+    clock = {}
+
+    def begin(logs=None):
+        clock["started"] = time.perf_counter()
+
+    def after_batch(batch, logs=None):
+        if time.perf_counter() - clock["started"] >= seconds:
+            model.stop_training = True
+
+    return keras.callbacks.LambdaCallback(on_train_begin=begin, on_train_batch_end=after_batch)
+
+
+def run_unet(budget_seconds: float, train_spec: str, val_spec: str) -> dict:
+    """The U-Net trained on `digits_segment`'s batches of `train_spec` for `budget_seconds`:
+    one timed epoch of a throwaway twin (not counted) sets the cosine schedule's epochs, and
+    training stops at the budget whatever that estimate said."""
     import keras
 
     from training import segment_pipeline
+    from training.presets import get_preset
     from vit.data import segmentation
     from vit.inference import segmentation_eval
     from vit_keras import segmentation_scores
 
+    preset = get_preset("digits_segment")
     keras.utils.set_random_seed(preset.seed)
-    train = segmentation.digit_scenes_source("train")
-    val = segmentation.digit_scenes_source("test")
+    train = segmentation.load_segmentation_source(train_spec, "train", 0.0)
+    val = segmentation.load_segmentation_source(val_spec, "val" if val_spec == "digit-scenes"
+                                                else "train", 0.0)
     classes, batch = train.num_classes, preset.schedule.batch_size
     steps = train.num_examples // batch
 
@@ -97,42 +185,85 @@ def run_unet(budget_seconds: float, preset) -> dict:
         stream = preset.with_values({"schedule.epochs": epochs})
         return segment_pipeline.train_dataset(train, 32, batch, stream, steps_per_epoch=steps)
 
-    probe = _compiled_unet(classes, 2, steps)
-    probe.fit(batches(1), epochs=1, verbose=0)  # traced: the second epoch times the step
+    twin = _compiled_unet(classes, 2, steps)
+    twin.fit(batches(1), epochs=1, verbose=0)  # traced: the second epoch times the step
     started = time.perf_counter()
-    probe.fit(batches(1), epochs=1, verbose=0)
-    epochs = max(1, int(budget_seconds / (time.perf_counter() - started)))
+    twin.fit(batches(1), epochs=1, verbose=0)
+    epochs = max(1, round(budget_seconds / (time.perf_counter() - started)))
     model = _compiled_unet(classes, epochs, steps)
     started = time.perf_counter()
-    model.fit(batches(epochs), epochs=epochs, steps_per_epoch=steps, verbose=0)
+    history = model.fit(batches(epochs), epochs=epochs, steps_per_epoch=steps, verbose=0,
+                        callbacks=[_stop_at_budget(model, budget_seconds)])
     seconds = time.perf_counter() - started
     matrix = segmentation_eval.confusion(segmentation_eval.keras_predict(model), val, 32,
                                          classes)
     scores = segmentation_scores.scores(matrix)
     return {"val_mIoU": scores["mIoU"], "val_pixel_accuracy": scores["pixel_accuracy"],
-            "train_seconds": seconds, "epochs": epochs,
-            "weights": int(sum(w.size for w in model.get_weights()))}
+            "train_seconds": seconds, "epochs": len(history.history["loss"]),
+            "planned_epochs": epochs, "total_weights": int(sum(w.size for w in
+                                                               model.get_weights()))}
+
+
+def _row(name: str, result: dict) -> str:
+    return (f"{name:<46} {100 * result['val_mIoU']:6.2f}% "
+            f"{100 * result['val_pixel_accuracy']:9.2f}% {result['train_seconds']:8.1f} "
+            f"{result['epochs']:7d} {result['total_weights']:9,d} {result['peak_mb']:8.0f}")
+
+
+def compare(name: str, train_spec: str, val_spec: str, train_args: list, folder: str) -> list:
+    """The ViT from scratch and the U-Net given its training seconds, on one data set."""
+    data = ["--data", train_spec] + (["--val-data", val_spec] if val_spec != train_spec else [])
+    vit = run_vit(data + train_args, os.path.join(folder, f"vit-{name}"))
+    baseline = run_unet_process(vit["train_seconds"], train_spec, val_spec, folder)
+    return [(f"{name}: ViT (vit train --task segment)", vit),
+            (f"{name}: U-Net, same training time", baseline)]
+
+
+def pretrained_rows(train_args: list, folder: str) -> list:
+    """The default classification job, then its encoder fine-tuned on the digit scenes."""
+    classifier = os.path.join(folder, "classifier")
+    job = run_vit([], classifier, task="classify")
+    print(f"default job: {100 * job['val_top1']:.2f}% top-1 in {job['train_seconds']:.0f} s",
+          flush=True)
+    rows = []
+    for mode in ("probe", "lora", "full"):
+        weights = ["--weights", os.path.join(classifier, "model.keras"), "--finetune", mode]
+        rows.append((f"digit-scenes: default job's encoder, {mode}",
+                     run_vit(weights + train_args, os.path.join(folder, f"vit-{mode}"))))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-args", default="", help="more `vit train` arguments")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="also the default classification job's encoder, fine-tuned")
+    parser.add_argument("--unet", help=argparse.SUPPRESS)  # the U-Net's own process
     args = parser.parse_args()
-    from training import presets
-
+    if args.unet:
+        task = json.loads(args.unet)
+        result = run_unet(task["budget"], task["train"], task["val"])
+        with open(task["result"], "w") as handle:
+            json.dump(result, handle)
+        return
+    train_args = shlex.split(args.train_args)
     with tempfile.TemporaryDirectory() as folder:
-        vit = run_vit(shlex.split(args.train_args), os.path.join(folder, "vit"))
-    preset = presets.get_preset("digits_segment")
-    baseline = run_unet(vit["train_seconds"], preset)
-    print(f"\n{'model':<28} {'mIoU':>7} {'pixel acc':>10} {'train s':>8} {'epochs':>7} "
-          f"{'weights':>9}")
-    print(f"{'ViT (vit train --task segment)':<28} {100 * vit['val_mIoU']:6.2f}% "
-          f"{100 * vit['val_pixel_accuracy']:9.2f}% {vit['train_seconds']:8.1f} "
-          f"{vit['epochs']:7d} {vit['total_weights']:9,d}")
-    print(f"{'U-Net, same wall time':<28} {100 * baseline['val_mIoU']:6.2f}% "
-          f"{100 * baseline['val_pixel_accuracy']:9.2f}% {baseline['train_seconds']:8.1f} "
-          f"{baseline['epochs']:7d} {baseline['weights']:9,d}")
-    print(f"\nmIoU ratio ViT / U-Net: {vit['val_mIoU'] / max(baseline['val_mIoU'], 1e-9):.2f}")
+        shapes = os.path.join(folder, "shapes")
+        rows = compare("digit-scenes", "digit-scenes", "digit-scenes", train_args, folder)
+        if args.pretrained:
+            rows += pretrained_rows(train_args, folder)
+        rows += compare("shape-scenes", make_shape_scenes(shapes + "-train", 1200, seed=1),
+                        make_shape_scenes(shapes + "-val", 300, seed=2), train_args, folder)
+    print(f"\n{'model':<46} {'mIoU':>7} {'pixel acc':>10} {'train s':>8} {'epochs':>7} "
+          f"{'weights':>9} {'peak MB':>8}")
+    for name, result in rows:
+        print(_row(name, result))
+    for data in ("digit-scenes", "shape-scenes"):
+        vit, unet = (result for name, result in rows if name.startswith(data) and
+                     ("ViT" in name or "U-Net" in name))
+        print(f"{data}: mIoU ratio ViT / U-Net {vit['val_mIoU'] / max(unet['val_mIoU'], 1e-9):.2f}"
+              f", U-Net trained {unet['train_seconds']:.0f} s of its {vit['train_seconds']:.0f} s"
+              f" budget ({unet['epochs']} of {unet['planned_epochs']} planned epochs)")
 
 
 if __name__ == "__main__":

@@ -98,3 +98,38 @@ def run_vit(args, cwd, timeout: float = 300) -> tuple[subprocess.CompletedProces
     done = subprocess.run(vit_command(*args), cwd=cwd, env=vit_env(), capture_output=True,
                           text=True, timeout=timeout)
     return done, time.perf_counter() - started
+
+
+def killed_run_resumes_exactly(common: list, folder, min_step: int, total_steps: int) -> None:
+    """Runs `vit COMMON` twice side by side: one to its end, one SIGKILLed after a backup at
+    step >= `min_step` and then resumed with --resume; asserts that the resumed run says where
+    it continues and ends with the uninterrupted run's weights (same batches, same updates).
+
+    Args:
+        common: the `vit train` arguments both runs share (not --output).
+        folder: the test's folder; the runs write into `ref/` and `victim/` below it.
+        min_step: the earliest global step whose backup the kill waits for.
+        total_steps: the run's steps, for the check that the kill came mid-run.
+    """
+    import keras
+    import numpy as np
+
+    reference = start_vit([*common, "--output", folder / "ref"], folder,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    victim_dir = folder / "victim"
+    victim = start_vit([*common, "--output", victim_dir], folder,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = kill_after_backup(victim, victim_dir, min_step=min_step, timeout=120)
+    assert 0 < state["global_step"] < total_steps and not (victim_dir / "model.keras").exists()
+    resumed = subprocess.run(vit_command(*common, "--output", victim_dir, "--resume"),
+                             env=vit_env(), cwd=folder, capture_output=True, text=True,
+                             timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in resumed.stdout
+    assert reference.wait(timeout=240) == 0, reference.stderr.read()[-3000:]
+    import vit_keras  # noqa: F401  (registers the layers the files hold)
+
+    weights = [keras.saving.load_model(str(path / "model.keras"), compile=False).get_weights()
+               for path in (folder / "ref", victim_dir)]
+    for mine, theirs in zip(*weights):
+        np.testing.assert_allclose(mine, theirs, atol=1e-5)

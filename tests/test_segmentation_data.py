@@ -207,13 +207,14 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
                        "--set", "model.image_size=16", "--set", "model.num_layers=1",
                        "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
                        "--set", "objective.segment_width=8", "--no-inspect",
-                       # a 2-epoch model's logits are near ties: its int8 files are held to
-                       # the default bar in test_segmentation_export, on a fitted model
-                       "--min-agreement", "int8=0.9", "--output", str(output)])
+                       "--set", "optim.layer_decay=0.75",  # encoder layers by name, head full
+                       # a 2-epoch model's logits are near ties: its fp16 and int8 files are
+                       # held to the default bars in test_segmentation_deploy, on a fitted model
+                       "--min-agreement", "tflite_fp16=0.99,int8=0.9", "--output", str(output)])
     assert status == 0
     exported = json.loads((output / "export.json").read_text())
     assert exported["agreement"] == "pixels" and not exported["failed"]
-    for name in ("saved_model", "tflite", "tflite_fp16", "onnx"):
+    for name in ("saved_model", "tflite", "onnx"):  # float32 files: exact up to rounding
         assert exported["formats"][name]["top1_agreement"] >= 0.999, name
     assert {"tflite_int8", "onnx_int8"} <= set(exported["formats"])
     assert (output / "model_int8.tflite").exists() and (output / "saved_model").is_dir()
@@ -297,10 +298,7 @@ def test_predict_with_a_segmenter_writes_masks_and_overlays(tmp_path, capsys):
 def test_a_killed_segmentation_run_resumes_to_the_uninterrupted_result(tmp_path):
     """SIGKILL after a backup, then --resume: the segmenter's weights equal those of a run
     never interrupted (same batches of images and masks, same updates)."""
-    import subprocess
-
-    import keras
-    from runs import kill_after_backup, start_vit, vit_command, vit_env
+    from runs import killed_run_resumes_exactly
 
     data = _folder(tmp_path / "data", count=64, size=16)
     common = ["train", "--task", "segment", "--data", f"folder:{data}", "--epochs", "3",
@@ -309,20 +307,4 @@ def test_a_killed_segmentation_run_resumes_to_the_uninterrupted_result(tmp_path)
               "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
               "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
               "--set", "backup_every=3", "--set", "eval_every=3"]
-    reference = start_vit([*common, "--output", tmp_path / "ref"], tmp_path,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    victim_dir = tmp_path / "victim"
-    victim = start_vit([*common, "--output", victim_dir], tmp_path,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = kill_after_backup(victim, victim_dir, min_step=6, timeout=120)
-    assert 0 < state["global_step"] < 3 * 12 and not (victim_dir / "model.keras").exists()
-    resumed = subprocess.run(vit_command(*common, "--output", victim_dir, "--resume"),
-                             env=vit_env(), cwd=tmp_path, capture_output=True, text=True,
-                             timeout=240)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in resumed.stdout
-    assert reference.wait(timeout=240) == 0, reference.stderr.read()[-3000:]
-    mine, theirs = (keras.saving.load_model(str(folder / "model.keras"), safe_mode=True)
-                    for folder in (tmp_path / "ref", victim_dir))
-    for a, b in zip(mine.get_weights(), theirs.get_weights()):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+    killed_run_resumes_exactly(common, tmp_path, min_step=6, total_steps=3 * 12)

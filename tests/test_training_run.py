@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 from localhost import free_ports
-from runs import kill_after_backup, start_vit, vit_command, vit_env
+from runs import killed_run_resumes_exactly, start_vit, vit_env
 from helpers import vit_predict
 from vit import cli
 from training import finish, run
@@ -27,14 +27,6 @@ TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_he
 TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
         "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
         "--set", "translate=0.1", "--set", "eval_every=1"]
-
-
-def _weights(path):
-    import keras
-
-    import vit_keras  # noqa: F401
-
-    return keras.saving.load_model(path, compile=False).get_weights()
 
 
 def test_default_preset_short_run_beats_chance(tmp_path, capsys):
@@ -255,20 +247,4 @@ def test_multi_worker_two_processes_agree_and_only_chief_writes(tmp_path):
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     common = ["train", "--epochs", "3", "--batch-size", "16", "--no-export", "--no-inspect",
               "--seed", "5", *TINY, "--set", "backup_every=3", "--set", "eval_every=3"]
-    reference = start_vit([*common, "--output", tmp_path / "ref"], tmp_path,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    victim_dir = tmp_path / "victim"
-    victim = start_vit([*common, "--output", victim_dir], tmp_path,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = kill_after_backup(victim, victim_dir, min_step=9, timeout=120)
-    assert 0 < state["global_step"] < 3 * 89 and not (victim_dir / "model.keras").exists()
-
-    resumed = subprocess.run(vit_command(*common, "--output", victim_dir, "--resume"),
-                             env=vit_env(), cwd=tmp_path, capture_output=True, text=True,
-                             timeout=240)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in resumed.stdout
-    assert reference.wait(timeout=240) == 0, reference.stderr.read()[-3000:]
-    for a, b in zip(_weights(str(tmp_path / "ref" / "model.keras")),
-                    _weights(str(victim_dir / "model.keras"))):
-        np.testing.assert_allclose(a, b, atol=1e-5)       # same batches, same updates
+    killed_run_resumes_exactly(common, tmp_path, min_step=9, total_steps=3 * 89)

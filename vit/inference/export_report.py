@@ -110,7 +110,8 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
         prefix = "mIoU " if "mIoU" in entry else "" if entry.get("mAP") is not None else \
             "top-1 "
         rows.append((entry.get("rejected_file") or entry["file"],
-                     f"{_agreement_name(report)} {_percent(entry['top1_agreement'])}"
+                     f"{'pixel ' if report.get('agreement') == 'pixels' else ''}agreement "
+                     f"{_percent(entry['top1_agreement'])}"
                      f"{', ' + prefix + score if score else ''}, {check_label(entry)}"))
     return rows
 
