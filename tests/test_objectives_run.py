@@ -1,6 +1,7 @@
-"""Masked patch prediction and DeiT distillation go through the one `vit train` pipeline: under
-MirroredStrategy over two logical CPUs, a run killed with SIGKILL and resumed ends with the
-weights of the uninterrupted run, and writes the same outputs as a classification run."""
+"""Masked patch prediction, DeiT distillation and segmentation go through the one `vit train`
+pipeline: under MirroredStrategy over two logical CPUs, a run killed with SIGKILL and resumed
+ends with the weights of the uninterrupted run, and writes the same outputs as a classification
+run."""
 
 import json
 import os
@@ -88,6 +89,16 @@ def test_deit_mirrored_killed_and_resumed(tmp_path):
 
     student = keras.saving.load_model(str(tmp_path / "victim" / "model.keras"), safe_mode=True)
     assert vit_keras.config_from_model(student).distilled
+
+
+@pytest.mark.slow
+def test_segment_mirrored_killed_and_resumed(tmp_path):
+    """Segmentation under MirroredStrategy: image and mask batches split across replicas, the
+    pixel loss and MeanIoU reduced across them, a killed run resumed exactly."""
+    args = ["--task", "segment", *TINY, "--set", "objective.segment_width=8"]
+    metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, args)
+    assert metrics["objective"] == "segment" and metrics["replicas"] == 2
+    assert 0.0 <= metrics["val_mIoU"] <= 1.0 and len(metrics["val_class_iou"]) == 11
 
 
 def test_distill_without_a_teacher_fails_before_training(capsys):
