@@ -226,6 +226,27 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
     assert (output / "labels.txt").read_text().split() == ["background", "red", "green"]
 
 
+def test_the_small_data_rule_fits_the_segmenter_to_the_folder(tmp_path, capsys):
+    """48 px scenes: the rule picks 48 px, 8x8 patches and a third 2x stage (said in the
+    recipe line), and the segmenter's logits come back at 48x48."""
+    import keras
+
+    from vit import cli
+
+    data = _folder(tmp_path / "data", count=8, size=48)
+    output = tmp_path / "out"
+    status = cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
+                       "--set", "data.val_split=0.25", "--epochs", "1", "--batch-size", "4",
+                       "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
+                       "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
+                       "--no-inspect", "--no-export", "--output", str(output)])
+    assert status == 0
+    assert ("recipe: digits_segment adapted to 6 images of 48x48 px: image_size 32 -> 48, "
+            "patch_size 4 -> 8, segment_stages 2 -> 3") in capsys.readouterr().out
+    model = keras.saving.load_model(str(output / "model.keras"), safe_mode=True)
+    assert model.output_shape == (None, 48, 48, 3) and model.config.patch_size == 8
+
+
 def test_probe_trains_a_linear_head_on_a_classifiers_frozen_encoder(tmp_path):
     """--finetune probe from a classifier's model.keras at another image size: the encoder is
     the classifier's (position embeddings resized), only the linear head trains."""

@@ -60,6 +60,27 @@ def test_fields_set_on_the_command_line_stay():
     assert adapt.adapt(preset, (32, 32), 3000) == (preset, None)  # nothing left to change
 
 
+def test_the_segmentation_rule_leaves_digits_segment_for_the_digit_scenes():
+    preset = get_preset("digits_segment")
+    assert preset.data.adapt
+    assert adapt.adapt(preset, (32, 32), 1200) == (preset, None)
+
+
+@pytest.mark.parametrize("native, count, size, patch, stages, epochs", [
+    ((375, 500), 300, (48, 64), 8, 3, 60),    # VOC-like photos: 8x8 patches, a third stage
+    ((64, 64), 4000, 64, 8, 3, 15),           # many scenes: the epochs' floor
+    ((16, 16), 120, 16, 4, 2, 100),           # a handful: the epochs' ceiling
+])
+def test_the_segmentation_rule_for_other_data(native, count, size, patch, stages, epochs):
+    """Epochs that see about 18,000 images (15 to 100); the head's 2x stages undo the patch
+    grid's downsampling, so that logits come back at the image's size."""
+    preset, message = adapt.adapt(get_preset("digits_segment"), native, count)
+    assert (preset.model.image_size, preset.model.patch_size) == (size, patch)
+    assert preset.objective.segment_stages == stages and 2 ** stages == patch
+    assert preset.schedule.epochs == epochs and not preset.augment.flip
+    assert message.startswith(f"recipe: digits_segment adapted to {count} images")
+
+
 def test_presets_without_adapt_and_fine_tuning_are_left_alone():
     cifar = get_preset("cifar10_scratch")
     assert adapt.adapt(cifar, (28, 28), 500) == (cifar, None)

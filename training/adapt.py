@@ -20,6 +20,13 @@ From the data's typical image size and its number of training examples:
 The digits are the data `digits_tiny` was made for: the rule gives that preset unchanged. A
 field set on the command line (`--set`, `--epochs`, `--image-size`, `--model`, ...) is never
 changed, and a run starting from pre-trained weights (`--weights`) is not adapted.
+
+Segmentation (`objective.kind=segment`, `digits_segment`) follows the same rule with two
+differences: the epochs see about 18,000 images in all (the digit scenes' 15 epochs of 1,200),
+at least 15 and at most 100, since every pixel of an image is a training signal; and the
+progressive head gets one 2x stage per halving the patch size calls for (2 for 4x4 patches,
+3 for 8x8), so that its last stage is back at the image's size. The digit scenes are the data
+`digits_segment` was made for: the rule gives that preset unchanged.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ LARGE_PATCH_ABOVE = 32          # sides above this get 8x8 patches
 WIDE_FROM_EXAMPLES = 5000
 IMAGES_SEEN = 115_000           # the digits' 80 epochs x 1437 images
 MIN_EPOCHS, MAX_EPOCHS = 20, 100
+SEGMENT_IMAGES_SEEN = 18_000    # the digit scenes' 15 epochs x 1200 images
+SEGMENT_MIN_EPOCHS = 15
 MIN_STEPS_PER_EPOCH, MIN_BATCH = 8, 16
 SAMPLED_IMAGES = 64
 
@@ -49,10 +58,13 @@ def image_size(native_hw: tuple[int, int]) -> tuple[tuple[int, int], int]:
     return tuple(max(patch, int(round(side / patch)) * patch) for side in scaled), patch
 
 
-def epochs(num_examples: int) -> int:
-    """Passes over `num_examples` images that see about `IMAGES_SEEN` images."""
-    passes = IMAGES_SEEN / max(num_examples, 1)
-    return int(min(MAX_EPOCHS, max(MIN_EPOCHS, round(passes / 5) * 5)))
+def epochs(num_examples: int, segment: bool = False) -> int:
+    """Passes over `num_examples` images that see about `IMAGES_SEEN` images
+    (`SEGMENT_IMAGES_SEEN` for segmentation)."""
+    seen, least = (SEGMENT_IMAGES_SEEN, SEGMENT_MIN_EPOCHS) if segment else \
+        (IMAGES_SEEN, MIN_EPOCHS)
+    passes = seen / max(num_examples, 1)
+    return int(min(MAX_EPOCHS, max(least, round(passes / 5) * 5)))
 
 
 def batch_size(num_examples: int, preset_batch: int) -> int:
@@ -62,17 +74,21 @@ def batch_size(num_examples: int, preset_batch: int) -> int:
     return min(preset_batch, max(MIN_BATCH, fitting))
 
 
-def rule(native_hw: tuple[int, int], num_examples: int, preset_batch: int = 64) -> dict:
+def rule(native_hw: tuple[int, int], num_examples: int, preset_batch: int = 64,
+         segment: bool = False) -> dict:
     """The rule's choices as {'SECTION.FIELD': value} for data of this shape (`preset_batch`:
-    the preset's batch size, the largest the rule gives)."""
+    the preset's batch size, the largest the rule gives; `segment`: a segmentation run)."""
     (height, width), patch = image_size(native_hw)
     wide = num_examples >= WIDE_FROM_EXAMPLES
-    return {"model.image_size": height if height == width else (height, width),
-            "model.patch_size": patch, "model.stem": "conv", "model.locality_attention": True,
-            "model.hidden_size": 128 if wide else 64, "model.mlp_dim": 256 if wide else 128,
-            "model.num_heads": 4, "schedule.epochs": epochs(num_examples),
-            "schedule.batch_size": batch_size(num_examples, preset_batch),
-            "augment.flip": False}
+    choices = {"model.image_size": height if height == width else (height, width),
+               "model.patch_size": patch, "model.stem": "conv", "model.locality_attention": True,
+               "model.hidden_size": 128 if wide else 64, "model.mlp_dim": 256 if wide else 128,
+               "model.num_heads": 4, "schedule.epochs": epochs(num_examples, segment),
+               "schedule.batch_size": batch_size(num_examples, preset_batch),
+               "augment.flip": False}
+    if segment:  # the progressive head's 2x stages undo the patch grid's downsampling
+        choices["objective.segment_stages"] = int(math.log2(patch))
+    return choices
 
 
 def adapt(preset, native_hw: tuple[int, int], num_examples: int):
@@ -89,7 +105,8 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int):
     """
     if not preset.data.adapt or preset.finetune.weights:  # pre-trained weights fix the model
         return preset, None
-    choices = rule(native_hw, num_examples, preset.schedule.batch_size)
+    choices = rule(native_hw, num_examples, preset.schedule.batch_size,
+                   segment=preset.objective.kind == "segment")
     changes = {key: value for key, value in choices.items()
                if key not in preset.pinned and _value(preset, key) != value}
     if not changes:
