@@ -228,7 +228,7 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
 
 def test_the_small_data_rule_fits_the_segmenter_to_the_folder(tmp_path, capsys):
     """48 px scenes: the rule picks 48 px, 8x8 patches and a third 2x stage (said in the
-    recipe line), and the segmenter's logits come back at 48x48."""
+    recipe line), and the segmenter's logits come back at 48x48; the Dice term trains too."""
     import keras
 
     from vit import cli
@@ -239,6 +239,7 @@ def test_the_small_data_rule_fits_the_segmenter_to_the_folder(tmp_path, capsys):
                        "--set", "data.val_split=0.25", "--epochs", "1", "--batch-size", "4",
                        "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
                        "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
+                       "--set", "objective.segment_dice=0.5",
                        "--no-inspect", "--no-export", "--output", str(output)])
     assert status == 0
     assert ("recipe: digits_segment adapted to 6 images of 48x48 px: image_size 32 -> 48, "
@@ -329,3 +330,35 @@ def test_a_killed_segmentation_run_resumes_to_the_uninterrupted_result(tmp_path)
               "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
               "--set", "backup_every=3", "--set", "eval_every=3"]
     killed_run_resumes_exactly(common, tmp_path, min_step=6, total_steps=3 * 12)
+
+
+def test_cross_entropy_dice_matches_a_numpy_reference():
+    """Per image: the mean cross-entropy over labelled pixels + w (1 - mean soft Dice over the
+    classes, smooth 1); 255 counts nowhere; a confident, right model scores about 0."""
+    import keras
+
+    from training.segment_loss import CrossEntropyDice
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, (2, 5, 6, 3)).astype(np.float32)
+    labels = rng.integers(0, 3, (2, 5, 6))
+    labels[0, :2] = 255
+    loss = CrossEntropyDice(0.5, reduction=None)
+    got = np.asarray(loss(labels, logits))
+    probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    expected = []
+    for image in range(2):
+        valid = labels[image] != 255
+        truth = np.eye(3)[np.where(valid, labels[image], 0)] * valid[..., None]
+        predicted = probabilities[image] * valid[..., None]
+        picked = np.take_along_axis(probabilities[image], np.where(valid, labels[image], 0)[
+            ..., None], -1)[..., 0]
+        cross_entropy = -np.log(picked)[valid].mean()
+        overlap = (truth * predicted).sum((0, 1))
+        dice = ((2 * overlap + 1) / (truth.sum((0, 1)) + predicted.sum((0, 1)) + 1)).mean()
+        expected.append(cross_entropy + 0.5 * (1 - dice))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    confident = 30.0 * np.eye(3)[labels.clip(0, 2)]
+    assert np.asarray(loss(labels, confident)).max() < 1e-3
+    again = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert again.dice_weight == 0.5 and again.ignore_class == 255

@@ -35,6 +35,7 @@ import vit_keras
 from vit.data import evaluation, segmentation as segmentation_data, sources, subsets
 from vit.inference import multilabel_scores, segmentation_eval
 from training import finetune, multilabel, pipeline, recipe, segment_pipeline
+from training.segment_loss import CrossEntropyDice
 from vit_keras import ViTConfig, atomic
 from vit_keras.segmentation import ViTSegmenter, load_backbone
 from vit_keras.segmentation_scores import IGNORE
@@ -379,8 +380,10 @@ class Segmentation(Classification):
         return model
 
     def compile_args(self, config: ViTConfig) -> dict:
-        return {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                   ignore_class=IGNORE),
+        dice = self.preset.objective.segment_dice
+        loss = CrossEntropyDice(dice) if dice else keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=IGNORE)
+        return {"loss": loss,
                 "metrics": [keras.metrics.MeanIoU(config.num_classes, name="mean_iou",
                                                   ignore_class=IGNORE, sparse_y_pred=False)]}
 

@@ -211,13 +211,15 @@ class Objective(Section):
         segment_scale_min, segment_scale_max: 'segment': the random rescale of image and
             mask before the crop (1 = the model's size).
         segment_photometric: 'segment': random brightness and contrast (image only).
+        segment_dice: 'segment': the weight of a soft Dice loss added to the pixel
+            cross-entropy (0: cross-entropy alone; mmsegmentation's DiceLoss, smooth 1).
     """
 
     NAME = "objective"
     RULES = {"kind": OBJECTIVES, "label_smoothing": "[0,1)", "distill_mode": DISTILL_MODES,
              "distill_temperature": ">0", "segment_head": SEGMENT_HEADS,
              "segment_blocks": ">=1", "segment_width": ">=1", "segment_stages": ">=0",
-             "segment_scale_min": ">0", "segment_scale_max": ">0"}
+             "segment_scale_min": ">0", "segment_scale_max": ">0", "segment_dice": ">=0"}
 
     kind: str = "classify"
     label_smoothing: float = 0.0
@@ -231,6 +233,7 @@ class Objective(Section):
     segment_scale_min: float = 0.5
     segment_scale_max: float = 2.0
     segment_photometric: bool = True
+    segment_dice: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
