@@ -192,25 +192,32 @@ def test_exact_scores_at_the_masks_resolution(tmp_path):
     assert matrix.sum() == sum((_blocks(i, 30) != 255).sum() for i in range(3))
 
 
+def _train_tiny_segmenter(data, output, *options) -> int:
+    """`vit train --task segment` of a one-block, 16-wide segmenter on `data` (a quarter held
+    out, batches of 4), no inspection; its exit status."""
+    from vit import cli
+
+    return cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
+                     "--set", "data.val_split=0.25", "--batch-size", "4",
+                     "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
+                     "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
+                     "--no-inspect", "--output", str(output), *options])
+
+
 def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
     """`vit train --task segment` on a folder of palette masks: exit 0, a ViTSegmenter in
     model.keras, the exact scores in metrics.json, every format exported and checked by pixel."""
     import keras
 
-    from vit import cli
     from vit_keras.segmentation import ViTSegmenter
 
     data = _folder(tmp_path / "data", count=12, size=16)
     output = tmp_path / "out"
-    status = cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
-                       "--set", "data.val_split=0.25", "--epochs", "2", "--batch-size", "4",
-                       "--set", "model.image_size=16", "--set", "model.num_layers=1",
-                       "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
-                       "--set", "objective.segment_width=8", "--no-inspect",
-                       "--set", "optim.layer_decay=0.75",  # encoder layers by name, head full
-                       # a 2-epoch model's logits are near ties: its fp16 and int8 files are
-                       # held to the default bars in test_segmentation_deploy, on a fitted model
-                       "--min-agreement", "tflite_fp16=0.99,int8=0.9", "--output", str(output)])
+    # a 2-epoch model's logits are near ties: its fp16 and int8 files are held to the default
+    # bars in test_segmentation_deploy, on a fitted model
+    status = _train_tiny_segmenter(data, output, "--epochs", "2", "--set", "model.image_size=16",
+                                   "--set", "optim.layer_decay=0.75",  # encoder by name
+                                   "--min-agreement", "tflite_fp16=0.99,int8=0.9")
     assert status == 0
     exported = json.loads((output / "export.json").read_text())
     assert exported["agreement"] == "pixels" and not exported["failed"]
@@ -231,16 +238,11 @@ def test_the_small_data_rule_fits_the_segmenter_to_the_folder(tmp_path, capsys):
     recipe line), and the segmenter's logits come back at 48x48; the Dice term trains too."""
     import keras
 
-    from vit import cli
 
     data = _folder(tmp_path / "data", count=8, size=48)
     output = tmp_path / "out"
-    status = cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
-                       "--set", "data.val_split=0.25", "--epochs", "1", "--batch-size", "4",
-                       "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
-                       "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
-                       "--set", "objective.segment_dice=0.5",
-                       "--no-inspect", "--no-export", "--output", str(output)])
+    status = _train_tiny_segmenter(data, output, "--epochs", "1", "--no-export",
+                                   "--set", "objective.segment_dice=0.5")
     assert status == 0
     assert ("recipe: digits_segment adapted to 6 images of 48x48 px: image_size 32 -> 48, "
             "patch_size 4 -> 8, segment_stages 2 -> 3") in capsys.readouterr().out
