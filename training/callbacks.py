@@ -248,7 +248,8 @@ class NonFiniteLossError(RuntimeError):
 
 class BestModel(keras.callbacks.Callback):
     """Saves the weights with the best value of `monitor` (a logged metric where higher is better,
-    by default the validation accuracy) seen (atomically)."""
+    by default the validation accuracy) seen (atomically); of equal values, the later epoch's,
+    which has trained longer."""
 
     def __init__(self, path: str, monitor: str = "val_accuracy", write: bool = True):
         super().__init__()
@@ -265,11 +266,25 @@ class BestModel(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
-        if value is None or (self.best is not None and value <= self.best):
+        if value is None or (self.best is not None and value < self.best):
             return
         self.best, self.best_epoch = float(value), epoch + 1
         if self.write:
             atomic.save_weights(self.model, self.path)
+            _write_lora_backup(self.model, self.lora_path(self.path))
+
+    @staticmethod
+    def lora_path(path: str) -> str:
+        """Where the adapters of a LoRA model's best weights live, beside `path`."""
+        return path[:-len(".weights.h5")] + ".lora.npz"
+
+    @classmethod
+    def load(cls, model: keras.Model, path: str) -> None:
+        """Puts the best weights written at `path` (and a LoRA model's adapters) into `model`."""
+        with _local_copy(path) as local:
+            model.load_weights(local)
+        if tf.io.gfile.exists(cls.lora_path(path)):
+            restore_lora_backup(model, cls.lora_path(path))
 
 
 class EpochLog(keras.callbacks.Callback):

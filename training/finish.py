@@ -38,6 +38,7 @@ def evaluate(setup: Setup, fitted: Fitted) -> dict:
                "train_images_per_second": round(
                    fitted.trained_images / max(fitted.train_seconds, 1e-9), 1),
                "best_val_accuracy": fitted.best.best, "best_epoch": fitted.best.best_epoch,
+               "kept_epoch": fitted.kept_epoch, "keep": preset.loop.keep,
                "finetune": preset.finetune.mode,
                **weight_counts(setup, fitted),
                "peak_host_memory_mb": hardware.peak_host_memory_mb()}

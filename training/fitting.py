@@ -32,6 +32,7 @@ class Fitted:
         val_dataset: the validation batches (None without validation data).
         val_examples: examples in them.
         probe_l2: the linear probe's L2 penalty (None unless `finetune.mode` is 'probe').
+        kept_epoch: the epoch whose weights the model holds (`loop.keep`; 1 for a probe).
     """
 
     model: keras.Model
@@ -41,6 +42,7 @@ class Fitted:
     val_dataset: object
     val_examples: int | None
     probe_l2: float | None = None
+    kept_epoch: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,11 +166,37 @@ def fit(setup: Setup, model: keras.Model, state: dict | None, signals,
             model.fit(train_stream(setup, epoch, 0), epochs=epochs, initial_epoch=epoch,
                       steps_per_epoch=plan.steps_per_epoch,
                       validation_freq=validation_epochs(preset, epoch), **common)
+    train_seconds = time.perf_counter() - started
     done_before = start_epoch * plan.steps_per_epoch + start_step
-    return Fitted(model=model, best=fit_callbacks.best,
-                  train_seconds=time.perf_counter() - started,
+    return Fitted(model=model, best=fit_callbacks.best, train_seconds=train_seconds,
                   trained_images=(epochs * plan.steps_per_epoch - done_before) * plan.step_batch,
-                  val_dataset=val_dataset, val_examples=val_examples)
+                  val_dataset=val_dataset, val_examples=val_examples,
+                  kept_epoch=keep_best(setup, model, fit_callbacks.best))
+
+
+def keep_best(setup: Setup, model: keras.Model, best: callbacks.BestModel) -> int:
+    """Gives `model` the best validated epoch's weights when `loop.keep` is 'best' (and the
+    best is not the last epoch); returns the epoch whose weights it holds.
+
+    A run with an EMA of the weights keeps the last: Keras validates the raw weights while
+    training, so their scores do not rank the average it swaps in at the end.
+    """
+    preset, last = setup.preset, setup.preset.schedule.epochs
+    if preset.loop.keep != "best" or preset.optim.ema_momentum or best.best_epoch is None or \
+            best.best_epoch == last:
+        return last
+    # A TensorFlow worker does not write best weights: it reads the chief's, which the chief
+    # wrote at an epoch every process has since finished.
+    folder = setup.folders.write_dir if setup.folders.saves else setup.folders.output
+    path = os.path.join(folder, "best.weights.h5")
+    if not atomic.exists(path):
+        raise FileNotFoundError(f"loop.keep=best: the best epoch's weights ({path}, epoch "
+                                f"{best.best_epoch}) are missing; run with --set "
+                                "loop.keep=last to keep the last epoch's")
+    callbacks.BestModel.load(model, path)
+    console.say(f"keep: the weights of epoch {best.best_epoch} of {last}, the best validated "
+                f"({best.monitor} {best.best:.4f}); --set loop.keep=last keeps the last")
+    return best.best_epoch
 
 
 def fit_probe(setup: Setup, model: keras.Model, signals) -> Fitted:
@@ -189,7 +217,8 @@ def fit_probe(setup: Setup, model: keras.Model, signals) -> Fitted:
     return Fitted(model=model,
                   best=callbacks.BestModel("", monitor=setup.objective.monitor, write=False),
                   train_seconds=time.perf_counter() - started, trained_images=fitted["examples"],
-                  val_dataset=val_dataset, val_examples=val_examples, probe_l2=fitted["l2"])
+                  val_dataset=val_dataset, val_examples=val_examples, probe_l2=fitted["l2"],
+                  kept_epoch=1)
 
 
 def train_stream(setup: Setup, first_epoch: int, first_step: int):

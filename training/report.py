@@ -5,7 +5,11 @@ Text made from the run's values; `training.run` prints it through `vit.console`.
 
 from __future__ import annotations
 
+from vit.data.specs import parse_spec
 from vit_keras.config import variant_of
+
+FEW_IMAGES = 2000
+BUILT_IN_DATA = ("digits", "digit-scenes")
 
 
 def describe_model(config) -> str:
@@ -60,6 +64,9 @@ def header_lines(setup, forms: dict) -> list[str]:
              f"{preset.schedule.epochs} epochs x {plan.steps_per_epoch} steps, {setup.policy}"]
     if setup.adaptation:
         lines.append(setup.adaptation)
+    hint = few_images_hint(setup)
+    if hint:
+        lines.append(hint)
     described = describe_step_forms(forms, setup.config, setup.backend)
     if described:
         lines.append(f"step forms: {described} (vit_keras.fast_paths.training_forms)")
@@ -72,6 +79,24 @@ def header_lines(setup, forms: dict) -> list[str]:
     return lines + ([note] if note else [])
 
 
+def few_images_hint(setup) -> str:
+    """The header's pointer to fine-tuning when a classifier trains from scratch on fewer
+    than `FEW_IMAGES` of the user's images ('' otherwise, and for the built-in data sets,
+    which the from-scratch presets were made for)."""
+    preset = setup.preset
+    kind, _ = parse_spec(preset.data.train)
+    if preset.finetune.weights or setup.num_examples >= FEW_IMAGES or kind in BUILT_IN_DATA \
+            or preset.objective.kind not in ("classify", "multilabel"):
+        return ""
+    data = f"--data {preset.data.train}" + (f" --val-data {preset.data.val}"
+                                             if preset.data.val else "")
+    return (f"hint: {setup.num_examples} training images are few for a ViT from scratch, "
+            "which has to learn from the data the locality a CNN is built with; fine-tuning "
+            "pre-trained weights is the usual route: vit train "
+            f"{data} --model S/16 --weights augreg-in21k --finetune lora (224 px; "
+            "docs/pretrained.md lists the weights, docs/training.md the modes)")
+
+
 def loss_row(metrics: dict) -> tuple[str, str]:
     """The table's loss: plain cross-entropy (as `vit evaluate` reports it) for classifiers,
     else the objective's own loss, named."""
@@ -81,6 +106,17 @@ def loss_row(metrics: dict) -> tuple[str, str]:
                None)
     name = "loss" if key is None else key[len("val_"):].replace("_", " ")
     return (f"{name} (val/test)", "n/a" if key is None else f"{metrics[key]:.4f}")
+
+
+def kept_row(metrics: dict) -> str:
+    """Which epoch's weights the run's files hold, and why."""
+    kept, last, best = metrics.get("kept_epoch"), metrics["epochs"], metrics.get("best_epoch")
+    if "probe_l2" in metrics:
+        return "the fitted linear probe"
+    if kept != last:
+        return f"epoch {kept} of {last}: the best validated (--set loop.keep=last: the last)"
+    return f"epoch {kept} of {last}: the last" + (", also the best validated" if best == last
+                                                   else "")
 
 
 def summary_rows(metrics: dict, output: str, objective) -> list[tuple[str, str]]:
@@ -104,6 +140,7 @@ def summary_rows(metrics: dict, output: str, objective) -> list[tuple[str, str]]
     rows.append(loss_row(metrics))
     rows += [(f"best val {objective.monitor_label}",
               f"{percent('best_val_accuracy')} (epoch {metrics['best_epoch']})"),
+             ("weights (model.keras, exports)", kept_row(metrics)),
              ("train time", f"{metrics['train_seconds']:.1f} s"),
              ("wall time", f"{metrics['wall_seconds']:.1f} s"),
              ("train img/s", f"{metrics['train_images_per_second']:.0f}"),

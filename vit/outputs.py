@@ -99,7 +99,7 @@ def summary_table(rows: list[tuple[str, str]]) -> str:
 # removes these and nothing else, the backup first (a kill while clearing must not leave an
 # old backup beside a half-cleared run).
 RUN_FILES = ("backup", "model.keras", "labels.txt", "metrics.json", "history.csv",
-             "curves.png", "config.json", "best.weights.h5", "final.weights.h5", "encoder.npz",
+             "curves.png", "config.json", "best.weights.h5", "best.lora.npz", "final.weights.h5", "encoder.npz",
              "logs", "inspect", "saved_model", "model.tflite", "model_fp16.tflite",
              "model_dynamic_int8.tflite", "model_int8.tflite", "model.onnx",
              "model_dynamic_int8.onnx", "model_int8.onnx", "rejected", "export.json")

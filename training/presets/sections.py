@@ -16,6 +16,7 @@ SEGMENT_HEADS = ("linear", "progressive")  # vit_keras.segmentation.HEADS, read 
 DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
 MIXED_PRECISIONS = ("", "auto", "mixed_bfloat16", "mixed_float16")
+KEEPS = ("best", "last")
 INFINITY = float("inf")
 # Range rules: name -> (check, what is expected). Written as `not (...)` checks so that NaN fails.
 RANGES = {">=1": (lambda v: v >= 1, "must be >= 1"),
@@ -277,6 +278,9 @@ class Loop(Section):
             Ampere+ GPUs and CPUs with AMX/AVX512-BF16, float16 on older GPUs, else float32.
         steps_per_execution: training steps per compiled call (TPUs want > 1).
         eval_every: validate every N epochs (the last epoch is always validated).
+        keep: which weights the run's model.keras and exports hold: 'best' (default), those of
+            the validated epoch with the best validation score (the latest of ties), or
+            'last', the last epoch's. Without validation data both are the last epoch's.
         backup_every: steps between resumable backups (0 = at each epoch end only).
         fused_qkv: on JAX, the attention's query, key and value as one matrix product
             (`vit_keras.fast_paths.training_forms`; same numbers, same weights).
@@ -286,11 +290,12 @@ class Loop(Section):
 
     NAME = "loop"
     RULES = {"mixed_precision": MIXED_PRECISIONS, "steps_per_execution": ">=1",
-             "eval_every": ">=1", "backup_every": ">=0"}
+             "eval_every": ">=1", "backup_every": ">=0", "keep": KEEPS}
 
     mixed_precision: str = ""
     steps_per_execution: int = 1
     eval_every: int = 1
+    keep: str = "best"
     backup_every: int = 0
     fused_qkv: bool = False
     attention_kernel: bool = False
