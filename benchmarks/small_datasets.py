@@ -7,9 +7,19 @@
 - `shapes`: ten shapes (circle, ring, triangle, square, pentagon, hexagon, star, cross,
   crescent, half disc) in random colours, sizes, angles and places on noisy backgrounds, 32x32
   RGB, 4000 images.
+- `photos`: real colour photographs, ten classes, one per photograph that scikit-image and
+  scikit-learn ship (an astronaut, a cat, a coffee cup, the Hubble deep field, a stained tissue
+  slide, a motorcycle, a retina, a rocket, a Chinese temple, a flower). An example is a square
+  crop of 12-30% of the photograph's shorter side, at a random place, randomly mirrored, with
+  brightness and contrast jittered by up to 20%, resized to `size` px. Training crops come from
+  the first 70% of each photograph (along its longer side), test crops from the other 30%, so a
+  model must recognise parts of a scene it never saw, not crops overlapping its training crops.
+- `faces`: scikit-image's `lfw_subset`, 100 faces from Labeled Faces in the Wild and 100
+  patches of the same photographs without one, 25x25 grey: 200 real photographs.
 
-Each set is made from a seed, split stratified into train/test and written as PNG folders
-`<root>/<name>/{train,test}/<class>/<index>.png`, the layout `vit train --data folder:` reads.
+Each set is made from a seed, split stratified into train/test (the photos: by region) and
+written as PNG folders `<root>/<name>/{train,test}/<class>/<index>.png`, the layout
+`vit train --data folder:` reads.
 """
 
 from __future__ import annotations
@@ -141,7 +151,88 @@ def _draw_shape(draw, name, centre, radius, angle, colour, background) -> None:
         draw.pieslice(box, degrees, degrees + 180, fill=colour)
 
 
-BUILDERS = {"digits": digits, "glyphs": glyphs, "shapes": shapes}
+PHOTOS = (("skimage", "astronaut"), ("skimage", "chelsea"), ("skimage", "coffee"),
+          ("skimage", "hubble_deep_field"), ("skimage", "immunohistochemistry"),
+          ("skimage", "stereo_motorcycle"), ("skimage", "retina"), ("skimage", "rocket"),
+          ("sklearn", "china.jpg"), ("sklearn", "flower.jpg"))
+PHOTO_TRAIN_REGION = 0.7   # of each photograph's longer side; the rest is the test region
+PHOTO_CROP_SIDES = (0.12, 0.30)   # of the shorter side
+PHOTO_JITTER = 0.2
+
+
+def _photographs() -> list[tuple[str, np.ndarray]]:
+    """(name, uint8 [h, w, 3]) of each photograph in `PHOTOS`."""
+    import skimage.data
+    from sklearn.datasets import load_sample_image
+
+    loaded = []
+    for package, name in PHOTOS:
+        pixels = getattr(skimage.data, name)() if package == "skimage" else \
+            load_sample_image(name)
+        if isinstance(pixels, tuple):  # the stereo pair and its disparity: the left view
+            pixels, name = pixels[0], "motorcycle"
+        loaded.append((name.split(".")[0], np.asarray(pixels)[..., :3]))
+    return loaded
+
+
+def photos(count: int = 600, seed: int = 0, size: int = 64, test_fraction: float = 0.25
+           ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """Crops of real photographs (see the module docstring) as ([n, size, size, 3] uint8,
+    labels, class names, test mask): `count` training crops and `count * test_fraction /
+    (1 - test_fraction)` test crops, classes balanced."""
+    rng = np.random.default_rng(seed)
+    pictures = _photographs()
+    test_count = int(round(count * test_fraction / (1 - test_fraction)))
+    images, labels, tested = [], [], []
+    for is_test, total in ((False, count), (True, test_count)):
+        for index in range(total):
+            label = index % len(pictures)
+            images.append(_photo_crop(pictures[label][1], rng, size, is_test))
+            labels.append(label)
+            tested.append(is_test)
+    return (np.stack(images), np.array(labels), [name for name, _ in pictures],
+            np.array(tested))
+
+
+def _photo_crop(picture: np.ndarray, rng: np.random.Generator, size: int,
+                test_region: bool) -> np.ndarray:
+    """One jittered, maybe mirrored square crop from the training or the test region."""
+    height, width = picture.shape[:2]
+    along_width = width >= height
+    long_side = width if along_width else height
+    cut = int(long_side * PHOTO_TRAIN_REGION)
+    start, stop = (cut, long_side) if test_region else (0, cut)
+    short_side = min(height, width)
+    side = int(short_side * rng.uniform(*PHOTO_CROP_SIDES))
+    side = min(side, stop - start)
+    offset_long = int(rng.integers(start, stop - side + 1))
+    offset_short = int(rng.integers(0, short_side - side + 1))
+    top, left = (offset_short, offset_long) if along_width else (offset_long, offset_short)
+    crop = Image.fromarray(picture[top:top + side, left:left + side])
+    crop = crop.resize((size, size), Image.BICUBIC)
+    if rng.random() < 0.5:
+        crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+    pixels = np.asarray(crop).astype(np.float32)
+    mean = pixels.mean()
+    contrast = 1 + rng.uniform(-PHOTO_JITTER, PHOTO_JITTER)
+    brightness = 1 + rng.uniform(-PHOTO_JITTER, PHOTO_JITTER)
+    return np.clip((pixels - mean) * contrast + mean * brightness, 0, 255).astype(np.uint8)
+
+
+def faces() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """scikit-image's `lfw_subset`: 100 faces from Labeled Faces in the Wild and 100 patches of
+    the same photographs without a face, 25x25 grey, as ([200, 25, 25] uint8, labels, class
+    names)."""
+    import skimage.data
+
+    pixels = np.asarray(skimage.data.lfw_subset())
+    images = np.round(pixels * 255).astype(np.uint8)
+    labels = np.repeat([0, 1], len(images) // 2)  # the first half are the faces
+    return images, labels, ["face", "not_face"]
+
+
+BUILDERS = {"digits": digits, "glyphs": glyphs, "shapes": shapes, "photos": photos,
+            "faces": faces}
 
 
 def split(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -155,10 +246,11 @@ def split(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarr
 
 
 def write_folders(root: str, images: np.ndarray, labels: np.ndarray, class_names: list[str],
-                  test_fraction: float = 0.25, seed: int = 0) -> tuple[str, str]:
-    """Writes a stratified split as train/ and test/ PNG folders; returns both paths."""
+                  test_fraction: float = 0.25, seed: int = 0, parts=None) -> tuple[str, str]:
+    """Writes a stratified split (or `parts`: given (train, test) indices) as train/ and
+    test/ PNG folders; returns both paths."""
     folders = []
-    for part, indices in zip(("train", "test"), split(labels, test_fraction, seed)):
+    for part, indices in zip(("train", "test"), parts or split(labels, test_fraction, seed)):
         folder = os.path.join(root, part)
         for index in indices:
             class_folder = os.path.join(folder, class_names[labels[index]])

@@ -100,6 +100,73 @@ def test_typical_image_size_reads_a_folder(tmp_path):
     assert adapt.typical_image_size(sources.load_source("digits", "train")) == (8, 8)
 
 
+def _photo_crops(count: int = 32, size: int = 48) -> list[np.ndarray]:
+    """Crops of scikit-image's photographs, as a user's photo folder would hold them."""
+    import skimage.data
+
+    rng = np.random.default_rng(0)
+    pictures = [skimage.data.astronaut(), skimage.data.coffee(), skimage.data.chelsea()]
+    crops = []
+    for index in range(count):
+        picture = pictures[index % len(pictures)]
+        side = int(rng.integers(60, 200))
+        top = int(rng.integers(0, picture.shape[0] - side))
+        left = int(rng.integers(0, picture.shape[1] - side))
+        crop = Image.fromarray(picture[top:top + side, left:left + side]).resize((size, size))
+        crops.append(np.asarray(crop))
+    return crops
+
+
+def test_photographs_are_told_from_glyphs_by_their_texture():
+    from vit.data import sources
+
+    digits = adapt.sample_images(sources.load_source("digits", "train"))[1]
+    is_photos, share, _ = adapt.looks_like_photos(digits)
+    assert not is_photos and share > 0.25
+    is_photos, share, correlation = adapt.looks_like_photos(_photo_crops())
+    assert is_photos and share < 0.05 and correlation > 0.8
+    grey = [np.asarray(Image.fromarray(crop).convert("L"))[..., None] for crop in _photo_crops()]
+    assert adapt.looks_like_photos(grey)[0]
+    noise = list(np.random.default_rng(0).integers(0, 256, (8, 12, 12, 3), dtype=np.uint8))
+    is_photos, share, correlation = adapt.looks_like_photos(noise)
+    assert not is_photos and share < 0.05 and abs(correlation) < 0.3
+    assert adapt.looks_like_photos([np.zeros((20, 20, 3), np.uint8)]) == (False, 1.0, 0.0)
+
+
+def test_photographs_get_flips_and_the_line_says_why():
+    preset = get_preset("digits_tiny")
+    adapted, message = adapt.adapt(preset, (375, 500), 600, photos=(True, 0.02, 0.9))
+    augment = adapted.augment
+    assert augment.flip and augment.crop == "resize"
+    assert (augment.translate, augment.zoom) == (preset.augment.translate, preset.augment.zoom)
+    assert adapted.loop.eval_every == 5 and adapted.model.image_size == (48, 64)
+    assert message.startswith("recipe: digits_tiny adapted to 600 photographs of 375x500 px "
+                              "(natural images: 2% of neighbouring pixels equal, correlation "
+                              "0.90): ")
+    assert message.endswith("epochs 80 -> 100, flip False -> True, eval_every 10 -> 5 (the "
+                            "small-data rule, docs/training.md; --set pins a field)")
+    # Glyph-like data keeps the rule's plain choices; a flag set by hand is kept for photos.
+    plain, message = adapt.adapt(preset, (375, 500), 600, photos=(False, 0.3, 0.4))
+    assert not plain.augment.flip and plain.augment.crop == "resize" and "photographs" not in message
+    pinned = apply_overrides(preset, ["augment.flip=false"])
+    assert not adapt.adapt(pinned, (375, 500), 600, photos=(True, 0.02, 0.9))[0].augment.flip
+
+
+def test_the_digits_are_not_photographs_so_the_default_job_is_unchanged():
+    from vit.data import sources
+
+    shapes, crops = adapt.sample_images(sources.load_source("digits", "train"))
+    preset = get_preset("digits_tiny")
+    assert adapt.adapt(preset, adapt.typical_image_size(shapes), 1437,
+                       photos=adapt.looks_like_photos(crops)) == (preset, None)
+
+
+def test_segmentation_keeps_its_rule_for_photographs():
+    preset = get_preset("digits_segment")
+    adapted, _ = adapt.adapt(preset, (375, 500), 300, photos=(True, 0.02, 0.9))
+    assert adapted.augment == preset.augment and adapted.loop == preset.loop
+
+
 def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):
     import json
 

@@ -14,8 +14,11 @@ From the data's typical image size and its number of training examples:
 - batch size: at most the preset's, so that an epoch has at least 8 steps (a power of two, at
   least 16): a few hundred images get hundreds of updates rather than one per epoch
   (`benchmarks/small_data.py --counts 160`: 120 training images, 51% -> 71% on glyphs);
-- augmentation: the preset's relative shifts and zoom (they scale with the image); never flips,
-  which the rule cannot know to keep a label (`--set augment.flip=true` when they do).
+- augmentation: for glyph-like images, the preset's relative shifts and zoom (they scale with
+  the image) and no flips, which could change a glyph's label (`--set augment.flip=true` when
+  they do not). Photographs (`looks_like_photos`: few exactly equal neighbouring pixels, and
+  neighbours that correlate) get flips too, and validation every 5 epochs, so that the best
+  epoch kept (`loop.keep`) lags little.
 
 The digits are the data `digits_tiny` was made for: the rule gives that preset unchanged. A
 field set on the command line (`--set`, `--epochs`, `--image-size`, `--model`, ...) is never
@@ -44,6 +47,13 @@ SEGMENT_IMAGES_SEEN = 18_000    # the digit scenes' 15 epochs x 1200 images
 SEGMENT_MIN_EPOCHS = 15
 MIN_STEPS_PER_EPOCH, MIN_BATCH = 8, 16
 SAMPLED_IMAGES = 64
+PHOTO_EQUAL_NEIGHBOURS_BELOW = 0.15  # photographs 2-3%, glyphs on a blank ground 27-30%
+PHOTO_CORRELATION_ABOVE = 0.5  # photographs 0.8-0.9, noise 0
+# Flips beside the shifts and zoom; validation often enough that the kept best epoch
+# (`loop.keep`) lags little. Random resized crops (25-100% of the area) in place of the shifts
+# cut small objects out of their images: shapes 53.3% -> 37.3% (benchmarks/small_data.py).
+PHOTO_RECIPE = {"augment.flip": True, "loop.eval_every": 5}
+TEXTURE_CROP = 256  # the texture statistics read a centre crop of at most this side
 
 
 def image_size(native_hw: tuple[int, int]) -> tuple[tuple[int, int], int]:
@@ -91,7 +101,41 @@ def rule(native_hw: tuple[int, int], num_examples: int, preset_batch: int = 64,
     return choices
 
 
-def adapt(preset, native_hw: tuple[int, int], num_examples: int):
+def looks_like_photos(images: list[np.ndarray]) -> tuple[bool, float, float]:
+    """Whether sampled images are natural photographs rather than glyph-like drawings (or
+    noise), by two texture statistics of horizontally neighbouring pixels:
+
+    - the share that are exactly equal: strokes on a blank ground repeat the ground (the
+      digits 30%, glyphs 27%), while a photograph's sensor noise, gradients and JPEG coding
+      leave a few percent (crops of scikit-image's and scikit-learn's photographs 2%, faces
+      3%): under 15% is a photograph;
+    - the correlation of their brightness: natural images are smooth (photographs 0.9, faces
+      0.8), random noise is not (0.0): over 0.5 is a photograph.
+
+    Args:
+        images: uint8 [height, width, channels] arrays, as decoded.
+
+    Returns:
+        (photographs or not, the median share of equal neighbours, their median correlation).
+    """
+    shares, correlations = [], []
+    for image in images:
+        if image.shape[1] < 2:
+            continue
+        left, right = image[:, :-1], image[:, 1:]
+        shares.append(float(np.mean(np.all(left == right, axis=-1))))
+        brightness = [side.astype(np.float32).mean(axis=-1).ravel() for side in (left, right)]
+        flat = min(float(np.std(side)) for side in brightness) == 0.0
+        correlations.append(0.0 if flat else float(np.corrcoef(*brightness)[0, 1]))
+    if not shares:
+        return False, 1.0, 0.0
+    share, correlation = float(np.median(shares)), float(np.median(correlations))
+    return (share < PHOTO_EQUAL_NEIGHBOURS_BELOW and
+            correlation > PHOTO_CORRELATION_ABOVE), share, correlation
+
+
+def adapt(preset, native_hw: tuple[int, int], num_examples: int,
+          photos: tuple[bool, float, float] = (False, 1.0, 0.0)):
     """`preset` fitted to the data by the rule, leaving its pinned fields alone.
 
     Args:
@@ -99,14 +143,19 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int):
             scratch (no `finetune.weights`).
         native_hw: the training images' typical (height, width).
         num_examples: training examples.
+        photos: `looks_like_photos`' answer for the training images (photographs get
+            `PHOTO_RECIPE` too; segmentation keeps the rule's plain choices).
 
     Returns:
         (the preset, a 'recipe: ...' line naming each change, or None when nothing changed).
     """
     if not preset.data.adapt or preset.finetune.weights:  # pre-trained weights fix the model
         return preset, None
-    choices = rule(native_hw, num_examples, preset.schedule.batch_size,
-                   segment=preset.objective.kind == "segment")
+    segment = preset.objective.kind == "segment"
+    choices = rule(native_hw, num_examples, preset.schedule.batch_size, segment=segment)
+    is_photos = photos[0] and not segment
+    if is_photos:
+        choices.update(PHOTO_RECIPE)
     changes = {key: value for key, value in choices.items()
                if key not in preset.pinned and _value(preset, key) != value}
     if not changes:
@@ -116,7 +165,10 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int):
     listing = ", ".join(f"{key.split('.', 1)[1]} {_value(preset, key)} -> {value}"
                         for key, value in changes.items())
     size = "x".join(str(side) for side in native_hw)
-    return adapted, (f"recipe: {preset.name} adapted to {num_examples} images of {size} px: "
+    kind = (f"photographs of {size} px (natural images: {100 * photos[1]:.0f}% of neighbouring "
+            f"pixels equal, correlation {photos[2]:.2f})" if is_photos
+            else f"images of {size} px")
+    return adapted, (f"recipe: {preset.name} adapted to {num_examples} {kind}: "
                      f"{listing} (the small-data rule, docs/training.md; --set pins a field)")
 
 
@@ -126,8 +178,9 @@ def _value(preset, key: str):
     return getattr(getattr(preset, section), field)
 
 
-def typical_image_size(source) -> tuple[int, int]:
-    """The median (height, width) of up to 64 images spread over `source`."""
+def sample_images(source) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
+    """The (height, width) of up to 64 images spread over `source`, and a centre crop of each
+    (at most 256 px a side, uint8 [height, width, channels]) for their texture."""
     import tensorflow as tf
 
     if source.arrays is not None:
@@ -136,8 +189,21 @@ def typical_image_size(source) -> tuple[int, int]:
         samples = [records[index] for index in picks]
     else:
         samples = [record for record, _ in source.records().take(SAMPLED_IMAGES)]
-    shapes = [tuple(tf.shape(source.decode(tf.convert_to_tensor(sample)))[:2].numpy())
-              for sample in samples]
+    shapes, crops = [], []
+    for sample in samples:
+        image = np.asarray(source.decode(tf.convert_to_tensor(sample)))
+        image = image if image.ndim == 3 else image[..., None]
+        height, width = image.shape[:2]
+        top, left = max(0, (height - TEXTURE_CROP) // 2), max(0, (width - TEXTURE_CROP) // 2)
+        shapes.append((height, width))
+        crops.append(image[top:top + TEXTURE_CROP, left:left + TEXTURE_CROP])
     if not shapes:
         raise ValueError(f"training data {source.spec!r} holds no images")
+    return shapes, crops
+
+
+def typical_image_size(shapes) -> tuple[int, int]:
+    """The median (height, width) of `shapes` (a list of them, or a `Source` to sample)."""
+    if not isinstance(shapes, list):
+        shapes = sample_images(shapes)[0]
     return tuple(int(side) for side in np.median(np.array(shapes), axis=0))

@@ -212,8 +212,9 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
     num_examples = count_examples(data.train)
     adaptation = ""
     if preset.data.adapt:
-        preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(data.train),
-                                         num_examples)
+        shapes, crops = adapt.sample_images(data.train)
+        preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(shapes),
+                                         num_examples, photos=adapt.looks_like_photos(crops))
     preset, batch_note = fit_batch_to_data(preset, num_examples, placement.replicas)
     adaptation = "\n".join(line for line in (adaptation, batch_note) if line)
     objective = objectives.get_objective(preset)
