@@ -135,16 +135,34 @@ def test_photographs_are_told_from_glyphs_by_their_texture():
 
 def test_photographs_get_flips_and_the_line_says_why():
     preset = get_preset("digits_tiny")
-    adapted, message = adapt.adapt(preset, (375, 500), 600, photos=(True, 0.02, 0.9))
+    adapted, message = adapt.adapt(preset, (64, 64), 600, photos=(True, 0.02, 0.9))
     augment = adapted.augment
     assert augment.flip and augment.crop == "resize"
     assert (augment.translate, augment.zoom) == (preset.augment.translate, preset.augment.zoom)
-    assert adapted.loop.eval_every == 5 and adapted.model.image_size == (48, 64)
-    assert message.startswith("recipe: digits_tiny adapted to 600 photographs of 375x500 px "
+    assert adapted.loop.eval_every == 5 and adapted.model.image_size == 64
+    assert message.startswith("recipe: digits_tiny adapted to 600 photographs of 64x64 px "
                               "(natural images: 2% of neighbouring pixels equal, correlation "
                               "0.90): ")
     assert message.endswith("epochs 80 -> 100, flip False -> True, eval_every 10 -> 5 (the "
                             "small-data rule, docs/training.md; --set pins a field)")
+
+
+@pytest.mark.parametrize("native, size, crops", [
+    ((375, 500), (48, 64), True),    # VOC-sized photos trained at 48x64: 7.8x smaller
+    ((128, 128), 64, True),          # twice the training size
+    ((100, 100), 64, False),         # less than twice: the crops would blur
+    ((25, 25), 24, False),
+])
+def test_photographs_at_least_twice_the_training_size_get_random_resized_crops(native, size,
+                                                                                crops):
+    preset = get_preset("digits_tiny")
+    adapted, message = adapt.adapt(preset, native, 600, photos=(True, 0.02, 0.9))
+    augment = adapted.augment
+    assert adapted.model.image_size == size and augment.flip
+    assert (augment.crop == "inception") == crops
+    if crops:
+        assert (augment.crop_area_min, augment.translate, augment.zoom) == (0.25, 0.0, 0.0)
+        assert "crop resize -> inception, crop_area_min 0.05 -> 0.25" in message
     # Glyph-like data keeps the rule's plain choices; a flag set by hand is kept for photos.
     plain, message = adapt.adapt(preset, (375, 500), 600, photos=(False, 0.3, 0.4))
     assert not plain.augment.flip and plain.augment.crop == "resize" and "photographs" not in message
