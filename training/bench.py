@@ -9,12 +9,10 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import vit_keras
 from training import recipe
 from vit import console
-from vit.outputs import write_json
 from vit_keras.analysis import complexity
 from vit_keras.core.model import last_block_outputs
 from vit_keras.timing import median_seconds
@@ -24,6 +22,8 @@ POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
 def matmul_peak_gflops(precision: str, size: int = 2048, repeats: int = 20) -> float:
     """Best GFLOP/s of a size^3 `tf.matmul` in `precision` ('fp32' or 'bf16')."""
+    import tensorflow as tf  # here: the GPU benchmark imports this module without TensorFlow
+
     dtype = tf.float32 if precision == "fp32" else tf.bfloat16
     a = tf.random.normal((size, size), dtype=tf.float32)
     a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
@@ -146,5 +146,7 @@ def print_throughput(variant: str, image_size: int, batch_size: int, precisions,
                         f"{precision:>4} {mode:>5}: {row['img_per_s']:8.2f} img/s "
                         f"{row['gflops']:7.0f} GFLOP/s  MFU {100 * row['mfu']:5.1f}%")
     if json_path:
+        from vit.outputs import write_json
+
         write_json(json_path, {"results": rows})
     return rows
