@@ -191,6 +191,7 @@ DEFERRED_IMPORTS = {
     "vit.inference.export_writers": "the export format table names its writers",
     "vit.inference.model_files": "`vit export --help` reads ACTIVATIONS without a framework",
     "vit.hardware": "it probes the machine before the backend is chosen",
+    "training.bench": "the GPU benchmark imports it on a machine without TensorFlow",
     "vit_keras.preprocessing": "configs and presets read it without a framework",
     "vit_keras.checkpoints.read": "only a .keras checkpoint needs Keras; .npz, .safetensors and "
                                   ".pth files are read with NumPy",
