@@ -21,6 +21,10 @@ from keras import tree
 MIXED = "mixed_bfloat16"
 BACKEND = keras.backend.backend()
 
+# Sweeps (crash trials, serve load steps) run small by default, as in CI; VIT_FULL_SWEEPS=1
+# runs them whole (the figures RELIABILITY.md and docs/serving.md quote).
+FULL_SWEEPS = os.environ.get("VIT_FULL_SWEEPS", "") == "1"
+
 # A test of something only TensorFlow has: its fused kernels, tf.function graphs, the TF
 # profiler, SavedModel/TFLite export, or the TF trainer's private internals.
 requires_tf = pytest.mark.skipif(
@@ -538,6 +542,13 @@ def digit_pixels(config, classes=None):
     return images[order], digits.target[keep][order]
 
 
+def digit_split(config, held_out=200):
+    """`digit_pixels(config)` split as `trained_digit_classifier` splits them: (training
+    images, held-out images, held-out labels); images in 0..255."""
+    images, labels = digit_pixels(config)
+    return images[held_out:], images[:held_out], labels[:held_out]
+
+
 def trained_digit_classifier(config, epochs=40, held_out=200):
     """`VisionTransformer(config)` trained for a few seconds on `digit_pixels`.
 
@@ -554,9 +565,9 @@ def trained_digit_classifier(config, epochs=40, held_out=200):
     model = vit_keras.VisionTransformer(config)
     model.compile(optimizer=keras.optimizers.AdamW(3e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    train_images, train_labels = images[held_out:], labels[held_out:]
-    model.fit(train_images / 127.5 - 1.0, train_labels, batch_size=64, epochs=epochs, verbose=0)
-    return model, train_images, images[:held_out], labels[:held_out]
+    model.fit(images[held_out:] / 127.5 - 1.0, labels[held_out:], batch_size=64, epochs=epochs,
+              verbose=0)
+    return (model, *digit_split(config, held_out))
 
 
 def vit_predict(arguments, output_dir) -> tuple[int, list[dict]]:

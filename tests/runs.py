@@ -100,7 +100,8 @@ def run_vit(args, cwd, timeout: float = 300) -> tuple[subprocess.CompletedProces
     return done, time.perf_counter() - started
 
 
-def killed_run_resumes_exactly(common: list, folder, min_step: int, total_steps: int) -> None:
+def killed_run_resumes_exactly(common: list, folder, min_step: int, total_steps: int,
+                               two_cpus: bool = False) -> str:
     """Runs `vit COMMON` twice side by side: one to its end, one SIGKILLed after a backup at
     step >= `min_step` and then resumed with --resume; asserts that the resumed run says where
     it continues and ends with the uninterrupted run's weights (same batches, same updates).
@@ -110,18 +111,23 @@ def killed_run_resumes_exactly(common: list, folder, min_step: int, total_steps:
         folder: the test's folder; the runs write into `ref/` and `victim/` below it.
         min_step: the earliest global step whose backup the kill waits for.
         total_steps: the run's steps, for the check that the kill came mid-run.
+        two_cpus: run every process on two logical CPUs (for --strategy mirrored).
+
+    Returns:
+        What the resumed run printed.
     """
     import keras
     import numpy as np
 
-    reference = start_vit([*common, "--output", folder / "ref"], folder,
+    reference = start_vit([*common, "--output", folder / "ref"], folder, two_cpus=two_cpus,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     victim_dir = folder / "victim"
-    victim = start_vit([*common, "--output", victim_dir], folder,
+    victim = start_vit([*common, "--output", victim_dir], folder, two_cpus=two_cpus,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = kill_after_backup(victim, victim_dir, min_step=min_step, timeout=120)
     assert 0 < state["global_step"] < total_steps and not (victim_dir / "model.keras").exists()
-    resumed = subprocess.run(vit_command(*common, "--output", victim_dir, "--resume"),
+    resumed = subprocess.run(vit_command(*common, "--output", victim_dir, "--resume",
+                                         two_cpus=two_cpus),
                              env=vit_env(), cwd=folder, capture_output=True, text=True,
                              timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -133,3 +139,4 @@ def killed_run_resumes_exactly(common: list, folder, min_step: int, total_steps:
                for path in (folder / "ref", victim_dir)]
     for mine, theirs in zip(*weights):
         np.testing.assert_allclose(mine, theirs, atol=1e-5)
+    return resumed.stdout

@@ -26,18 +26,17 @@ import dataclasses
 import os
 
 import pytest
-from conftest import train_once
+from conftest import TINY_CONFIG, train_once
 from opencv_runtime import MAJORS, UNSUPPORTED, OpenCVError, opencv_logits, opencv_missing
 
 from vit.inference import export as export_command
 from vit.inference.export_pipeline import REJECTED_DIR
 from training.presets import get_preset
-from vit_keras import ViTConfig, hub_presets
+from vit_keras import hub_presets
 from vit_keras.core.model import config_from_model
 from vit_keras.export import graph
 
-TINY = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
-                 num_layers=2, num_classes=5)
+TINY = TINY_CONFIG  # `trained_tiny`'s config: the plain row is that very model
 
 # Each case changes the exported graph: a stem, a token, a head, a block's form.
 OPTIONS = {
@@ -147,11 +146,11 @@ def assert_verdicts_hold(report: dict, folder) -> None:
 
 @pytest.mark.opencv
 @pytest.mark.slow
-def test_the_default_presets_model_passes_every_format(tmp_path_factory, tmp_path):
+def test_the_default_presets_model_passes_every_format(tmp_path):
     """digits_tiny's model (conv stem, locality attention, gap) as the README's job trains it,
     for a few seconds."""
     config = dataclasses.replace(get_preset("digits_tiny").model, num_classes=10)
-    trained = train_once(tmp_path_factory, config, "digits_tiny", epochs=12)
+    trained = train_once(config, epochs=12)
     report = export_every_format(trained, tmp_path)
     print("\n" + matrix_row("digits_tiny (default)", report))
     assert report["keras"]["accuracy"] > 0.9
@@ -163,9 +162,8 @@ def test_the_default_presets_model_passes_every_format(tmp_path_factory, tmp_pat
 @pytest.mark.slow
 @pytest.mark.opencv
 @pytest.mark.parametrize("name", list(OPTIONS))
-def test_every_option_passes_every_format(name, tmp_path_factory, tmp_path):
-    trained = train_once(tmp_path_factory, dataclasses.replace(TINY, **OPTIONS[name]),
-                         "option")
+def test_every_option_passes_every_format(name, tmp_path):
+    trained = train_once(dataclasses.replace(TINY, **OPTIONS[name]))
     report = export_every_format(trained, tmp_path)
     print("\n" + matrix_row(name, report))
     assert report["keras"]["accuracy"] > 0.85

@@ -25,12 +25,19 @@ def _preset(**changes):
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
-    """A model pre-trained on the digits 0-4 (one epoch: enough to have weights to adapt)."""
-    output = tmp_path_factory.mktemp("upstream")
-    run.train(_preset(epochs=1, classes="0,1,2,3,4"), output=str(output),
-              strategy="default", export=False, inspect=False)
-    return str(output / "model.keras")
+def upstream():
+    """A model pre-trained on the digits 0-4 (one epoch: enough to have weights to adapt),
+    trained once for every worker and run (`artifacts.shared`)."""
+    from artifacts import shared
+
+    preset = _preset(epochs=1, classes="0,1,2,3,4")
+
+    def build(folder):
+        run.train(preset, output=str(folder / "run"), strategy="default", export=False,
+                  inspect=False)
+        keras.backend.clear_session(free_memory=False)
+
+    return str(shared("finetune-upstream", preset, build) / "run" / "model.keras")
 
 
 class _Killed(Exception):

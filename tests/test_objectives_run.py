@@ -1,7 +1,7 @@
-"""Masked patch prediction, DeiT distillation and segmentation go through the one `vit train`
-pipeline: under MirroredStrategy over two logical CPUs, a run killed with SIGKILL and resumed
-ends with the weights of the uninterrupted run, and writes the same outputs as a classification
-run."""
+"""Masked patch prediction and DeiT distillation go through the one `vit train` pipeline: under
+MirroredStrategy over two logical CPUs, a run killed with SIGKILL and resumed ends with the
+weights of the uninterrupted run, and writes the same outputs as a classification run
+(segmentation's run of the same kind: tests/test_segmentation_data.py)."""
 
 import json
 import os
@@ -89,47 +89,3 @@ def test_deit_mirrored_killed_and_resumed(tmp_path):
 
     student = keras.saving.load_model(str(tmp_path / "victim" / "model.keras"), safe_mode=True)
     assert vit_keras.config_from_model(student).distilled
-
-
-@pytest.mark.slow
-def test_segment_mirrored_killed_and_resumed(tmp_path):
-    """Segmentation under MirroredStrategy: image and mask batches split across replicas, the
-    pixel loss and MeanIoU reduced across them, a killed run resumed exactly."""
-    args = ["--task", "segment", *TINY, "--set", "objective.segment_width=8"]
-    metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, args)
-    assert metrics["objective"] == "segment" and metrics["replicas"] == 2
-    assert 0.0 <= metrics["val_mIoU"] <= 1.0 and len(metrics["val_class_iou"]) == 11
-
-
-def test_distill_without_a_teacher_fails_before_training(capsys):
-    from vit import cli
-
-    assert cli.main(["train", "--config", "deit_distill", "--no-export"]) == 2
-    assert "needs a teacher" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("objective", ["mpp", "distill"])
-def test_objectives_stop_on_a_nan_loss(tmp_path, monkeypatch, objective):
-    """The NaN stop guards every objective: a poisoned batch ends the run at its step."""
-    import keras
-
-    from training import callbacks, pipeline, run
-    from training.presets import get_preset
-
-    teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
-                                keras.layers.Dense(10)])
-    teacher.save(tmp_path / "teacher.keras")
-    preset = get_preset("mpp_digits" if objective == "mpp" else "deit_distill").replace(
-        epochs=1, batch_size=128, teacher=str(tmp_path / "teacher.keras"), translate=0.0,
-        zoom=0.0).replace_model(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
-                                num_heads=2, num_layers=1)
-    original = pipeline.train_dataset
-
-    def poisoned(*args, **kwargs):
-        return original(*args, **kwargs).map(lambda images, labels: (images * np.nan, labels))
-
-    monkeypatch.setattr(pipeline, "train_dataset", poisoned)
-    with pytest.raises(callbacks.NonFiniteLossError, match=r"global step 1\)"):
-        run.train(preset, output=str(tmp_path / "out"), strategy="default", export=False,
-                  inspect=False)
-    assert not (tmp_path / "out" / "model.keras").exists()

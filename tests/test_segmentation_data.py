@@ -319,19 +319,26 @@ def test_predict_with_a_segmenter_writes_masks_and_overlays(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_killed_segmentation_run_resumes_to_the_uninterrupted_result(tmp_path):
-    """SIGKILL after a backup, then --resume: the segmenter's weights equal those of a run
-    never interrupted (same batches of images and masks, same updates)."""
+def test_a_killed_mirrored_segmentation_run_resumes_to_the_uninterrupted_result(tmp_path):
+    """SIGKILL after a backup, then --resume, under MirroredStrategy over two logical CPUs: the
+    segmenter's weights equal those of a run never interrupted (the same augmented batches of
+    images and masks split across the replicas, the pixel loss and MeanIoU reduced across
+    them, the same updates)."""
     from runs import killed_run_resumes_exactly
 
     data = _folder(tmp_path / "data", count=64, size=16)
     common = ["train", "--task", "segment", "--data", f"folder:{data}", "--epochs", "3",
               "--batch-size", "4", "--no-export", "--no-inspect", "--seed", "5",
+              "--strategy", "mirrored",
               "--set", "data.val_split=0.25", "--set", "model.image_size=16",
               "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
               "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
               "--set", "backup_every=3", "--set", "eval_every=3"]
-    killed_run_resumes_exactly(common, tmp_path, min_step=6, total_steps=3 * 12)
+    resumed = killed_run_resumes_exactly(common, tmp_path, min_step=6, total_steps=3 * 12,
+                                         two_cpus=True)
+    assert "MirroredStrategy x2" in resumed
+    metrics = json.loads((tmp_path / "victim" / "metrics.json").read_text())
+    assert metrics["objective"] == "segment" and metrics["replicas"] == 2
 
 
 def test_cross_entropy_dice_matches_a_numpy_reference():

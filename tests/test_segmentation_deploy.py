@@ -26,13 +26,15 @@ def _scenes(count, seed):
     return np.clip(images, 0, 255).astype(np.float32), masks
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny segmenter fitted on the block scenes (its logits decisive, as a trained model's
-    are), saved, and a folder of held-out scenes with palette masks."""
+def _fit_and_export(root):
+    """Fits a tiny segmenter on the block scenes (its logits decisive, as a trained model's
+    are), saves it as root/seg.keras with held-out scenes and palette masks in root/held_out,
+    and runs `vit export --data folder:...` on them into root/exported (its exit status and
+    printed table beside)."""
     import keras
 
     import vit_keras
+    from vit import cli
 
     keras.utils.set_random_seed(0)
     config = vit_keras.ViTConfig(image_size=SIZE, patch_size=BLOCK, hidden_size=16,
@@ -43,7 +45,6 @@ def trained(tmp_path_factory):
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(images / 127.5 - 1, masks.astype(np.int32), epochs=12, batch_size=32,
               verbose=0)
-    root = tmp_path_factory.mktemp("segmentation_export")
     model.save(root / "seg.keras")
     held_out = root / "held_out"
     (held_out / "images").mkdir(parents=True)
@@ -55,21 +56,38 @@ def trained(tmp_path_factory):
         picture.putdata(mask.ravel().tolist())
         picture.putpalette([0, 0, 0, 200, 30, 30, 30, 30, 200] + [0] * 759)
         picture.save(held_out / "masks" / f"{index}.png")
-    return model, root, held_out
+    with _captured() as printed:
+        status = cli.main(["export", "--model", str(root / "seg.keras"), "--data",
+                           f"folder:{held_out}", "--output", str(root / "exported"),
+                           "--latency-runs", "5"])
+    # A failed export is no artifact to keep: the next run builds it again.
+    assert status == 0, f"vit export of the block segmenter exited {status}:\n{printed.getvalue()}"
+    (root / "export_status.txt").write_text(str(status))
+    (root / "export_table.txt").write_text(printed.getvalue())
+    keras.backend.clear_session(free_memory=False)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The fitted segmenter (built once for every worker and run: `artifacts.shared`), its
+    read-only folder and the held-out scenes' folder."""
+    import keras
+
+    import vit_keras  # noqa: F401  (registers the layers)
+    from artifacts import shared
+
+    root = shared("segmenter-blocks", {"size": SIZE, "block": BLOCK}, _fit_and_export)
+    model = keras.saving.load_model(root / "seg.keras", safe_mode=True)
+    return model, root, root / "held_out"
 
 
 @pytest.fixture(scope="module")
 def exported(trained):
     """`vit export --data folder:...` of the fitted segmenter: (exit status, printed table,
     output folder)."""
-    from vit import cli
-
-    _, root, held_out = trained
-    output = root / "exported"
-    with _captured() as printed:
-        status = cli.main(["export", "--model", str(root / "seg.keras"), "--data",
-                           f"folder:{held_out}", "--output", str(output), "--latency-runs", "5"])
-    return status, printed.getvalue(), output
+    root = trained[1]
+    return (int((root / "export_status.txt").read_text()),
+            (root / "export_table.txt").read_text(), root / "exported")
 
 
 @contextlib.contextmanager
@@ -133,16 +151,16 @@ def test_evaluate_refuses_a_classifier_on_masks(trained, tmp_path, capsys):
     assert "holds masks (segmentation data)" in capsys.readouterr().err
 
 
-def test_saved_model_returns_class_ids_and_probabilities(trained):
+def test_saved_model_returns_class_ids_and_probabilities(trained, tmp_path):
     """serving_default: probabilities, logits and class ids per pixel; serve_class_ids: only
     the ids; serve_bytes: an encoded image of another size, resized whole."""
     import tensorflow as tf
 
     from vit_keras import export
 
-    model, root, _ = trained
+    model = trained[0]
     images, masks = _scenes(4, seed=3)
-    path = export.saved_model(model, str(root / "saved"))
+    path = export.saved_model(model, str(tmp_path / "saved"))
     loaded = tf.saved_model.load(path)
     expected = np.asarray(model.predict(images / 127.5 - 1, verbose=0)).argmax(-1)
     outputs = loaded.signatures["serving_default"](images=tf.constant(images))
@@ -162,13 +180,13 @@ def test_saved_model_returns_class_ids_and_probabilities(trained):
     assert (np.asarray(from_bytes["class_ids"][0]) == expected[0]).mean() > 0.9
 
 
-def test_masks_of_another_size_are_refused(trained):
+def test_masks_of_another_size_are_refused(trained, tmp_path):
     from vit.inference.export import export_model
 
-    model, root, _ = trained
+    model = trained[0]
     images, masks = _scenes(4, seed=4)
     with pytest.raises(ValueError, match=r"eval masks must be \[N, 16, 16\].*\(4, 8, 8\)"):
-        export_model(model, str(root / "refused"), eval_images=images,
+        export_model(model, str(tmp_path / "refused"), eval_images=images,
                      eval_labels=masks[:, ::2, ::2], formats=("tflite",))
 
 

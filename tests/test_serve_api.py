@@ -15,7 +15,7 @@ import time
 import httpx
 import numpy as np
 import pytest
-from helpers import png_bomb, random_pixels, randomize_weights, script_module
+from helpers import FULL_SWEEPS, png_bomb, random_pixels, randomize_weights, script_module
 from localhost import free_ports, served
 from runs import start_vit, vit_env
 from PIL import Image
@@ -521,35 +521,45 @@ def test_vit_serve_refuses_bad_options_and_files(run_folder, capsys):
 
 def test_eight_keep_alive_clients_are_all_answered_in_shared_batches(keras_model):
     """The lightest step of benchmarks/serve_load.py, in this process: every request answered
-    200 over its keep-alive connection, none refused or dropped, requests sharing model calls."""
+    200 over its keep-alive connection, none refused or dropped, requests sharing model calls.
+
+    The outcome must not depend on how busy the machine is (another xdist worker training
+    beside it delayed model calls past the default --max-wait-ms, and 3 of 8 clients got 503):
+    the wait limit, tested on its own above, is far off here, and the batching window is long
+    enough for the 8 clients, which all send at once, to meet in one model call.
+    """
     import asyncio
 
     load = script_module("benchmarks", "serve_load")
     requests = [load.request_bytes("tiny", keras_model.image_size, signature, seed)
                 for seed, signature in enumerate(["serve_bytes", "serving_default"] * 4)]
-    app = create_app(keras_model, "tiny", ServeOptions(batch_timeout_ms=50))
+    options = ServeOptions(batch_timeout_ms=1000, max_wait_ms=600_000)
+    app = create_app(keras_model, "tiny", options)
     with served(app) as url:
         tally = asyncio.run(load.step(int(url.rsplit(":", 1)[1]), requests, clients=8,
-                                      duration=3.0, honor_retry_after=True))
+                                      duration=2.0, honor_retry_after=True))
         sizes = list(app.state.batcher.batch_sizes)
-    assert len(tally.answered_s) >= 16, tally
+    assert len(tally.answered_s) >= 8, tally  # each client's first request, at the least
     assert not (tally.refused_s or tally.other or tally.dropped or tally.connect_failed), tally
     assert max(sizes) > 4  # a float request holds 4 images: more means requests shared a call
 
 
 @pytest.mark.slow
 def test_under_overload_the_server_refuses_at_once_drops_nothing_and_stays_fast(run_folder):
-    """The promise of docs/serving.md at the scale it is made: 8, 256 and 1024 keep-alive
-    clients against `vit serve` in its own process; no connection dropped, 503s at 1024, p99 of
-    answered requests within a second, the server healthy after each step."""
+    """The promise of docs/serving.md at the scale it is made: 1024 keep-alive clients against
+    `vit serve` in its own process, after 8; no connection dropped, 503s at 1024, p99 of
+    answered requests within a second, the server healthy after each step. `VIT_FULL_SWEEPS=1`
+    runs the benchmark's whole sweep (8, 256 and 1024 clients for 8 s each)."""
     load = script_module("benchmarks", "serve_load")
     cores = sorted(os.sched_getaffinity(0))
     pinning = ["--server-cores", str(cores[0]), "--client-cores", str(cores[-1])]
+    clients, duration = ([8, 256, 1024], "8") if FULL_SWEEPS else ([8, 1024], "4")
     results = []
-    code = load.main(["--model", str(run_folder / "model.keras"), "--clients", "8,256,1024",
-                      "--duration", "8", "--pause", "1", "--check", *pinning], results.append)
+    code = load.main(["--model", str(run_folder / "model.keras"),
+                      "--clients", ",".join(map(str, clients)), "--duration", duration,
+                      "--pause", "1", "--check", *pinning], results.append)
     assert code == 0, results
-    assert [row["clients"] for row in results[0]] == [8, 256, 1024]
+    assert [row["clients"] for row in results[0]] == clients
     assert results[0][-1]["refused_at_door"] > 0
 
 

@@ -14,6 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from artifacts import shared
 from localhost import free_ports
 from runs import kill_after_backup, start_vit, vit_env
 
@@ -67,25 +68,36 @@ def _assert_same_training(output, reference, atol=2e-5):
         np.testing.assert_allclose(got, want, atol=atol)
 
 
-@pytest.mark.slow  # two JAX training processes (about 90 s): the slow tier, which CI runs too
+ONE_EPOCH = [*TINY, "--epochs", "1"]
+
+
+def _one_device_reference():
+    """`vit train ONE_EPOCH` on one JAX device, trained once for every test that compares a
+    sharded or reshaped run with it (`artifacts.shared`): (its run folder, its output)."""
+    def build(folder):
+        (folder / "log.txt").write_text(_train(ONE_EPOCH, folder / "run", devices=1))
+
+    folder = shared("jax-one-device-run", ONE_EPOCH, build)
+    return folder / "run", (folder / "log.txt").read_text()
+
+
+@pytest.mark.slow  # a JAX training process (about 45 s) besides the shared reference
 def test_data_parallel_over_four_devices_equals_one_device(tmp_path):
-    args = [*TINY, "--epochs", "1"]
-    single = _train(args, tmp_path / "one", devices=1)
-    four = _train(args, tmp_path / "four", devices=4)
+    reference, single = _one_device_reference()
+    four = _train(ONE_EPOCH, tmp_path / "four", devices=4)
     assert "JAX on 1 cpu device x1" in single
     assert "DataParallel on 4 cpu devices x4" in four
-    _assert_same_training(tmp_path / "four", tmp_path / "one")
+    _assert_same_training(tmp_path / "four", reference)
     metrics = json.loads((tmp_path / "four" / "metrics.json").read_text())
     assert metrics["backend"] == "jax" and metrics["replicas"] == 4
 
 
 @pytest.mark.slow
 def test_two_way_model_parallel_equals_unsharded(tmp_path):
-    args = [*TINY, "--epochs", "1"]
-    _train(args, tmp_path / "one", devices=1)
-    log = _train([*args, "--model-parallel", "2"], tmp_path / "sharded", devices=2)
+    reference, _ = _one_device_reference()
+    log = _train([*ONE_EPOCH, "--model-parallel", "2"], tmp_path / "sharded", devices=2)
     assert "ModelParallel 1x2 (batch x model)" in log
-    _assert_same_training(tmp_path / "sharded", tmp_path / "one")
+    _assert_same_training(tmp_path / "sharded", reference)
 
 
 SHARDING_PROBE = textwrap.dedent("""
@@ -260,13 +272,12 @@ def test_the_header_says_what_each_step_form_does_in_the_run():
 def test_step_forms_train_as_the_plain_step(tmp_path):
     """One matrix product for q, k, v, the attention kernel in training and remat='dots'
     give the plain run's losses and weights, with the heads sharded over two devices."""
-    args = [*TINY, "--epochs", "1"]
     forms = ["--set", "fused_qkv=true", "--set", "attention_kernel=true",
              "--set", "model.remat=dots"]
-    _train(args, tmp_path / "plain")
-    log = _train([*args, *forms, "--model-parallel", "2"], tmp_path / "sharded", devices=2)
+    reference, _ = _one_device_reference()
+    log = _train([*ONE_EPOCH, *forms, "--model-parallel", "2"], tmp_path / "sharded", devices=2)
     assert "step forms: fused_qkv, attention_kernel, remat=dots" in log
-    _assert_same_training(tmp_path / "sharded", tmp_path / "plain")
+    _assert_same_training(tmp_path / "sharded", reference)
 
 
 LORA_RESUME_RUN = textwrap.dedent("""

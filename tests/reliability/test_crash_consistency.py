@@ -1,8 +1,11 @@
 """kill -9 at random instants of `vit train` (training, backups, final save, export): every
 time, nothing under a final name is corrupt and `--resume` finishes the run.
 
-The default run does 1 random kill; the `slow` tests kill 6 runs (2 random, 2 while a backup
-is being written, 2 during the export), the figures in RELIABILITY.md.
+The trials are `slow`. CI kills 3 runs (one at a random instant, one while a backup is being
+written, one during the export); `VIT_FULL_SWEEPS=1` kills 6 (two of each, the figures in
+RELIABILITY.md):
+
+    VIT_FULL_SWEEPS=1 pytest -m slow tests/reliability/test_crash_consistency.py -s
 """
 
 import json
@@ -14,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import FULL_SWEEPS
 from runs import start_vit, wait_for_backup
 
 EPOCHS = 3
@@ -134,13 +138,7 @@ def run_trial(tmp_path, target, seed, export=True):
 
 
 @pytest.mark.slow
-def test_killed_run_stays_consistent_and_resumes(tmp_path):
-    # Without the export (covered by the slow trials) to stay within the CI time budget.
-    assert run_trial(tmp_path, "random", seed=0, export=False) == "training"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, 2] if FULL_SWEEPS else [1])
 @pytest.mark.parametrize("target", ["random", "backup_write", "export"])
 def test_kills_during_backups_and_export(tmp_path, target, seed):
     phase = run_trial(tmp_path, target, seed)

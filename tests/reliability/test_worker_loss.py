@@ -1,6 +1,7 @@
 """Worker loss under MultiWorkerMirroredStrategy: kill one of two local workers mid-run, then
 the documented recovery (restart every worker with --resume) continues from the last backup
-and completes the run. Slow: four TensorFlow processes."""
+and completes the run; the two workers end with the same weights and only the chief writes the
+run's files. Slow: four TensorFlow processes."""
 
 import json
 import signal
@@ -52,8 +53,28 @@ def test_killed_worker_then_restart_resumes_from_backup(tmp_path):
     assert [process.returncode for process in processes] == [0, 0], logs[0][-2000:] + \
         logs[1][-2000:]
     assert f"continuing at epoch {state['epoch'] + 1}, step {state['step']}" in logs[0]
+    assert "MultiWorkerMirroredStrategy x2" in logs[0]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["epochs"] == EPOCHS and metrics["replicas"] == 2
     assert not (tmp_path / "backup").exists()
+    _assert_only_the_chief_wrote_and_the_workers_agree(tmp_path)
     print(f"\nworker loss: killed worker 1 after global step {state['global_step']}; chief "
           f"{survivor}; restart with --resume completed {EPOCHS} epochs")
+
+
+def _assert_only_the_chief_wrote_and_the_workers_agree(output):
+    """The chief's model.keras and metrics.json, none in the worker's own folder, whose final
+    weights equal the chief's."""
+    import keras
+    import numpy as np
+
+    import vit_keras
+
+    assert (output / "model.keras").exists() and (output / "metrics.json").exists()
+    worker_dir = output / ".worker-1"
+    assert not (worker_dir / "model.keras").exists() and not (worker_dir / "metrics.json").exists()
+    chief = keras.saving.load_model(str(output / "model.keras"), compile=False)
+    worker = vit_keras.VisionTransformer(vit_keras.config_from_model(chief))
+    worker.load_weights(str(worker_dir / "final.weights.h5"))
+    for a, b in zip(chief.get_weights(), worker.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
