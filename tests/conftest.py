@@ -172,10 +172,8 @@ def trained_tiny():
 
 def pytest_collection_finish(session):
     """What every test shares (the frameworks, the test modules, their parameters) leaves the
-    garbage collector's generations, and collections come less often: each worker's heap grows
-    to millions of TensorFlow and Keras objects that every collection would walk again. The
-    suite's own tests make little cyclic garbage (`_clean_keras_state` clears Keras' graph);
-    on 255 tests of 9 files, 2 workers: 87-92 s against 98-103 s, the same peak memory."""
+    garbage collector's generations: each worker's heap holds millions of TensorFlow and Keras
+    objects that every full collection walked again. (Rarer collections as well were faster on
+    a subset, but let cyclic garbage pile up until one `gc.collect()` stalled a test for 36 s.)"""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(100_000, 50, 1000)

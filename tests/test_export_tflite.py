@@ -184,8 +184,10 @@ def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tm
     {"activation": "quick_gelu", "pre_norm": True, "layer_norm_epsilon": 1e-5,
      "projection_size": 12},
     {"activation": "swiglu", "pooled_norm": True, "classifier": "gap", "layer_scale_init": 0.1},
+    {"resnet_layers": (), "patch_size": 2, "distilled": True, "posemb": "learn2d",
+     "gelu_approximate": False},
 ], ids=["map_registers", "layerscale_sincos_gap", "hybrid", "deit", "conv_stem_locality",
-        "shifted_patches_locality", "clip_like", "swiglu_fc_norm"])
+        "shifted_patches_locality", "clip_like", "swiglu_fc_norm", "hybrid_deit_learn2d"])
 @pytest.mark.slow
 def test_models_with_options_export_to_builtin_tflite(tiny_config, tmp_path, options):
     import dataclasses

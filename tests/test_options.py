@@ -3,8 +3,7 @@ identity at inference, and option models round-trip (.keras safe_mode, get_confi
 
 import numpy as np
 import pytest
-from helpers import (assert_builtin_tflite_ops, random_images, randomize_weights,
-                     requires_tf, run_model_saving_test, to_numpy)
+from helpers import random_images, randomize_weights, run_model_saving_test, to_numpy
 
 import keras
 from vit_keras import VisionTransformer, config_from_model
@@ -142,30 +141,6 @@ def test_round_trips(tiny_config, tmp_path, name):
     # from_config clone and .keras (safe_mode) file: same config, weights and outputs.
     loaded = run_model_saving_test(model, images, tmp_path)
     assert config_from_model(loaded) == config
-
-
-@requires_tf
-@pytest.mark.parametrize("name", sorted(ROUND_TRIP))
-@pytest.mark.slow
-def test_exports(tiny_config, tmp_path, name):
-    import tensorflow as tf
-
-    from vit_keras import export
-
-    config = tiny_config.replace(**ROUND_TRIP[name])
-    model = VisionTransformer(config)
-    _randomize_heads(model)
-    images = random_images(config)
-    expected = to_numpy(model(images))
-    pixels = (images + 1.0) * 127.5
-    if name.startswith("map"):  # SavedModel export is generic Keras: one option model suffices
-        export.saved_model(model, str(tmp_path / "saved"))
-        served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
-        logits = served(images=tf.constant(pixels))["logits"].numpy()
-        np.testing.assert_allclose(logits, expected, atol=1e-4)
-    report = export.tflite(model, str(tmp_path / "model.tflite"), verify_images=pixels)
-    assert_builtin_tflite_ops(report["ops"])
-    assert report["max_abs_logit_diff"] <= 1e-4
 
 
 @pytest.mark.slow  # a fresh process loading every option's file (about 20 s): in CI's slow tier

@@ -201,6 +201,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh process training twice (about 12 s): with the multi-device runs
 def test_mirrored_two_cpus_matches_default_strategy(tmp_path):
     result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], env=vit_env(),
                             capture_output=True, text=True, timeout=180, cwd=tmp_path)
