@@ -8,15 +8,20 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 
 def _share_the_cores():
-    """Each xdist worker, and every process it starts, computes on its share of the cores
-    (TensorFlow's and OpenMP's pools; not the inter-op pool, which collectives need). On 2
-    cores, 255 tests of 9 files took 103-110 s with two threads per worker, 98 s with one
-    (docs/testing.md). Set before TensorFlow starts; a value already set is kept."""
+    """Each xdist worker, and every process it starts, computes on its share of the cores:
+    TensorFlow's, OpenMP's, OpenBLAS's and XLA's pools (not TensorFlow's inter-op pool, which
+    collectives need). On 2 cores, 255 tests of 9 files took 103-110 s with two threads per
+    worker, 98 s with one (docs/testing.md). Set before TensorFlow starts; a value already set
+    is kept."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    threads = max(1, len(os.sched_getaffinity(0)) // workers)
     if workers > 1:
-        for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
-            os.environ.setdefault(name, threads)
+        for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                     "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, str(threads))
+        if threads == 1:  # JAX's CPU client: one thread per computation
+            os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
+                                               "intra_op_parallelism_threads=1")
 
 
 _share_the_cores()
@@ -104,10 +109,17 @@ def tiny_config():
 _slow_deselected = []
 
 
+# The slow tier's longest tests, started first so that the rest fills the other worker around
+# them instead of waiting for them at the end.
+LONGEST_FIRST = ("tests/test_backends.py::test_library_tests_pass_on",)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Counts the slow tests the marker expression deselects (pytest deselects them after)."""
+    """Counts the slow tests the marker expression deselects (pytest deselects them after);
+    puts `LONGEST_FIRST` at the front."""
     if "not slow" in (config.option.markexpr or ""):
         _slow_deselected.append(sum(1 for item in items if item.get_closest_marker("slow")))
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
 
 
 def pytest_sessionfinish(session):

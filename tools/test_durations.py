@@ -1,7 +1,7 @@
 """Per-test time tables from pytest's JUnit XML reports, one per tier.
 
     python tools/test_durations.py default=reports/default.xml slow=reports/slow.xml \\
-        [--top 40] [--output docs/test-durations.md]
+        [--top 40] [--output durations.md] [--note "which commit, machine, wall times"]
 
 `.ci/run` writes both reports (`--junitxml`); each test's time there is its setup, call and
 teardown together, so a fixture built for it counts where it is built. The table gives each
@@ -72,8 +72,10 @@ def main(argv=None) -> int:
     parser.add_argument("reports", nargs="+", metavar="TIER=REPORT.xml")
     parser.add_argument("--top", type=int, default=40, help="slowest tests listed per tier")
     parser.add_argument("--output", help="write the tables here (default: print them)")
+    parser.add_argument("--note", default="", help="a line under the title: which commit, "
+                        "which machine, the wall times")
     args = parser.parse_args(argv)
-    lines = ["# Test durations", ""]
+    lines = ["# Test durations", ""] + ([args.note, ""] if args.note else [])
     for spec in args.reports:
         tier, separator, path = spec.partition("=")
         if not separator or not tier or not path:
