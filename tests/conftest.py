@@ -9,19 +9,16 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 def _share_the_cores():
     """Each xdist worker, and every process it starts, computes on its share of the cores:
-    TensorFlow's, OpenMP's, OpenBLAS's and XLA's pools (not TensorFlow's inter-op pool, which
-    collectives need). On 2 cores, 255 tests of 9 files took 103-110 s with two threads per
-    worker, 98 s with one (docs/testing.md). Set before TensorFlow starts; a value already set
-    is kept."""
+    TensorFlow's, OpenMP's and OpenBLAS's pools (not TensorFlow's inter-op pool, which
+    collectives need, nor XLA's). On 2 cores, 255 tests of 9 files took 103-110 s with two
+    threads per worker, 98 s with one (docs/testing.md). Set before TensorFlow starts; a value
+    already set is kept."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     threads = max(1, len(os.sched_getaffinity(0)) // workers)
     if workers > 1:
         for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                      "MKL_NUM_THREADS"):
             os.environ.setdefault(name, str(threads))
-        if threads == 1:  # JAX's CPU client: one thread per computation
-            os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                                               "intra_op_parallelism_threads=1")
 
 
 _share_the_cores()
@@ -111,7 +108,8 @@ _slow_deselected = []
 
 # The slow tier's longest tests, started first so that the rest fills the other worker around
 # them instead of waiting for them at the end.
-LONGEST_FIRST = ("tests/test_backends.py::test_library_tests_pass_on",)
+LONGEST_FIRST = ("tests/reliability/test_preemption.py::test_two_jax_processes",
+                 "tests/test_gpu_benchmarks.py::test_gpu_benchmark_rows_run_on_a_cpu")
 
 
 def pytest_collection_modifyitems(config, items):
