@@ -139,6 +139,7 @@ print("ok")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow  # a JAX process compiling four models (10-20 s): with the library's JAX pass
 def test_keras_files_load_across_backends(backend, tiny_config, tmp_path):
     """A `.keras` file saved here loads on `backend` with the same outputs, and the file that
     backend saves loads back here with the same weights and outputs."""

@@ -44,6 +44,7 @@ def test_vit_train_is_quiet_and_times_every_stage(tmp_path):
     assert metrics["wall_seconds"] == pytest.approx(wall, abs=0.06)
 
 
+@pytest.mark.slow  # two fresh processes (about 9 s); the quiet one: the test above
 def test_verbose_shows_what_quiet_hides(tmp_path):
     code, _, quiet = _vit("inspect", "--complexity", "Ti/16", "--image-size", "32", cwd=tmp_path)
     assert code == 0 and quiet == ""

@@ -76,6 +76,7 @@ def test_corrupt_image_is_a_clear_error_not_a_crash(exported):
     assert good["probabilities"].shape == (1, 5)
 
 
+@pytest.mark.slow  # TensorFlow's own saved_model_cli in a fresh process (about 8 s)
 def test_saved_model_cli_gives_keras_top1(exported, tmp_path):
     images, probabilities, path = exported
     np.save(tmp_path / "images.npy", images)

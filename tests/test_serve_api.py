@@ -404,6 +404,7 @@ def test_the_vit_serve_command_serves_until_interrupted(run_folder, tmp_path):
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow  # a `vit serve` process holding requests 4 s (about 10 s), with the drain
 def test_sigterm_answers_the_requests_in_flight_then_exits_0(run_folder, tmp_path):
     """Three requests wait in the batcher (a 4 s batching window) when SIGTERM comes: the
     server takes no new connection, answers all three, and exits with status 0."""
@@ -470,6 +471,7 @@ def _ipv6_loopback() -> bool:
 
 
 @pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
+@pytest.mark.slow  # a `vit serve` process (about 6 s); the Host check itself: the test above
 def test_on_ipv6_loopback_only_loopback_host_headers_are_answered(run_folder, tmp_path):
     process, port = _start_serve(run_folder, tmp_path, "--host", "::1")
     url = f"http://[::1]:{port}"

@@ -268,14 +268,17 @@ def test_functions_are_short():
     assert not long, "functions to split:\n" + "\n".join(long)
 
 
+# Each order is a fresh process (about 5 s): the two orders a user writes run in the default
+# tier, the orders that once broke registration in the slow one.
 @pytest.mark.parametrize("imports", [
     "import vit_keras; import keras",
     "import keras; import vit_keras",
-    "import vit_keras.config; import tensorflow; import keras",
+    pytest.param("import vit_keras.config; import tensorflow; import keras",
+                 marks=pytest.mark.slow),
     # A module of ours whose first line imports Keras: the layers register after it, not
     # half-way through it (they import it back).
-    "import vit_keras.fast_paths; import keras",
-    "import vit_keras.lora; import keras",
+    pytest.param("import vit_keras.fast_paths; import keras", marks=pytest.mark.slow),
+    pytest.param("import vit_keras.lora; import keras", marks=pytest.mark.slow),
 ])
 def test_keras_files_load_after_import_vit_keras_alone(imports, tmp_path):
     """The lazy package still registers its layers, whichever is imported first (TensorFlow
