@@ -7,21 +7,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 
-def _share_the_cores():
-    """Each xdist worker, and every process it starts, computes on its share of the cores:
-    TensorFlow's, OpenMP's and OpenBLAS's pools (not TensorFlow's inter-op pool, which
-    collectives need, nor XLA's). On 2 cores, 255 tests of 9 files took 103-110 s with two
-    threads per worker, 98 s with one (docs/testing.md). Set before TensorFlow starts; a value
-    already set is kept."""
+def _share_the_cores() -> tuple[int, list[str]]:
+    """Each xdist worker computes on its share of the cores: OpenMP's and OpenBLAS's pools here
+    (read when the libraries load), TensorFlow's intra-op pool once it is imported. On 2 cores,
+    255 tests of 9 files took 103-110 s with two threads per worker, 98 s with one
+    (docs/testing.md). Returns (threads, the variables set here): they are removed again once
+    the libraries have read them, so the processes a test starts use every core, as a user's
+    run does (most of the slow tier is one such process at a time)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    set_here = []
     if workers > 1:
-        for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                     "MKL_NUM_THREADS"):
-            os.environ.setdefault(name, str(threads))
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            if name not in os.environ:
+                os.environ[name] = str(threads)
+                set_here.append(name)
+    return threads, set_here
 
 
-_share_the_cores()
+_THREADS, _SET_HERE = _share_the_cores()
 
 import gc  # noqa: E402
 import shutil  # noqa: E402
@@ -42,6 +46,14 @@ with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines,
     import keras  # noqa: E402
 
 from vit_keras import ViTConfig  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1" and keras.backend.backend() == \
+        "tensorflow":
+    import tensorflow as tf  # noqa: E402
+
+    tf.config.threading.set_intra_op_parallelism_threads(_THREADS)
+for _name in _SET_HERE:  # read by now (NumPy's OpenBLAS, OpenMP); children start unlimited
+    os.environ.pop(_name)
 
 
 def pytest_configure(config):
@@ -108,7 +120,8 @@ _slow_deselected = []
 
 # The slow tier's longest tests, started first so that the rest fills the other worker around
 # them instead of waiting for them at the end.
-LONGEST_FIRST = ("tests/reliability/test_preemption.py::test_two_jax_processes",
+LONGEST_FIRST = ("tests/test_backends.py::test_library_tests_pass_on",
+                 "tests/reliability/test_preemption.py::test_two_jax_processes",
                  "tests/test_gpu_benchmarks.py::test_gpu_benchmark_rows_run_on_a_cpu")
 
 
@@ -117,7 +130,8 @@ def pytest_collection_modifyitems(config, items):
     puts `LONGEST_FIRST` at the front."""
     if "not slow" in (config.option.markexpr or ""):
         _slow_deselected.append(sum(1 for item in items if item.get_closest_marker("slow")))
-    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
+    items.sort(key=lambda item: next((rank for rank, prefix in enumerate(LONGEST_FIRST)
+                                      if item.nodeid.startswith(prefix)), len(LONGEST_FIRST)))
 
 
 def pytest_sessionfinish(session):
