@@ -7,25 +7,30 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 
-def _share_the_cores() -> tuple[int, list[str]]:
+def _share_the_cores() -> tuple[int, list[str], bool]:
     """Each xdist worker computes on its share of the cores: OpenMP's and OpenBLAS's pools here
     (read when the libraries load), TensorFlow's intra-op pool once it is imported. On 2 cores,
     255 tests of 9 files took 103-110 s with two threads per worker, 98 s with one
-    (docs/testing.md). Returns (threads, the variables set here): they are removed again once
-    the libraries have read them, so the processes a test starts use every core, as a user's
-    run does (most of the slow tier is one such process at a time)."""
+    (docs/testing.md). Returns (threads, the variables set here, whether this process is
+    limited): the variables are removed again once the libraries have read them, so the
+    processes a test starts use every core, as a user's run does (most of the slow tier is one
+    such process at a time; limited, its JAX pass took 2-4 times longer per file)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     threads = max(1, len(os.sched_getaffinity(0)) // workers)
     set_here = []
-    if workers > 1:
+    # A pytest a test starts (the JAX pass) inherits the worker's variables: only the worker
+    # that set the owner (itself) is limited.
+    if workers > 1 and os.environ.setdefault("VIT_TEST_THREADS_OWNER",
+                                             str(os.getpid())) == str(os.getpid()):
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             if name not in os.environ:
                 os.environ[name] = str(threads)
                 set_here.append(name)
-    return threads, set_here
+        return threads, set_here, True
+    return threads, set_here, False
 
 
-_THREADS, _SET_HERE = _share_the_cores()
+_THREADS, _SET_HERE, _THREADS_LIMITED = _share_the_cores()
 
 import gc  # noqa: E402
 import shutil  # noqa: E402
@@ -47,8 +52,7 @@ with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines,
 
 from vit_keras import ViTConfig  # noqa: E402
 
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1" and keras.backend.backend() == \
-        "tensorflow":
+if _THREADS_LIMITED and keras.backend.backend() == "tensorflow":
     import tensorflow as tf  # noqa: E402
 
     tf.config.threading.set_intra_op_parallelism_threads(_THREADS)
