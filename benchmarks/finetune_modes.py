@@ -93,7 +93,7 @@ def main() -> None:
                         *seed)
     rows.append(row("scratch (30 epochs)", "3e-3", same_budget))
     scratch = train(os.path.join(args.output, "scratch"), "--config", "digits_tiny",
-                    "--set", "classes=5,6,7,8,9", *seed)
+                    "--set", "data.classes=5,6,7,8,9", *seed)
     rows.append(row("scratch (80 epochs)", "3e-3", scratch))
     text = table(rows)
     print(text)

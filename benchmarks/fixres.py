@@ -20,9 +20,9 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Table label: (output folder, `vit train` arguments).
 CROPS = {"resize": ("resize", []),
-         "inception": ("inception", ["--set", "train_crop=inception"]),
-         "inception, area >= 0.35": ("inception_035", ["--set", "train_crop=inception",
-                                                      "--set", "crop_area_min=0.35"])}
+         "inception": ("inception", ["--set", "augment.crop=inception"]),
+         "inception, area >= 0.35": ("inception_035", ["--set", "augment.crop=inception",
+                                                      "--set", "augment.crop_area_min=0.35"])}
 
 
 def train(crop: str, epochs: int, output: str) -> str:

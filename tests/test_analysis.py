@@ -235,7 +235,8 @@ def digits_model_path(tmp_path_factory):
     from training.presets import get_preset
 
     output = tmp_path_factory.mktemp("digits")
-    run.train(get_preset("digits_tiny").replace(epochs=10, mixed_precision=""), output=str(output),
+    run.train(get_preset("digits_tiny").replace(schedule={"epochs": 10},
+                                                loop={"mixed_precision": ""}), output=str(output),
               strategy="default", export=False, inspect=False)
     return str(output / "model.keras")
 

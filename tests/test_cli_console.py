@@ -181,12 +181,15 @@ def test_a_preset_reports_every_bad_value_at_once():
     from training.presets import get_preset
 
     with pytest.raises(ValueError) as caught:
-        get_preset("digits_tiny").replace(epochs=0, lr=float("nan"), label_smoothing=1.0,
-                                          erasing_prob=1.5)
+        get_preset("digits_tiny").replace(schedule={"epochs": 0},
+                                          optim={"lr": float("nan")},
+                                          objective={"label_smoothing": 1.0},
+                                          augment={"erasing_prob": 1.5})
     message = str(caught.value)
     for expected in ("schedule.epochs must be >= 1, got 0",
                      "optim.lr must be a finite number >= 0, got nan",
                      "objective.label_smoothing must be in [0, 1), got 1.0",
                      "augment.erasing_prob must be in [0, 1], got 1.5"):
         assert expected in message
-    assert get_preset("digits_tiny").replace(erasing_prob=1.0).augment.erasing_prob == 1.0
+    erasing = get_preset("digits_tiny").replace(augment={"erasing_prob": 1.0})
+    assert erasing.augment.erasing_prob == 1.0

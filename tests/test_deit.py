@@ -93,8 +93,9 @@ def test_deit_distill_preset_trains_a_student(tmp_path):
     teacher_path = str(tmp_path / "teacher.keras")
     _teacher(10, size=8).save(teacher_path)
     preset = presets.get_preset("deit_distill").replace(
-        teacher=teacher_path, epochs=1, batch_size=128, translate=0.0, rotate=0.0,
-        zoom=0.0).replace_model(image_size=8, hidden_size=32, mlp_dim=32, num_layers=1)
+        objective={"teacher": teacher_path}, schedule={"epochs": 1, "batch_size": 128},
+        augment={"translate": 0.0, "rotate": 0.0, "zoom": 0.0},
+        model={"image_size": 8, "hidden_size": 32, "mlp_dim": 32, "num_layers": 1})
     assert run.train(preset, output=str(tmp_path / "out"), strategy="default",
                      export=False, inspect=False) == 0
     with open(tmp_path / "out" / "metrics.json") as file:
@@ -103,4 +104,4 @@ def test_deit_distill_preset_trains_a_student(tmp_path):
     student = keras.saving.load_model(str(tmp_path / "out" / "model.keras"), safe_mode=True)
     assert vit_keras.config_from_model(student).distilled
     with pytest.raises(ValueError, match="needs a teacher"):
-        run.train(preset.replace(teacher=""), output=str(tmp_path / "none"))
+        run.train(preset.replace(objective={"teacher": ""}), output=str(tmp_path / "none"))

@@ -20,9 +20,12 @@ CONFIG = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_h
                    num_layers=2, num_classes=3, representation_size=8, num_register_tokens=1)
 
 
-def _preset(**changes):
-    return Preset().replace(model=CONFIG, lr=0.1, weight_decay=0.1, warmup_steps=0,
-                            schedule="constant", clipnorm=0.0, **changes)
+def _preset(changes=None):
+    """A constant-rate preset of `CONFIG` with `changes` ('SECTION.FIELD': value) on top."""
+    return Preset().replace(model=CONFIG,
+                            optim={"lr": 0.1, "weight_decay": 0.1, "clipnorm": 0.0},
+                            schedule={"warmup_steps": 0, "decay": "constant"}
+                            ).with_values(changes or {})
 
 
 def _model(config=CONFIG):
@@ -56,9 +59,9 @@ def _stored_kernels(model):
 
 def test_head_mode_trains_only_the_head_and_pre_logits():
     model = _model()
-    finetune.prepare(model, _preset(finetune="head"))
+    finetune.prepare(model, _preset({"finetune.mode": "head"}))
     before = _snapshot(model)
-    _train(model, _preset(finetune="head"))
+    _train(model, _preset({"finetune.mode": "head"}))
     expected = {"pre_logits/kernel", "pre_logits/bias", "head/kernel", "head/bias"}
     assert _changed(model, before) == expected
     assert finetune.count_weights(model)[0] == 16 * 8 + 8 + 8 * 3 + 3
@@ -66,7 +69,7 @@ def test_head_mode_trains_only_the_head_and_pre_logits():
 
 def test_lora_mode_trains_the_adapters_and_the_head_only():
     model = _model()
-    preset = _preset(finetune="lora", lora_rank=2)
+    preset = _preset({"finetune.mode": "lora", "finetune.lora_rank": 2})
     finetune.prepare(model, preset)
     base = {path: value.copy() for path, value in _stored_kernels(model).items()}
     before = _snapshot(model)
@@ -91,7 +94,8 @@ def test_full_mode_trains_everything():
 
 def test_lora_targets_all_and_a_lora_head():
     model = _model()
-    finetune.prepare(model, _preset(finetune="lora", lora_rank=1, lora_targets="all"))
+    finetune.prepare(model, _preset({"finetune.mode": "lora", "finetune.lora_rank": 1,
+                                     "finetune.lora_targets": "all"}))
     kinds = {lora.projection_kind(layer) for layer in lora.lora_layers(model)}
     assert kinds == set(lora.TARGETS)
     head = model.get_layer("head")
@@ -99,21 +103,23 @@ def test_lora_targets_all_and_a_lora_head():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(lora_rank=0), "finetune.lora_rank must be >= 1, got 0"),
-    (dict(finetune="partial"), "finetune.mode must be one of ('full', 'lora', 'head', "
-                               "'probe'), got 'partial'"),
-    (dict(layer_decay=0.0), "optim.layer_decay must be in (0, 1], got 0.0"),
-    (dict(distill_mode="medium"), "objective.distill_mode must be one of ('hard', 'soft')"),
-    (dict(distill_temperature=0.0), "objective.distill_temperature must be a finite number > 0"),
+    ({"finetune.lora_rank": 0}, "finetune.lora_rank must be >= 1, got 0"),
+    ({"finetune.mode": "partial"}, "finetune.mode must be one of ('full', 'lora', 'head', "
+                                   "'probe'), got 'partial'"),
+    ({"optim.layer_decay": 0.0}, "optim.layer_decay must be in (0, 1], got 0.0"),
+    ({"objective.distill_mode": "medium"}, "objective.distill_mode must be one of ('hard', 'soft')"),
+    ({"objective.distill_temperature": 0.0},
+     "objective.distill_temperature must be a finite number > 0"),
 ])
 def test_bad_finetune_fields_are_refused(changes, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        get_preset("digits_tiny").replace(**changes)
+        get_preset("digits_tiny").with_values(changes)
 
 
 def test_unknown_lora_target_is_refused_naming_the_targets():
     with pytest.raises(ValueError, match="LoRA targets must be some of"):
-        finetune.prepare(_model(), _preset(finetune="lora", lora_targets="query,values"))
+        finetune.prepare(_model(), _preset({"finetune.mode": "lora",
+                                          "finetune.lora_targets": "query,values"}))
 
 
 def test_layer_decay_multipliers_follow_beit():
@@ -141,7 +147,8 @@ def test_layer_decay_scales_each_update_by_its_multiplier(optimizer):
     updates = {}
     for decay in (1.0, 0.6):
         model = _model()
-        preset = _preset(optimizer=optimizer, momentum=0.0, layer_decay=decay)
+        preset = _preset({"optim.optimizer": optimizer, "optim.momentum": 0.0,
+                          "optim.layer_decay": decay})
         _train(model, preset, steps=1)
         updates[decay] = {path: value - start[path] for path, value in _snapshot(model).items()}
     multipliers = recipe.layer_decay_multipliers(_model(), CONFIG.num_layers, 0.6)

@@ -17,11 +17,13 @@ TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_he
                   num_layers=1)
 
 
-def _preset(**changes):
+def _preset(changes):
+    """digits_tiny on `TINY_MODEL`, 2 epochs, with `changes` ('SECTION.FIELD': value)."""
     base = get_preset("digits_tiny").replace(
-        epochs=2, eval_every=1, mixed_precision="", translate=0.0, zoom=0.0, batch_size=64,
-        warmup_epochs=0).replace_model(**TINY_MODEL)
-    return base.replace(**changes)
+        schedule={"epochs": 2, "batch_size": 64, "warmup_epochs": 0},
+        loop={"eval_every": 1, "mixed_precision": ""}, augment={"translate": 0.0, "zoom": 0.0},
+        model=TINY_MODEL)
+    return base.with_values(changes)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def upstream():
     trained once for every worker and run (`artifacts.shared`)."""
     from artifacts import shared
 
-    preset = _preset(epochs=1, classes="0,1,2,3,4")
+    preset = _preset({"schedule.epochs": 1, "data.classes": "0,1,2,3,4"})
 
     def build(folder):
         run.train(preset, output=str(folder / "run"), strategy="default", export=False,
@@ -49,8 +51,8 @@ def _load(path):
 
 
 def test_lora_run_killed_and_resumed_equals_uninterrupted(tmp_path, upstream, monkeypatch):
-    preset = _preset(classes="5,6,7,8,9", weights=upstream, finetune="lora", lora_rank=2,
-                     backup_every=5)
+    preset = _preset({"data.classes": "5,6,7,8,9", "finetune.weights": upstream,
+                      "finetune.mode": "lora", "finetune.lora_rank": 2, "loop.backup_every": 5})
     options = dict(strategy="default", export=False, inspect=False)
     run.train(preset, output=str(tmp_path / "whole"), **options)
     original = callbacks.ResumableBackup.save
@@ -80,8 +82,9 @@ def test_lora_run_killed_and_resumed_equals_uninterrupted(tmp_path, upstream, mo
 
 @pytest.mark.slow
 def test_lora_export_equals_the_merged_model_and_the_adapters(tmp_path, upstream, capsys):
-    preset = _preset(epochs=1, classes="5,6,7,8,9", weights=upstream, finetune="lora",
-                     lora_rank=2, lora_targets="query,value,mlp")
+    preset = _preset({"schedule.epochs": 1, "data.classes": "5,6,7,8,9",
+                      "finetune.weights": upstream, "finetune.mode": "lora",
+                      "finetune.lora_rank": 2, "finetune.lora_targets": "query,value,mlp"})
     run.train(preset, output=str(tmp_path), strategy="default", inspect=False)
     assert "finetune lora (rank 2 on query,value,mlp; the head):" in capsys.readouterr().out
     merged = _load(str(tmp_path / "model.keras"))
@@ -105,7 +108,8 @@ def test_lora_export_equals_the_merged_model_and_the_adapters(tmp_path, upstream
 
 
 def test_probe_fits_the_head_once_and_writes_a_normal_model(tmp_path, upstream):
-    preset = _preset(classes="5,6,7,8,9", weights=upstream, finetune="probe")
+    preset = _preset({"data.classes": "5,6,7,8,9", "finetune.weights": upstream,
+                      "finetune.mode": "probe"})
     run.train(preset, output=str(tmp_path), strategy="default", export=False,
               inspect=False)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -122,5 +126,5 @@ def test_probe_fits_the_head_once_and_writes_a_normal_model(tmp_path, upstream):
 
 def test_unknown_class_is_refused_naming_the_known_ones(tmp_path):
     with pytest.raises(ValueError, match=r"unknown: \['11'\]; known: \['0', '1'"):
-        run.train(_preset(classes="1,11"), output=str(tmp_path), strategy="default",
+        run.train(_preset({"data.classes": "1,11"}), output=str(tmp_path), strategy="default",
                   export=False, inspect=False)

@@ -138,10 +138,10 @@ def test_a_batch_the_user_set_is_kept_and_refused_with_the_size_that_fits():
                                          "less, or add images"):
         fit_batch_to_data(preset, 10, replicas=1)
     accumulating = get_preset("digits_tiny").with_values({"schedule.grad_accum_steps": 4})
-    fitted, notice = fit_batch_to_data(accumulating.replace(pinned=()), 10, replicas=2)
+    fitted, notice = fit_batch_to_data(accumulating, 10, replicas=2)
     assert fitted.schedule.batch_size == 8 and "batch size 8" in notice
     with pytest.raises(ValueError, match="fewer than grad_accum_steps x replicas = 8"):
-        fit_batch_to_data(accumulating.replace(pinned=()), 7, replicas=2)
+        fit_batch_to_data(accumulating, 7, replicas=2)
 
 
 def test_a_model_called_at_another_size_names_both_sizes_and_the_ways_out(tiny_config):

@@ -32,8 +32,9 @@ def _rank_epoch_two_best(monkeypatch):
 def test_the_run_keeps_the_best_validated_epoch_unless_told_the_last(tmp_path, monkeypatch,
                                                                      capsys, keep, kept):
     _rank_epoch_two_best(monkeypatch)
-    preset = get_preset("digits_tiny").replace(
-        epochs=3, warmup_epochs=1, eval_every=1, lr=5e-3, keep=keep).replace_model(**TINY_MODEL)
+    preset = get_preset("digits_tiny").replace(schedule={"epochs": 3, "warmup_epochs": 1},
+                                               loop={"eval_every": 1, "keep": keep},
+                                               optim={"lr": 5e-3}).replace_model(**TINY_MODEL)
     assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0
     out = capsys.readouterr().out
@@ -52,8 +53,8 @@ def test_the_run_keeps_the_best_validated_epoch_unless_told_the_last(tmp_path, m
 
 def test_without_validation_the_last_epoch_is_kept(tmp_path, capsys):
     preset = get_preset("digits_tiny").replace(
-        data=_folder(tmp_path / "images", 4), val_split=0.0, adapt=False, epochs=2,
-        warmup_epochs=1, batch_size=4).replace_model(**TINY_MODEL)
+        data={"train": _folder(tmp_path / "images", 4), "val_split": 0.0, "adapt": False},
+        schedule={"epochs": 2, "warmup_epochs": 1, "batch_size": 4}, model=TINY_MODEL)
     assert run.train(preset, output=str(tmp_path / "run"), strategy="default", export=False,
                      inspect=False) == 0
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -72,8 +73,8 @@ def test_a_missing_best_weights_file_is_named(tmp_path, monkeypatch):
             (tmp_path / "best.weights.h5").unlink()
 
     monkeypatch.setattr(callbacks.BestModel, "on_epoch_end", then_remove)
-    preset = get_preset("digits_tiny").replace(
-        epochs=3, warmup_epochs=1, eval_every=1).replace_model(**TINY_MODEL)
+    preset = get_preset("digits_tiny").replace(schedule={"epochs": 3, "warmup_epochs": 1},
+                                               loop={"eval_every": 1}).replace_model(**TINY_MODEL)
     with pytest.raises(FileNotFoundError, match=r"best.weights.h5, epoch 2\) are missing; "
                                                 r"run with --set loop.keep=last"):
         run.train(preset, output=str(tmp_path), strategy="default", export=False,
@@ -93,8 +94,8 @@ def _folder(root, per_class: int):
 def test_the_header_points_to_fine_tuning_for_a_few_images_from_scratch(tmp_path, capsys):
     data = _folder(tmp_path / "photos", 4)
     preset = get_preset("digits_tiny").replace(
-        data=data, val_split=0.0, epochs=1, warmup_epochs=0, batch_size=4,
-        adapt=False).replace_model(**TINY_MODEL)
+        data={"train": data, "val_split": 0.0, "adapt": False},
+        schedule={"epochs": 1, "warmup_epochs": 0, "batch_size": 4}, model=TINY_MODEL)
     assert run.train(preset, output=str(tmp_path / "run"), strategy="default", export=False,
                      inspect=False) == 0
     out = capsys.readouterr().out
@@ -112,7 +113,7 @@ def test_no_hint_for_the_built_in_digits():
         num_examples = 1437
 
     assert report.few_images_hint(Setup) == ""
-    Setup.preset = Setup.preset.replace(data="folder:/photos")
+    Setup.preset = Setup.preset.replace(data={"train": "folder:/photos"})
     assert report.few_images_hint(Setup).startswith("hint: 1437 training images")
     Setup.num_examples = 2000
     assert report.few_images_hint(Setup) == ""

@@ -82,7 +82,8 @@ def test_mpp_encoder_fine_tunes_through_weights(tmp_path):
     from training import presets, run
 
     tiny = dict(image_size=8, hidden_size=32, mlp_dim=32, num_layers=1)
-    preset = presets.get_preset("mpp_digits").replace(epochs=1, batch_size=256).replace_model(
+    preset = presets.get_preset("mpp_digits").replace(schedule={"epochs": 1,
+                                                                "batch_size": 256}).replace_model(
         **tiny)
     assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0

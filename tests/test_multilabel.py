@@ -1,6 +1,6 @@
 """Multi-label training end to end: the `csv:` source (good files and every malformed case),
 multi-hot targets through the pipeline and MixUp/CutMix, the exact mAP and F1 against
-scikit-learn, timm's label smoothing, and a `--set objective=multilabel` run whose model gives
+scikit-learn, timm's label smoothing, and a `--set objective.kind=multilabel` run whose model gives
 sigmoid scores in every format (.keras, SavedModel, .tflite, .onnx), in `vit predict` and in
 `vit evaluate`, also after a separate `vit export`."""
 
@@ -155,16 +155,16 @@ def test_single_label_objectives_refuse_multi_label_data(image_list):
     assert data.val_origin.startswith("25% of the CSV rows held out")
     with pytest.raises(ValueError, match="--set objective.kind=multilabel, not 'classify'"):
         objectives.get_objective(get_preset("digits_tiny")).check_data(data)
-    objectives.get_objective(get_preset("digits_tiny").replace(
-        objective="multilabel")).check_data(data)
+    multilabel = get_preset("digits_tiny").replace(objective={"kind": "multilabel"})
+    objectives.get_objective(multilabel).check_data(data)
 
 
 def test_pipeline_gives_multi_hot_targets_mixed_by_mixup_and_cutmix(image_list):
     source = sources.load_source(f"csv:{image_list}", val_split=0.0)
     evaluated = np.concatenate([labels for _, labels in evaluation.eval_dataset(source, 8, 5)])
     np.testing.assert_array_equal(evaluated, source.arrays[1])
-    preset = get_preset("digits_tiny").replace(mixup_alpha=0.8, cutmix_alpha=1.0)
-    batches = pipeline.train_dataset(source, 8, 8, preset.replace(epochs=1))
+    preset = get_preset("digits_tiny").replace(augment={"mixup_alpha": 0.8, "cutmix_alpha": 1.0})
+    batches = pipeline.train_dataset(source, 8, 8, preset.replace(schedule={"epochs": 1}))
     for images, targets in batches:
         assert images.shape == (8, 8, 8, 3) and targets.shape == (8, 3)
         assert targets.dtype == np.float32
@@ -250,9 +250,10 @@ def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys
     val_csv = _write_csv(tmp_path / "val.csv", [(name, _labels_of(index))
                                                  for index, name in enumerate(names[::3])])
     preset = get_preset("digits_tiny").replace(
-        data=f"csv:{image_list}", val_data=f"csv:{val_csv}", objective="multilabel", epochs=2,
-        batch_size=8, mixed_precision="", translate=0.0, zoom=0.0, mixup_alpha=0.5,
-        label_smoothing=0.1, warmup_epochs=0).replace_model(**TINY_MODEL)
+        data={"train": f"csv:{image_list}", "val": f"csv:{val_csv}"},
+        objective={"kind": "multilabel", "label_smoothing": 0.1},
+        schedule={"epochs": 2, "batch_size": 8, "warmup_epochs": 0}, loop={"mixed_precision": ""},
+        augment={"translate": 0.0, "zoom": 0.0, "mixup_alpha": 0.5}, model=TINY_MODEL)
     output = tmp_path / "run"
     run.train(preset, output=str(output), strategy="default", export=False, inspect=False)
     table = capsys.readouterr().out
@@ -306,9 +307,12 @@ def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys
 
 
 def test_single_label_data_trains_multilabel(tmp_path):
-    preset = get_preset("digits_tiny").replace(
-        objective="multilabel", epochs=1, batch_size=64, mixed_precision="", translate=0.0,
-        zoom=0.0, warmup_epochs=0).replace_model(**TINY_MODEL)
+    preset = get_preset("digits_tiny").replace(objective={"kind": "multilabel"},
+                                               schedule={"epochs": 1, "batch_size": 64,
+                                                         "warmup_epochs": 0},
+                                               loop={"mixed_precision": ""},
+                                               augment={"translate": 0.0,
+                                                        "zoom": 0.0}).replace_model(**TINY_MODEL)
     run.train(preset, output=str(tmp_path), strategy="default", export=False,
               inspect=False)
     metrics = json.loads((tmp_path / "metrics.json").read_text())

@@ -15,7 +15,7 @@ TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4",
         "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
         "--set", "model.num_heads=2", "--set", "model.num_layers=1",
         "--epochs", "2", "--batch-size", "32", "--strategy", "mirrored", "--no-export",
-        "--set", "backup_every=4", "--set", "eval_every=1", "--seed", "3"]
+        "--set", "loop.backup_every=4", "--set", "loop.eval_every=1", "--seed", "3"]
 
 
 def _vit(args, output, **kwargs):
@@ -81,7 +81,7 @@ def test_deit_mirrored_killed_and_resumed(tmp_path):
     teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
                                 keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
     teacher.save(tmp_path / "teacher.keras")
-    args = ["--config", "deit_distill", *TINY, "--set", f"teacher={tmp_path / 'teacher.keras'}"]
+    args = ["--config", "deit_distill", *TINY, "--set", f"objective.teacher={tmp_path / 'teacher.keras'}"]
     metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, args)
     assert metrics["objective"] == "distill" and metrics["replicas"] == 2
     assert 0.0 <= metrics["val_top1"] <= 1.0 and "teacher_val_top1" in metrics

@@ -333,7 +333,7 @@ def test_a_killed_mirrored_segmentation_run_resumes_to_the_uninterrupted_result(
               "--set", "data.val_split=0.25", "--set", "model.image_size=16",
               "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
               "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
-              "--set", "backup_every=3", "--set", "eval_every=3"]
+              "--set", "loop.backup_every=3", "--set", "loop.eval_every=3"]
     resumed = killed_run_resumes_exactly(common, tmp_path, min_step=6, total_steps=3 * 12,
                                          two_cpus=True)
     assert "MirroredStrategy x2" in resumed

@@ -84,7 +84,7 @@ def test_the_segmentation_rule_for_other_data(native, count, size, patch, stages
 def test_presets_without_adapt_and_fine_tuning_are_left_alone():
     cifar = get_preset("cifar10_scratch")
     assert adapt.adapt(cifar, (28, 28), 500) == (cifar, None)
-    finetune = get_preset("digits_tiny").replace(weights="model.keras")
+    finetune = get_preset("digits_tiny").replace(finetune={"weights": "model.keras"})
     assert adapt.adapt(finetune, (28, 28), 500) == (finetune, None)
 
 
@@ -200,8 +200,9 @@ def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):
                 Image.fromarray(pixels).save(folder / f"{index}.png")
     output = tmp_path / "run"
     assert cli.main(["train", "--data", f"folder:{tmp_path / 'train'}", "--val-data",
-                     f"folder:{tmp_path / 'test'}", "--epochs", "1", "--batch-size", "4", "--no-export",
-                     "--no-inspect", "--output", str(output)]) == 0
+                     f"folder:{tmp_path / 'test'}", "--epochs", "1", "--batch-size", "4",
+                     "--preprocessing", "imagenet", "--no-export", "--no-inspect", "--output",
+                     str(output)]) == 0
     printed = capsys.readouterr().out
     assert ("recipe: digits_tiny adapted to 12 images of 12x12 px: image_size 16 -> 24 (the "
             "small-data rule") in printed
@@ -209,5 +210,8 @@ def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):
     with open(output / "config.json") as handle:
         saved = json.load(handle)
     assert saved["model"]["image_size"] == 24 and saved["preset"]["schedule"]["epochs"] == 1
-    assert saved["preset"]["pinned"] == ["data.train", "data.val", "schedule.batch_size",
-                                         "schedule.epochs"]
+    assert saved["preset"]["pinned"] == ["data.train", "data.val", "model.preprocessing",
+                                         "schedule.batch_size", "schedule.epochs"]
+    assert saved["model"]["preprocessing"]["mean"] == [0.485, 0.456, 0.406]  # the flag, kept
+    assert "model.image_size = 24  (small-data rule)" in saved["preset"]["resolution"]
+    assert "schedule.epochs = 1  (--epochs)" in saved["preset"]["resolution"]

@@ -93,15 +93,17 @@ def test_tfds_source_with_mock_data():
         assert train.num_classes == 10
         images, labels = next(iter(evaluation.eval_dataset(val, 16, batch_size=5)))
         assert images.shape == (5, 16, 16, 3) and labels.shape == (5, 10)
-        batches = list(pipeline.train_dataset(train, 16, 4, Preset().replace(epochs=1),
+        one_epoch = Preset().replace(schedule={"epochs": 1})
+        batches = list(pipeline.train_dataset(train, 16, 4, one_epoch,
                                               steps_per_epoch=3))
         assert len(batches) == 3
 
 
 def test_train_stream_is_seeded_and_resumable():
     source = sources.digits_source("train")
-    preset = Preset(seed=3).replace(translate=0.1, rotate=0.05, mixup_alpha=0.2, epochs=2,
-                                    train_crop="pad_crop", pad=2)
+    preset = Preset(seed=3).replace(augment={"translate": 0.1, "rotate": 0.05, "mixup_alpha": 0.2,
+                                             "crop": "pad_crop", "pad": 2},
+                                    schedule={"epochs": 2})
     full = [b for b in pipeline.train_dataset(source, 16, 8, preset, steps_per_epoch=4)]
     again = [b for b in pipeline.train_dataset(source, 16, 8, preset, steps_per_epoch=4)]
     resumed = [b for b in pipeline.train_dataset(source, 16, 8, preset, start_epoch=1,
@@ -121,8 +123,9 @@ def test_train_stream_is_seeded_and_resumable():
 
 
 def test_augment_layers_run_in_tf_data_with_per_batch_seeds():
-    preset = Preset().replace(flip=True, randaugment_ops=2, randaugment_magnitude=9,
-                              mixup_alpha=0.8, cutmix_alpha=1.0, erasing_prob=0.5)
+    preset = Preset().replace(augment={"flip": True, "randaugment_ops": 2,
+                                       "randaugment_magnitude": 9, "mixup_alpha": 0.8,
+"cutmix_alpha": 1.0, "erasing_prob": 0.5})
     fn = augment.build_augment(preset)
     images = tf.random.stateless_uniform((4, 16, 16, 3), (0, 1), 0, 255)
     labels = tf.one_hot([0, 1, 2, 3], 4)

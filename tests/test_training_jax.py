@@ -22,7 +22,7 @@ TINY = ["--backend", "jax", "--mixed-precision", "float32", "--batch-size", "32"
         "--set", "model.image_size=8", "--set", "model.patch_size=4",
         "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
         "--set", "model.num_heads=2", "--set", "model.num_layers=1",
-        "--set", "eval_every=1", "--seed", "3", "--no-inspect", "--no-export"]
+        "--set", "loop.eval_every=1", "--seed", "3", "--no-inspect", "--no-export"]
 
 
 def _env(devices=1):
@@ -150,7 +150,7 @@ def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
 
 @pytest.mark.slow
 def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(tmp_path):
-    args = [*TINY, "--epochs", "2", "--set", "backup_every=4"]
+    args = [*TINY, "--epochs", "2", "--set", "loop.backup_every=4"]
     # The export runs in a TensorFlow process; the tiny model's int8 files are not held to
     # the bars (passed on to `vit export` as given).
     reference = _start([*(arg for arg in args if arg != "--no-export"), "--min-agreement", "0"],
@@ -180,7 +180,7 @@ def test_every_objective_trains_on_jax(tmp_path, config):
         teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
                                     keras.layers.Dense(10)])
         teacher.save(tmp_path / "teacher.keras")
-        args += ["--set", f"teacher={tmp_path / 'teacher.keras'}"]
+        args += ["--set", f"objective.teacher={tmp_path / 'teacher.keras'}"]
     _train(args, tmp_path / "out", devices=2)
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["backend"] == "jax" and metrics["replicas"] == 2
@@ -243,7 +243,7 @@ def test_jax_only_flags_are_refused_on_tensorflow(capsys):
 def test_jax_step_forms_are_refused_on_tensorflow(capsys, tmp_path):
     from vit import cli
 
-    assert cli.main(["train", "--backend", "tensorflow", "--set", "fused_qkv=true",
+    assert cli.main(["train", "--backend", "tensorflow", "--set", "loop.fused_qkv=true",
                      "--output", str(tmp_path / "run"), "--no-export", "--epochs", "1"]) == 2
     assert "loop.fused_qkv shape the JAX training step: train with --backend jax" in \
         capsys.readouterr().err
@@ -272,7 +272,7 @@ def test_the_header_says_what_each_step_form_does_in_the_run():
 def test_step_forms_train_as_the_plain_step(tmp_path):
     """One matrix product for q, k, v, the attention kernel in training and remat='dots'
     give the plain run's losses and weights, with the heads sharded over two devices."""
-    forms = ["--set", "fused_qkv=true", "--set", "attention_kernel=true",
+    forms = ["--set", "loop.fused_qkv=true", "--set", "loop.attention_kernel=true",
              "--set", "model.remat=dots"]
     reference, _ = _one_device_reference()
     log = _train([*ONE_EPOCH, *forms, "--model-parallel", "2"], tmp_path / "sharded", devices=2)

@@ -37,8 +37,9 @@ def test_warmup_linear_values_and_roundtrip():
 
 
 def test_schedule_from_preset_counts_warmup_epochs():
-    preset = Preset().replace(lr=0.5, epochs=4, warmup_epochs=1, warmup_steps=2,
-                              schedule="constant")
+    preset = Preset().replace(optim={"lr": 0.5},
+                              schedule={"epochs": 4, "warmup_epochs": 1, "warmup_steps": 2,
+                                        "decay": "constant"})
     schedule = recipe.make_schedule(preset, steps_per_epoch=10)
     assert schedule.total_steps == 40 and schedule.warmup_steps == 12
     assert float(schedule(5)) == pytest.approx(0.25)
@@ -60,9 +61,11 @@ def test_gradient_accumulation_equals_the_large_batch(name):
     y = keras.utils.to_categorical(rng.integers(0, 3, 16), 3)
     weights = {}
     for accum, batch in ((1, 16), (4, 4)):
-        preset = Preset().replace(optimizer=name, lr=0.05, weight_decay=0.1, epochs=1,
-                                  warmup_steps=1, grad_accum_steps=accum, clipnorm=0.5,
-                                  label_smoothing=0.1)
+        preset = Preset().replace(optim={"optimizer": name, "lr": 0.05, "weight_decay": 0.1,
+                                         "clipnorm": 0.5},
+                                  schedule={"epochs": 1, "warmup_steps": 1,
+                                            "grad_accum_steps": accum},
+                                  objective={"label_smoothing": 0.1})
         model = _tiny_model()
         model.compile(recipe.make_optimizer(preset, steps_per_epoch=2, model=model),
                       recipe.make_loss(preset))
@@ -82,10 +85,13 @@ def test_presets_load_and_overrides_are_typed():
                               "data.train=folder:/x", "augment.crop=inception"])
     assert (preset.optim.lr, preset.schedule.epochs, preset.augment.flip, preset.data.train,
             preset.augment.crop) == (0.01, 3, True, "folder:/x", "inception")
-    flat = apply_overrides(get_preset("digits_tiny"),  # the keys before sections still work
-                           ["lr=0.01", "epochs=3", "flip=true", "data=folder:/x",
-                            "train_crop=inception"])
-    assert flat == preset
+    for flat, sectioned in [("lr", "optim.lr"), ("epochs", "schedule.epochs"),
+                            ("data", "data.train"), ("train_crop", "augment.crop")]:
+        with pytest.raises(ValueError, match=f"flat keys of earlier versions are gone; write "
+                                             f"'{sectioned}'"):
+            apply_overrides(preset, [f"{flat}=1"])
+        with pytest.raises(ValueError, match=f"write '{sectioned}'"):
+            preset.replace(**{flat: 1})
     with pytest.raises(ValueError, match="unknown key"):
         apply_overrides(preset, ["learning_rate=1"])
     with pytest.raises(ValueError, match="unknown key"):
@@ -96,7 +102,7 @@ def test_presets_load_and_overrides_are_typed():
     with pytest.raises(ValueError, match="unknown key"):
         apply_overrides(preset, ["model.depth=1"])
     with pytest.raises(ValueError, match="expected an integer"):
-        apply_overrides(preset, ["epochs=many"])
+        apply_overrides(preset, ["schedule.epochs=many"])
     with pytest.raises(ValueError, match="key=value"):
         apply_overrides(preset, ["epochs"])
 

@@ -25,15 +25,16 @@ TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_he
                   num_layers=1)
 TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
         "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
-        "--set", "translate=0.1", "--set", "eval_every=1"]
+        "--set", "augment.translate=0.1", "--set", "loop.eval_every=1"]
 
 
 def test_default_preset_short_run_beats_chance(tmp_path, capsys):
     # digits_tiny shrunk to seconds: 8 px, 16 tokens, 2 blocks, 4 epochs.
     preset = get_preset("digits_tiny").replace(
-        epochs=8, lr=5e-3, warmup_epochs=1, translate=0.0, rotate=0.0, zoom=0.0,
-        eval_every=8).replace_model(image_size=8, patch_size=2, hidden_size=32, mlp_dim=64,
-                                    num_layers=2)
+        schedule={"epochs": 8, "warmup_epochs": 1}, optim={"lr": 5e-3},
+        augment={"translate": 0.0, "rotate": 0.0, "zoom": 0.0}, loop={"eval_every": 8},
+        model={"image_size": 8, "patch_size": 2, "hidden_size": 32, "mlp_dim": 64,
+               "num_layers": 2})
     assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0
     header = capsys.readouterr().out
@@ -56,8 +57,8 @@ def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3(tmp_pa
 
     monkeypatch.setattr(export_command, "min_agreements", lambda formats, value=None: {
         name: 1.01 if name == "tflite_int8" else 0.0 for name in formats})
-    preset = get_preset("digits_tiny").replace(
-        epochs=2, warmup_epochs=1, eval_every=2).replace_model(**TINY_MODEL)
+    preset = get_preset("digits_tiny").replace(schedule={"epochs": 2, "warmup_epochs": 1},
+                                               loop={"eval_every": 2}).replace_model(**TINY_MODEL)
     status = run.train(preset, output=str(tmp_path), strategy="default", inspect=False)
     assert status == finish.EXIT_EXPORT_FAILED == 3
     out, err = capsys.readouterr()
@@ -83,7 +84,8 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
     from training import callbacks
     from vit import outputs
 
-    preset = get_preset("digits_tiny").replace(epochs=2, eval_every=1).replace_model(**TINY_MODEL)
+    preset = get_preset("digits_tiny").replace(schedule={"epochs": 2}, loop={"eval_every": 1},
+                                               model=TINY_MODEL)
     original = callbacks.ResumableBackup.on_epoch_end
 
     def backup_then_die(self, epoch, logs=None):
@@ -116,7 +118,7 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     # float32: the run's evaluation and `vit evaluate` must agree to the image, which bfloat16
     # rounding in two differently traced graphs does not promise on a one-epoch model.
     preset = get_preset("digits_tiny").replace(
-        epochs=1, eval_every=1, mixed_precision="").replace_model(**TINY_MODEL)
+        schedule={"epochs": 1}, loop={"eval_every": 1, "mixed_precision": ""}, model=TINY_MODEL)
     assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
                      inspect=False) == 0
     capsys.readouterr()
@@ -216,5 +218,5 @@ def test_mirrored_two_cpus_matches_default_strategy(tmp_path):
 @pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     common = ["train", "--epochs", "3", "--batch-size", "16", "--no-export", "--no-inspect",
-              "--seed", "5", *TINY, "--set", "backup_every=3", "--set", "eval_every=3"]
+              "--seed", "5", *TINY, "--set", "loop.backup_every=3", "--set", "loop.eval_every=3"]
     killed_run_resumes_exactly(common, tmp_path, min_step=9, total_steps=3 * 89)

@@ -40,8 +40,9 @@ def _decayed_by_one_step(model):
     rng = np.random.default_rng(0)
     for variable in model.trainable_variables:  # non-zero everywhere: zeros never decay
         variable.assign(rng.uniform(0.5, 1.5, variable.shape).astype("float32"))
-    preset = Preset().replace(optimizer="adamw", lr=0.1, weight_decay=0.5, warmup_steps=0,
-                              clipnorm=0)
+    preset = Preset().replace(optim={"optimizer": "adamw", "lr": 0.1, "weight_decay": 0.5,
+                                     "clipnorm": 0},
+                              schedule={"warmup_steps": 0})
     optimizer = recipe.make_optimizer(preset, steps_per_epoch=10, model=model)
     before = [to_numpy(v) for v in model.trainable_variables]
     optimizer.apply([keras.ops.zeros(v.shape) for v in model.trainable_variables],

@@ -166,12 +166,11 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
         if max(native_hw) >= CROP_FROM_DOWNSCALE * max(image_size(native_hw)[0]):
             choices.update(PHOTO_CROPS)
     changes = {key: value for key, value in choices.items()
-               if key not in preset.pinned and _value(preset, key) != value}
+               if key not in preset.pinned and preset.value(key) != value}
     if not changes:
         return preset, None
-    adapted = preset.with_values(changes)
-    adapted = adapted.replace(pinned=preset.pinned)  # the rule's choices are not the user's
-    listing = ", ".join(f"{key.split('.', 1)[1]} {_value(preset, key)} -> {value}"
+    adapted = preset.with_values(changes, "small-data rule")
+    listing = ", ".join(f"{key.split('.', 1)[1]} {preset.value(key)} -> {value}"
                         for key, value in changes.items())
     size = "x".join(str(side) for side in native_hw)
     kind = (f"photographs of {size} px (natural images: {100 * photos[1]:.0f}% of neighbouring "
@@ -180,11 +179,6 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
     return adapted, (f"recipe: {preset.name} adapted to {num_examples} {kind}: "
                      f"{listing} (the small-data rule, docs/training.md; --set pins a field)")
 
-
-def _value(preset, key: str):
-    """The value of 'SECTION.FIELD' (`model.FIELD` included) in `preset`."""
-    section, field = key.split(".", 1)
-    return getattr(getattr(preset, section), field)
 
 
 def sample_images(source) -> tuple[list[tuple[int, int]], list[np.ndarray]]:

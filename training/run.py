@@ -63,6 +63,9 @@ class Run:
             try:
                 setup = set_up(self.preset, self.options, self.output, start, signals)
                 console.say("\n".join(report.header_lines(setup, forms)))
+                if self.options.verbose:
+                    console.say("\n".join(["preset resolved from its module, then:",
+                                           *setup.preset.resolution()]))
                 return self._train_and_finish(setup, signals, made)
             except preemption.Preempted as stop:
                 stop.resumable = has_backup(start, self.output,

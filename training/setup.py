@@ -129,7 +129,7 @@ def fit_batch_to_data(preset: presets.Preset, num_examples: int,
     if "schedule.batch_size" in preset.pinned:
         raise ValueError(f"the training data has {num_examples} examples, fewer than one batch "
                          f"of {batch}: pass --batch-size {smaller} or less, or add images")
-    fitted = preset.with_values({"schedule.batch_size": smaller}).replace(pinned=preset.pinned)
+    fitted = preset.with_values({"schedule.batch_size": smaller}, "batch fitting")
     return fitted, (f"batch: {num_examples} training examples fill no batch of {batch}: "
                     f"batch size {smaller} (--batch-size sets another)")
 

@@ -27,7 +27,7 @@ COMMON = ["train", "--epochs", str(EPOCHS), "--batch-size", "32", "--seed", "1",
           "--set", "model.image_size=8", "--set", "model.patch_size=4",
           "--set", "model.hidden_size=16",
           "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
-          "--set", "eval_every=1", "--set", "backup_every=4"]
+          "--set", "loop.eval_every=1", "--set", "loop.backup_every=4"]
 
 
 def _launch(output, resume, export=True):

@@ -10,8 +10,9 @@ from training import run
 from training.presets import get_preset
 
 # digits on a 1-block, 8 px ViT with dropout and augmentation on: ~11 steps, a few seconds.
-PRESET = get_preset("digits_tiny").replace(
-    epochs=1, batch_size=128, translate=0.1, eval_every=1).replace_model(
+PRESET = get_preset("digits_tiny").replace(schedule={"epochs": 1, "batch_size": 128},
+                                           augment={"translate": 0.1},
+                                           loop={"eval_every": 1}).replace_model(
     image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1,
     dropout_rate=0.1)
 

@@ -14,9 +14,11 @@ from training.presets import get_preset
 POISONED_STEP = 7  # 1-based global step whose batch holds NaN pixels
 # digits on a 1-block, 8 px ViT: 2 epochs of 8 steps run in a few seconds.
 PRESET = get_preset("digits_tiny").replace(
-    epochs=2, batch_size=128, translate=0.0, rotate=0.0, zoom=0.0, eval_every=2,
-    backup_every=3).replace_model(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
-                                  num_heads=2, num_layers=1)
+    schedule={"epochs": 2, "batch_size": 128},
+    augment={"translate": 0.0, "rotate": 0.0, "zoom": 0.0},
+    loop={"eval_every": 2, "backup_every": 3},
+    model={"image_size": 8, "patch_size": 4, "hidden_size": 16, "mlp_dim": 32, "num_heads": 2,
+           "num_layers": 1})
 
 
 def _poisoned(train_dataset, step):

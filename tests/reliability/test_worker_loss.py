@@ -16,7 +16,7 @@ ARGS = ["train", "--strategy", "multi_worker", "--epochs", str(EPOCHS), "--batch
         "--no-export", "--no-inspect", "--seed", "2",
         "--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
         "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
-        "--set", "eval_every=3", "--set", "backup_every=5"]
+        "--set", "loop.eval_every=3", "--set", "loop.backup_every=5"]
 
 
 def _start_workers(output, resume):

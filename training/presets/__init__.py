@@ -27,11 +27,16 @@ PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16"
                 "digits_transfer", "digits_segment")
 DEFAULT_PRESET = "digits_tiny"
 TASK_PRESETS = {"classify": DEFAULT_PRESET, "segment": "digits_segment"}  # `vit train --task`
-# Flat keys of the presets before they had sections, where the sectioned name differs from
-# `SECTION.<the same name>`; every other flat key is the field's own name (`lr` = `optim.lr`).
+# The flat keys of the presets before they had sections, where the sectioned name differs from
+# `SECTION.<the same name>`. They are no longer accepted: `flat_keys` serves only the error
+# that names a flat key's sectioned form.
 RENAMED_FLAT_KEYS = {"data": "data.train", "val_data": "data.val", "schedule": "schedule.decay",
                      "train_crop": "augment.crop", "objective": "objective.kind",
                      "finetune": "finetune.mode"}
+# Sources that fit a preset to its data rather than express a choice: the fields they set stay
+# free for the next such step (and a resumed run's rule), unlike a user's.
+DERIVED_SOURCES = ("small-data rule", "batch fitting")
+TOP_LEVEL_KEYS = ("name", "seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +50,10 @@ class Preset:
             model.FIELD=...`, take a named variant's shape with `--model S/16`); `num_classes`
             comes from the data.
         data, optim, schedule, augment, objective, finetune, loop: the sections.
-        pinned: the 'SECTION.FIELD' keys set on top of the preset's module (`--set`, the
-            flags, `--model`, `--image-size`): the small-data rule (`data.adapt`) leaves them.
+        sources: the resolution log: ('SECTION.FIELD' or 'seed', source) for every value set
+            on top of the preset's module, in the order applied (`--set`, the flags,
+            `--model`, the weights, the small-data rule, batch fitting). The keys a user's
+            source set are `pinned`: the small-data rule leaves them.
     """
 
     name: str = "custom"
@@ -59,36 +66,53 @@ class Preset:
     objective: Objective = Objective()
     finetune: Finetune = Finetune()
     loop: Loop = Loop()
-    pinned: tuple[str, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
 
-    def replace(self, **changes) -> "Preset":
-        """A copy with `changes` applied: `name`, `seed`, `model` or a whole section by its
-        name (`optim=Optim(...)`), or one field of a section by its flat key (`lr=0.1`,
-        `epochs=3`, `data="folder:x"`: see `flat_keys`).
+    @property
+    def pinned(self) -> tuple[str, ...]:
+        """The keys a user's source set (every source but `DERIVED_SOURCES`), sorted."""
+        return tuple(sorted({key for key, source in self.sources
+                             if source not in DERIVED_SOURCES}))
+
+    def replace(self, source: str = "preset", **changes) -> "Preset":
+        """A copy with `changes` applied: `name`, `seed`, `model` (a `ViTConfig`), or a
+        section by its name, whole (`optim=Optim(...)`) or some of its fields as a dict
+        (`schedule={"epochs": 3}`, `model={"image_size": 32}`).
+
+        Args:
+            source: what set the fields given as dicts, for `sources`.
+            **changes: see above.
 
         Raises:
-            ValueError: an unknown key, or a value its section refuses.
+            ValueError: an unknown key (a flat key of earlier versions: naming its sectioned
+                form), or a value its section refuses.
         """
         whole, fields = {}, {}
         for key, value in changes.items():
-            if key in ("name", "seed", "model", "pinned") or \
-                    isinstance(value, SECTIONS.get(key, ())):
+            if key in ("name", "seed") or (key == "model" and isinstance(value, ViTConfig)) \
+                    or isinstance(value, SECTIONS.get(key, ())):
                 whole[key] = value
-            elif key in flat_keys():
-                fields[flat_keys()[key]] = value
+            elif key in (*SECTIONS, "model") and isinstance(value, dict):
+                fields.update({f"{key}.{field}": item for field, item in value.items()})
             else:
-                raise ValueError(f"unknown preset key {key!r}; expected name, seed, model, a "
-                                 f"section {sorted(SECTIONS)} or one of {sorted(flat_keys())}")
-        return dataclasses.replace(self, **whole).with_values(fields)
+                raise ValueError(unknown_key_message(key, "Preset"))
+        return dataclasses.replace(self, **whole).with_values(fields, source)
 
-    def with_values(self, values: dict) -> "Preset":
-        """A copy with `{'SECTION.FIELD': value}` applied (`model.FIELD` included)."""
+    def with_values(self, values: dict, source: str = "preset") -> "Preset":
+        """A copy with `{'SECTION.FIELD': value}` applied (`model.FIELD` and `seed`
+        included), each key logged in `sources` as set by `source`.
+
+        Raises:
+            ValueError: an unknown key, or values their sections refuse (all of them named).
+        """
         grouped: dict[str, dict] = {}
+        top = {key: value for key, value in values.items() if key in TOP_LEVEL_KEYS}
         for key, value in values.items():
             section, _, field = key.partition(".")
+            if key in TOP_LEVEL_KEYS:
+                continue
             if section not in (*SECTIONS, "model") or not field:
-                raise ValueError(f"unknown preset key {key!r}; expected SECTION.FIELD with "
-                                 f"SECTION one of {['model', *SECTIONS]}")
+                raise ValueError(unknown_key_message(key, "Preset"))
             grouped.setdefault(section, {})[field] = value
         changed, problems = {}, []
         for section, fields in grouped.items():  # every section's problems in one error
@@ -98,17 +122,15 @@ class Preset:
                 problems.append(str(error))
         if problems:
             raise ValueError("; ".join(problems))
-        return dataclasses.replace(self, pinned=self._pin(values), **changed)
+        log = self.sources + tuple((key, source) for key in values)
+        return dataclasses.replace(self, sources=log, **top, **changed)
 
-    def replace_model(self, **changes) -> "Preset":
+    def replace_model(self, source: str = "preset", **changes) -> "Preset":
         """A copy whose `model` has `changes` applied (validated by `ViTConfig`)."""
-        return dataclasses.replace(self, model=self.model.replace(**changes),
-                                   pinned=self._pin(f"model.{name}" for name in changes))
+        return self.with_values({f"model.{name}": value for name, value in changes.items()},
+                                source)
 
-    def _pin(self, keys) -> tuple[str, ...]:
-        return tuple(sorted(set(self.pinned) | set(keys)))
-
-    def with_variant(self, name: str) -> "Preset":
+    def with_variant(self, name: str, source: str = "--model") -> "Preset":
         """A copy whose model takes the architecture of the variant `name` ('S/16', 'B/16',
         'R50+B/16', ...): its `ARCHITECTURE_FIELDS`. The model's other options (image size,
         pooling, dropout, stochastic depth, position embedding, ...) stay the preset's. A
@@ -121,10 +143,23 @@ class Preset:
                       (*ARCHITECTURE_FIELDS, *families.FAMILY_FIELDS)}
             if any(side % spec.config.patch_size for side in self.model.image_hw):
                 fields["image_size"] = spec.config.image_size  # the weights' own
-            return self.replace_model(**fields)
+            return self.replace_model(source, **fields)
         variant = get_variant(name)
-        return self.replace_model(**{field: getattr(variant, field)
-                                     for field in ARCHITECTURE_FIELDS})
+        return self.replace_model(source, **{field: getattr(variant, field)
+                                             for field in ARCHITECTURE_FIELDS})
+
+    def resolution(self) -> list[str]:
+        """The resolution log as lines 'KEY = VALUE  (SOURCE)', in the order applied (the
+        value is the one that key holds now where a later source set it again)."""
+        return [f"{key} = {_describe(self.value(key))}  ({source})"
+                for key, source in self.sources]
+
+    def value(self, key: str):
+        """The value of 'SECTION.FIELD' (`model.FIELD` included) or of 'seed'/'name'."""
+        if key in TOP_LEVEL_KEYS:
+            return getattr(self, key)
+        section, _, field = key.partition(".")
+        return getattr(getattr(self, section), field)
 
     def to_dict(self) -> dict:
         """A JSON-friendly dict: name, seed, then each section as a dict (`model` as
@@ -132,6 +167,7 @@ class Preset:
         data = {"name": self.name, "seed": self.seed, "model": self.model.to_dict()}
         data.update({name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS})
         data["pinned"] = list(self.pinned)
+        data["resolution"] = self.resolution()
         return data
 
 
@@ -176,7 +212,8 @@ class RunOptions:
 
 @functools.cache
 def flat_keys() -> dict[str, str]:
-    """Every flat key (the names before sections) -> its `SECTION.FIELD`."""
+    """Every flat key (the names before sections, no longer accepted) -> its
+    `SECTION.FIELD`, for the error that names it."""
     renamed = set(RENAMED_FLAT_KEYS.values())  # 'train', 'kind', ... alone say too little
     keys = {field.name: path for name, section in SECTIONS.items()
             for field in dataclasses.fields(section)
@@ -194,3 +231,20 @@ def get_preset(name: str) -> Preset:
 def describe(preset: Preset) -> str:
     """The preset as indented JSON (for logs and `config.json`)."""
     return json.dumps(preset.to_dict(), indent=2, sort_keys=False)
+
+
+def unknown_key_message(key: str, what: str) -> str:
+    """The error for a key that is no 'SECTION.FIELD': a flat key of earlier versions names
+    its sectioned form, a model field its `model.` form."""
+    if key in flat_keys():
+        return (f"{what} {key!r}: the flat keys of earlier versions are gone; write "
+                f"{flat_keys()[key]!r} (--set {flat_keys()[key]}=...)")
+    if key in {field.name for field in dataclasses.fields(ViTConfig)}:
+        return f"{what} {key!r} is a model option: write --set model.{key}=... ('model.{key}')"
+    return (f"{what}: unknown key {key!r}; expected SECTION.FIELD with SECTION one of "
+            f"{['model', *SECTIONS]}, or seed (`vit train --help` lists every key)")
+
+
+def _describe(value) -> str:
+    describe_ = getattr(value, "describe", None)
+    return describe_() if callable(describe_) else repr(value)

@@ -18,36 +18,53 @@ from vit_keras.config import ARCHITECTURE_FIELDS, variant_of
 from vit_keras.pretrained import registry
 
 _FLAG_KEYS = {  # command-line flag -> preset key
-    "data": "data.train", "val_data": "data.val", "epochs": "schedule.epochs",
-    "batch_size": "schedule.batch_size", "lr": "optim.lr", "weights": "finetune.weights",
-    "finetune": "finetune.mode",
+    "seed": "seed", "data": "data.train", "val_data": "data.val", "image_size": "model.image_size",
+    "preprocessing": "model.preprocessing", "weights": "finetune.weights",
+    "finetune": "finetune.mode", "epochs": "schedule.epochs", "batch_size": "schedule.batch_size",
+    "lr": "optim.lr", "mixed_precision": "loop.mixed_precision",
 }
+# What a user wrote outright: a later source (the weights' own preprocessing or image size)
+# leaves a key these set.
+_EXPLICIT_SOURCES = ("--set", *(f"--{flag.replace('_', '-')}" for flag in _FLAG_KEYS))
 
 
 def resolve_preset(args: argparse.Namespace) -> presets.Preset:
-    """The preset of `--config` (default: `--task`'s), then `--model`'s variant, then `--set`,
-    then the other flags."""
+    """The one preset of a `vit train` command line, resolved in one ordered step: the preset
+    of `--config` (default: `--task`'s), `--task`, `--model`'s architecture, `--set`, the
+    flags, then what `--weights` fixes (a keras-hub preset's architecture, the weights'
+    preprocessing and image size where the user set none). Each value is logged with its
+    source in `Preset.sources` (config.json's `resolution`); the small-data rule and batch
+    fitting follow at set-up, once the data is read.
+
+    Raises:
+        ValueError: an unknown preset, key, flag value or weight name.
+    """
     task = getattr(args, "task", None) or "classify"
     preset = presets.get_preset(getattr(args, "config", None) or presets.TASK_PRESETS[task])
-    if task == "segment":
-        preset = preset.with_values({"objective.kind": "segment"})
+    if task != "classify":
+        preset = preset.with_values({"objective.kind": task}, "--task")
     if args.model:
-        preset = preset.with_variant(args.model)
+        preset = preset.with_variant(args.model, "--model")
     preset = overrides.apply_overrides(preset, args.set)
-    values = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
-              if getattr(args, flag, None) is not None}
-    if args.mixed_precision:
-        values["loop.mixed_precision"] = "" if args.mixed_precision == "float32" else \
-            args.mixed_precision
-    preset = preset.with_values(values)
-    if getattr(args, "preprocessing", None) is not None:
-        values["model.preprocessing"] = args.preprocessing
-    if args.seed is not None:
-        preset = preset.replace(seed=args.seed)
-    if args.image_size is not None:
-        preset = preset.replace_model(image_size=args.image_size)
+    for flag, key in _FLAG_KEYS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            preset = preset.with_values({key: _flag_value(flag, value)},
+                                        f"--{flag.replace('_', '-')}")
     check_weight_name(preset)
-    return with_weights_preprocessing(with_preset_architecture(preset))
+    preset = preset.with_values(preset_architecture(preset), "--weights (keras-hub preset)")
+    return preset.with_values(weights_preprocessing(preset), "--weights (family tag)")
+
+
+def _flag_value(flag: str, value):
+    if flag == "mixed_precision" and value == "float32":
+        return ""
+    return value
+
+
+def explicit_keys(preset: presets.Preset) -> set[str]:
+    """The keys the user wrote outright (`--set` and the flags)."""
+    return {key for key, source in preset.sources if source in _EXPLICIT_SOURCES}
 
 
 def run_options(args: argparse.Namespace) -> presets.RunOptions:
@@ -88,37 +105,39 @@ def check_weight_name(preset: presets.Preset) -> None:
                              f"{release.classifier}")
 
 
-def with_weights_preprocessing(preset: presets.Preset) -> presets.Preset:
-    """The preset with the preprocessing of its family weights' tag (`--weights NAME.TAG`):
+def weights_preprocessing(preset: presets.Preset) -> dict:
+    """The preprocessing of the family weights' tag (`--weights NAME.TAG`), as preset values:
     e.g. OpenCLIP's laion2b crop differs from OpenAI's. A preprocessing the user set
     (`--preprocessing`, `--set model.preprocessing=...`) stays."""
     weights = preset.finetune.weights
     if not (weights and families.weights_file_reference(weights)) or \
-            "model.preprocessing" in preset.pinned:
-        return preset
+            "model.preprocessing" in explicit_keys(preset):
+        return {}
     spec, tag = families.split_name(weights)
-    return preset.replace_model(preprocessing=spec.tags[tag])
+    return {"model.preprocessing": spec.tags[tag]}
 
 
-def with_preset_architecture(preset: presets.Preset) -> presets.Preset:
-    """`--weights` naming a keras-hub preset folder: the model takes the preset's architecture
-    (whatever `--model` said: no other loads its weights), pooling, GELU, registers and layer
-    scale; and its preprocessing and image size unless they were set (`--preprocessing`,
-    `--image-size`, `--set`), the image size also when the preset's patch does not divide it."""
+def preset_architecture(preset: presets.Preset) -> dict:
+    """`--weights` naming a keras-hub preset folder, as preset values: the model takes the
+    preset's architecture (whatever `--model` said: no other loads its weights), pooling,
+    GELU, registers and layer scale; and its preprocessing and image size unless the user set
+    them (`--preprocessing`, `--image-size`, `--set`), the image size also when the preset's
+    patch does not divide it."""
     weights = preset.finetune.weights
     if not weights or not keras_hub_config.is_preset(os.path.expanduser(weights)):
-        return preset
+        return {}
     architecture = keras_hub_config.preset_architecture(os.path.expanduser(weights))
     kept = (*ARCHITECTURE_FIELDS, *families.FAMILY_FIELDS, *keras_hub_config.PLAIN_VIT,
             "dropout_rate", "attention_dropout_rate")
     fields = {name: value for name, value in architecture.fields.items() if name in kept}
-    if architecture.preprocessing is not None and "model.preprocessing" not in preset.pinned:
+    explicit = explicit_keys(preset)
+    if architecture.preprocessing is not None and "model.preprocessing" not in explicit:
         fields["preprocessing"] = architecture.preprocessing
     patch = fields["patch_size"]
-    if "model.image_size" not in preset.pinned or \
+    if "model.image_size" not in explicit or \
             any(side % patch for side in preset.model.image_hw):
         fields["image_size"] = architecture.fields["image_size"]
-    return preset.replace_model(**fields)
+    return {f"model.{name}": value for name, value in fields.items()}
 
 
 def check_weights_argument(weights: str | None) -> None:

@@ -12,8 +12,6 @@ DeiT's regularisation (stochastic depth 0.1) is on; the rest is digits_tiny's re
 
 from training.presets.digits_tiny import PRESET as DIGITS
 
-PRESET = DIGITS.replace(
-    name="deit_distill",
-    objective="distill",
-    model=DIGITS.model.replace(classifier="token", drop_path_rate=0.1),
-)
+PRESET = DIGITS.replace(name="deit_distill",
+                        model=DIGITS.model.replace(classifier="token", drop_path_rate=0.1),
+                        objective={"kind": "distill"})

@@ -12,5 +12,7 @@ this small (width 64) query and value alone are too few weights to follow full f
 
 from training.presets.digits_tiny import PRESET as DIGITS
 
-PRESET = DIGITS.replace(name="digits_transfer", classes="5,6,7,8,9", epochs=30,
-                        lora_targets="query,value,mlp")
+PRESET = DIGITS.replace(name="digits_transfer",
+                        data={"classes": "5,6,7,8,9"},
+                        schedule={"epochs": 30},
+                        finetune={"lora_targets": "query,value,mlp"})

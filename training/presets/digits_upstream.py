@@ -3,4 +3,4 @@ offline transfer demonstration (`digits_transfer` fine-tunes it on the digits 5-
 
 from training.presets.digits_tiny import PRESET as DIGITS
 
-PRESET = DIGITS.replace(name="digits_upstream", classes="0,1,2,3,4")
+PRESET = DIGITS.replace(name="digits_upstream", data={"classes": "0,1,2,3,4"})

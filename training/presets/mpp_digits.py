@@ -11,12 +11,8 @@ saved_models/mpp_digits/encoder.npz; fine-tune it with the mpp_digits_finetune p
 
 from training.presets.digits_tiny import PRESET as DIGITS
 
-PRESET = DIGITS.replace(
-    name="mpp_digits",
-    objective="mpp",
-    epochs=100,
-    lr=1e-3,
-    warmup_epochs=5,
-    label_smoothing=0.0,
-    eval_every=100,
-)
+PRESET = DIGITS.replace(name="mpp_digits",
+                        objective={"kind": "mpp", "label_smoothing": 0.0},
+                        schedule={"epochs": 100, "warmup_epochs": 5},
+                        optim={"lr": 1e-3},
+                        loop={"eval_every": 100})

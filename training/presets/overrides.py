@@ -1,7 +1,8 @@
 """`--set KEY=VALUE` overrides of a preset, and the listing of every key for `vit train --help`.
 
-Keys are `SECTION.FIELD` (`optim.lr`, `augment.translate`, `model.drop_path_rate`); the flat keys
-of the presets before they had sections (`lr`, `translate`, `objective`) still work. Values are
+Keys are `SECTION.FIELD` (`optim.lr`, `augment.translate`, `model.drop_path_rate`) or `seed`; a
+flat key of the presets before they had sections (`lr`, `translate`) is refused with its
+sectioned name. Values are
 typed like the fields. `vit train --help` lists every field with the first line of its docs,
 read from the sections' and `ViTConfig`'s dataclass fields and docstrings (no framework is
 imported for it).
@@ -15,7 +16,7 @@ import types
 import typing
 from typing import Any
 
-from training.presets import Preset, flat_keys
+from training.presets import Preset, unknown_key_message
 from training.presets.sections import SECTIONS
 from vit_keras.config import ViTConfig
 from vit_keras.preprocessing import Preprocessing, parse_preprocessing
@@ -24,11 +25,21 @@ MODEL_PREFIX = "model."
 
 
 def apply_overrides(preset: Preset, assignments: list[str]) -> Preset:
-    """Applies `key=value` strings (from `--set`) to `preset`, typed like the fields.
+    """Applies `key=value` strings (from `--set`) to `preset`, typed like the fields, logged
+    as set by '--set'.
 
     Raises:
         ValueError: on a malformed assignment, an unknown key or a value of the wrong type or
             range.
+    """
+    return preset.with_values(parse_overrides(assignments), "--set")
+
+
+def parse_overrides(assignments: list[str]) -> dict:
+    """`key=value` strings (from `--set`) as `{'SECTION.FIELD': typed value}`.
+
+    Raises:
+        ValueError: on a malformed assignment, an unknown key or a value of the wrong type.
     """
     values, kinds = {}, field_types()
     for assignment in assignments:
@@ -36,34 +47,27 @@ def apply_overrides(preset: Preset, assignments: list[str]) -> Preset:
         key = key.strip()
         if not sep or not key:
             raise ValueError(f"--set expects key=value, got {assignment!r}")
-        path = key if "." in key else flat_keys().get(key)
-        kind = kinds.get(path or "")
-        if kind is None:
-            raise ValueError(_unknown_key_message(key))
+        if key not in kinds:
+            raise ValueError(unknown_key_message(key, "--set"))
         try:
-            values[path] = parse_value(text, kind)
+            values[key] = parse_value(text, kinds[key])
         except ValueError as error:
             raise ValueError(f"--set {key}: {error}") from None
     if MODEL_PREFIX + "num_classes" in values:
         raise ValueError("--set model.num_classes: the number of classes comes from the data")
-    return preset.with_values(values)
+    return values
 
 
 def field_types() -> dict[str, Any]:
     """`SECTION.FIELD` -> its annotated type, for every section and model field."""
-    types_ = {MODEL_PREFIX + name: kind for name, kind in typing.get_type_hints(ViTConfig).items()}
+    types_ = {"seed": int}
+    types_.update({MODEL_PREFIX + name: kind
+                   for name, kind in typing.get_type_hints(ViTConfig).items()})
     for name, section in SECTIONS.items():
         types_.update({f"{name}.{field}": kind
                        for field, kind in typing.get_type_hints(section).items()
                        if field not in ("NAME", "RULES")})
     return types_
-
-
-def _unknown_key_message(key: str) -> str:
-    if key in model_fields():
-        return f"--set: {key!r} is a model option: write --set model.{key}=..."
-    return (f"--set: unknown key {key!r}; expected SECTION.FIELD with SECTION one of "
-            f"{['model', *SECTIONS]} (`vit train --help` lists every key)")
 
 
 def parse_value(text: str, kind: Any) -> Any:

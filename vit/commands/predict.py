@@ -17,7 +17,7 @@ resized to the model resolution as everywhere in vit (`vit.images`), and run in 
 that is no usable image is skipped and listed at the end. Class names come from
 --labels, else the labels.txt next to the model, else (ImageNet heads of pretrained --weights)
 the ImageNet class names shipped with vit_keras. A multi-label model (`vit train --set
-objective=multilabel`, recorded as `activation` in the config.json next to its files) and the
+objective.kind=multilabel`, recorded as `activation` in the config.json next to its files) and the
 ImageNet-21k heads, pre-trained with a sigmoid loss, give independent per-class probabilities;
 other heads show softmax probabilities. A segmenter (`vit train --task segment`) writes a
 class-id mask and an overlay per image into --masks and shows each image's classes by the

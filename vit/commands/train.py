@@ -160,8 +160,8 @@ def _keys_epilog() -> str:
                           "'none' for an unset optional value; image_size '224' or '224x320'; "
                           "resnet_layers '3,4,9')", overrides.model_fields(),
                           overrides.MODEL_PREFIX))
-    return ("preset keys; the flat names of earlier versions (lr, translate, objective, ...) "
-            "still work:\n\n" + "\n\n".join(blocks))
+    return ("preset keys (the flat names of earlier versions, lr, translate, ..., are gone: "
+            "write optim.lr, augment.translate, ...):\n\n" + "\n\n".join(blocks))
 
 
 def check(args: argparse.Namespace) -> None:
