@@ -148,7 +148,7 @@ def test_evaluate_refuses_a_classifier_on_masks(trained, tmp_path, capsys):
     status = cli.main(["evaluate", "--model", str(tmp_path / "classifier.keras"), "--data",
                        f"folder:{held_out}"])
     assert status == 2
-    assert "holds masks (segmentation data)" in capsys.readouterr().err
+    assert "is segmentation data (images with masks)" in capsys.readouterr().err
 
 
 def test_saved_model_returns_class_ids_and_probabilities(trained, tmp_path):
@@ -231,7 +231,7 @@ def test_serve_answers_the_mask_over_rest(trained, exported, name):
         outputs = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"][
             "outputs"]
         assert set(outputs) == {"class_ids"}
-        assert client.get("/api/model").json()["segmenter"] is True
+        assert client.get("/api/model").json()["task"] == "segment"
         explained = client.post("/api/explain", content=_served_png(images[1]),
                                 headers={"content-type": "image/png"}).json()
     assert (explained["mask"]["rows"], explained["mask"]["cols"]) == (SIZE, SIZE)

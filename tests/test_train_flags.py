@@ -111,6 +111,7 @@ def _changed_value(key, current):
         return SET_VALUES[key]
     section, _, field = key.partition(".")
     rule = getattr(sections.SECTIONS.get(section), "RULES", {}).get(field)
+    rule = rule() if callable(rule) else rule
     if isinstance(rule, tuple):
         return next(choice for choice in rule if choice != current)
     if isinstance(current, bool):

@@ -8,6 +8,7 @@ from PIL import Image
 from training import adapt
 from training.presets import get_preset
 from training.presets.overrides import apply_overrides
+from training.segmentation import SMALL_DATA_RULE as SEGMENT_RULE
 
 
 def test_the_rule_gives_digits_tiny_for_the_digits():
@@ -63,7 +64,7 @@ def test_fields_set_on_the_command_line_stay():
 def test_the_segmentation_rule_leaves_digits_segment_for_the_digit_scenes():
     preset = get_preset("digits_segment")
     assert preset.data.adapt
-    assert adapt.adapt(preset, (32, 32), 1200) == (preset, None)
+    assert adapt.adapt(preset, (32, 32), 1200, task_rule=SEGMENT_RULE) == (preset, None)
 
 
 @pytest.mark.parametrize("native, count, size, patch, stages, epochs", [
@@ -74,7 +75,8 @@ def test_the_segmentation_rule_leaves_digits_segment_for_the_digit_scenes():
 def test_the_segmentation_rule_for_other_data(native, count, size, patch, stages, epochs):
     """Epochs that see about 18,000 images (15 to 100); the head's 2x stages undo the patch
     grid's downsampling, so that logits come back at the image's size."""
-    preset, message = adapt.adapt(get_preset("digits_segment"), native, count)
+    preset, message = adapt.adapt(get_preset("digits_segment"), native, count,
+                                  task_rule=SEGMENT_RULE)
     assert (preset.model.image_size, preset.model.patch_size) == (size, patch)
     assert preset.objective.segment_stages == stages and 2 ** stages == patch
     assert preset.schedule.epochs == epochs and not preset.augment.flip
@@ -181,7 +183,8 @@ def test_the_digits_are_not_photographs_so_the_default_job_is_unchanged():
 
 def test_segmentation_keeps_its_rule_for_photographs():
     preset = get_preset("digits_segment")
-    adapted, _ = adapt.adapt(preset, (375, 500), 300, photos=(True, 0.02, 0.9))
+    adapted, _ = adapt.adapt(preset, (375, 500), 300, photos=(True, 0.02, 0.9),
+                             task_rule=SEGMENT_RULE)
     assert adapted.augment == preset.augment and adapted.loop == preset.loop
 
 

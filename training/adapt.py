@@ -25,17 +25,20 @@ The digits are the data `digits_tiny` was made for: the rule gives that preset u
 field set on the command line (`--set`, `--epochs`, `--image-size`, `--model`, ...) is never
 changed, and a run starting from pre-trained weights (`--weights`) is not adapted.
 
-Segmentation (`objective.kind=segment`, `digits_segment`) follows the same rule with two
-differences: the epochs see about 18,000 images in all (the digit scenes' 15 epochs of 1,200),
-at least 15 and at most 100, since every pixel of an image is a training signal; and the
-progressive head gets one 2x stage per halving the patch size calls for (2 for 4x4 patches,
-3 for 8x8), so that its last stage is back at the image's size. The digit scenes are the data
-`digits_segment` was made for: the rule gives that preset unchanged.
+A task's objective adapts the rule by its `TaskRule` (`Objective.small_data_rule`): how many
+images its epochs see, whether photographs get their recipe, and choices of its own. The
+segment task's (`training.segmentation`): about 18,000 images in all (the digit scenes' 15
+epochs of 1,200), at least 15 and at most 100 epochs, since every pixel of an image is a
+training signal; and the progressive head gets one 2x stage per halving the patch size calls
+for (2 for 4x4 patches, 3 for 8x8), so that its last stage is back at the image's size. The
+digit scenes are the data `digits_segment` was made for: the rule gives that preset unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -44,8 +47,6 @@ LARGE_PATCH_ABOVE = 32          # sides above this get 8x8 patches
 WIDE_FROM_EXAMPLES = 5000
 IMAGES_SEEN = 115_000           # the digits' 80 epochs x 1437 images
 MIN_EPOCHS, MAX_EPOCHS = 20, 100
-SEGMENT_IMAGES_SEEN = 18_000    # the digit scenes' 15 epochs x 1200 images
-SEGMENT_MIN_EPOCHS = 15
 MIN_STEPS_PER_EPOCH, MIN_BATCH = 8, 16
 SAMPLED_IMAGES = 64
 PHOTO_EQUAL_NEIGHBOURS_BELOW = 0.15  # photographs 2-3%, glyphs on a blank ground 27-30%
@@ -75,13 +76,30 @@ def image_size(native_hw: tuple[int, int]) -> tuple[tuple[int, int], int]:
     return tuple(max(patch, int(round(side / patch)) * patch) for side in scaled), patch
 
 
-def epochs(num_examples: int, segment: bool = False) -> int:
-    """Passes over `num_examples` images that see about `IMAGES_SEEN` images
-    (`SEGMENT_IMAGES_SEEN` for segmentation)."""
-    seen, least = (SEGMENT_IMAGES_SEEN, SEGMENT_MIN_EPOCHS) if segment else \
-        (IMAGES_SEEN, MIN_EPOCHS)
-    passes = seen / max(num_examples, 1)
-    return int(min(MAX_EPOCHS, max(least, round(passes / 5) * 5)))
+@dataclasses.dataclass(frozen=True)
+class TaskRule:
+    """How a task's objective adapts the rule.
+
+    Attributes:
+        images_seen: the images an adapted run sees in all (`IMAGES_SEEN`: a classifier's).
+        min_epochs: the fewest epochs it gives.
+        photo_recipe: photographs get `PHOTO_RECIPE` (and `PHOTO_CROPS` where large).
+        own_choices: patch size -> the task's own {'SECTION.FIELD': value}, or None.
+    """
+
+    images_seen: int = IMAGES_SEEN
+    min_epochs: int = MIN_EPOCHS
+    photo_recipe: bool = True
+    own_choices: Callable[[int], dict] | None = None
+
+
+CLASSIFY_RULE = TaskRule()
+
+
+def epochs(num_examples: int, task_rule: TaskRule = CLASSIFY_RULE) -> int:
+    """Passes over `num_examples` images that see about `task_rule.images_seen` images."""
+    passes = task_rule.images_seen / max(num_examples, 1)
+    return int(min(MAX_EPOCHS, max(task_rule.min_epochs, round(passes / 5) * 5)))
 
 
 def batch_size(num_examples: int, preset_batch: int) -> int:
@@ -92,19 +110,19 @@ def batch_size(num_examples: int, preset_batch: int) -> int:
 
 
 def rule(native_hw: tuple[int, int], num_examples: int, preset_batch: int = 64,
-         segment: bool = False) -> dict:
+         task_rule: TaskRule = CLASSIFY_RULE) -> dict:
     """The rule's choices as {'SECTION.FIELD': value} for data of this shape (`preset_batch`:
-    the preset's batch size, the largest the rule gives; `segment`: a segmentation run)."""
+    the preset's batch size, the largest the rule gives; `task_rule`: the objective's)."""
     (height, width), patch = image_size(native_hw)
     wide = num_examples >= WIDE_FROM_EXAMPLES
     choices = {"model.image_size": height if height == width else (height, width),
                "model.patch_size": patch, "model.stem": "conv", "model.locality_attention": True,
                "model.hidden_size": 128 if wide else 64, "model.mlp_dim": 256 if wide else 128,
-               "model.num_heads": 4, "schedule.epochs": epochs(num_examples, segment),
+               "model.num_heads": 4, "schedule.epochs": epochs(num_examples, task_rule),
                "schedule.batch_size": batch_size(num_examples, preset_batch),
                "augment.flip": False}
-    if segment:  # the progressive head's 2x stages undo the patch grid's downsampling
-        choices["objective.segment_stages"] = int(math.log2(patch))
+    if task_rule.own_choices is not None:
+        choices.update(task_rule.own_choices(patch))
     return choices
 
 
@@ -142,7 +160,8 @@ def looks_like_photos(images: list[np.ndarray]) -> tuple[bool, float, float]:
 
 
 def adapt(preset, native_hw: tuple[int, int], num_examples: int,
-          photos: tuple[bool, float, float] = (False, 1.0, 0.0)):
+          photos: tuple[bool, float, float] = (False, 1.0, 0.0),
+          task_rule: TaskRule = CLASSIFY_RULE):
     """`preset` fitted to the data by the rule, leaving its pinned fields alone.
 
     Args:
@@ -151,16 +170,16 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
         native_hw: the training images' typical (height, width).
         num_examples: training examples.
         photos: `looks_like_photos`' answer for the training images (photographs get
-            `PHOTO_RECIPE` too; segmentation keeps the rule's plain choices).
+            `PHOTO_RECIPE` too, where `task_rule.photo_recipe`).
+        task_rule: the objective's `TaskRule` (`Objective.small_data_rule`).
 
     Returns:
         (the preset, a 'recipe: ...' line naming each change, or None when nothing changed).
     """
     if not preset.data.adapt or preset.finetune.weights:  # pre-trained weights fix the model
         return preset, None
-    segment = preset.objective.kind == "segment"
-    choices = rule(native_hw, num_examples, preset.schedule.batch_size, segment=segment)
-    is_photos = photos[0] and not segment
+    choices = rule(native_hw, num_examples, preset.schedule.batch_size, task_rule)
+    is_photos = photos[0] and task_rule.photo_recipe
     if is_photos:
         choices.update(PHOTO_RECIPE)
         if max(native_hw) >= CROP_FROM_DOWNSCALE * max(image_size(native_hw)[0]):

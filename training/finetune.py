@@ -17,9 +17,7 @@ import keras
 import numpy as np
 
 from vit_keras import keras_compat, lora
-from vit_keras.segmentation import ViTSegmenter
 
-HEAD_LAYERS = ("pre_logits", "head", "head_dist")
 FROZEN_BACKBONE = ("head", "probe")  # modes whose backbone never trains
 # Training-time noise of the backbone, switched off when it is frozen.
 BACKBONE_NOISE = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "patch_drop_rate")
@@ -33,12 +31,9 @@ def lora_targets(preset) -> tuple[str, ...]:
 
 
 def head_layers(network: keras.Model) -> list:
-    """The layers of `network` that `head` mode trains: pre_logits, head, head_dist (a
-    segmenter's: its segmentation head)."""
-    if isinstance(network, ViTSegmenter):
-        return network.head_layers()
-    names = {layer.name for layer in network.layers}
-    return [network.get_layer(name) for name in HEAD_LAYERS if name in names]
+    """The layers of `network` that `head` mode trains, as the model names them
+    (`head_layers()`: a classifier's pre_logits, head and head_dist; a segmenter's head)."""
+    return network.head_layers()
 
 
 def prepare(network: keras.Model, preset) -> None:
@@ -86,15 +81,13 @@ def count_weights(model: keras.Model) -> tuple[int, int]:
     return size(model.trainable_weights), size(model.weights)
 
 
-def describe(model: keras.Model, preset) -> str:
+def describe(model: keras.Model, preset, probe: str) -> str:
     """The header line: the mode and how many weights train, e.g.
-    'finetune lora (rank 8 on query,value; the head): 9,610 of 209,354 weights train (4.6%)'."""
+    'finetune lora (rank 8 on query,value; the head): 9,610 of 209,354 weights train (4.6%)';
+    `probe` is what 'probe' mode fits (the objective's `probe_description`)."""
     trained, total = count_weights(model)
     mode, rank = preset.finetune.mode, preset.finetune.lora_rank
-    probe = (" (a linear head trained on the frozen patch tokens)"
-             if isinstance(model, ViTSegmenter) else
-             " (a linear classifier on frozen features, fitted once)")
-    details = {"full": "", "head": " (the head)", "probe": probe,
+    details = {"full": "", "head": " (the head)", "probe": f" ({probe})",
                "lora": f" (rank {rank} on {','.join(lora_targets(preset))}; the head)"}[mode]
     return (f"finetune {mode}{details}: {trained:,} of {total:,} weights train "
             f"({100 * trained / max(total, 1):.1f}%)")

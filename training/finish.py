@@ -18,7 +18,7 @@ from vit.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, ExportOptions
 from vit.inference.export import report_failures as report_export_failures
 from vit.inference.export import summary_rows as export_summary_rows
 from vit.inference.inspect import inspect_model
-from vit_keras import atomic, lora
+from vit_keras import atomic, lora, tasks
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many
 CALIBRATION_SAMPLES = 300  # int8 calibration images from the training split
@@ -109,10 +109,11 @@ def write_run_files(setup: Setup, fitted: Fitted, classifier) -> None:
         lora.save_lora_weights(objective.network(fitted.model), os.path.join(output, "lora.npz"))
     outputs.write_labels(output, setup.data.train.class_names)
     # `activation` tells `vit export`, predict, serve and evaluate how scores come from the
-    # logits (sigmoid for a multi-label model) in every format.
+    # logits (sigmoid for a multi-label model) in every format; `task` what the exported
+    # files beside it are for.
     outputs.write_json(os.path.join(output, "config.json"),
                        {"preset": setup.preset.to_dict(), "model": setup.config.to_dict(),
-                        "activation": objective.activation})
+                        "task": tasks.task_of(classifier), "activation": objective.activation})
     outputs.plot_curves(outputs.read_history(os.path.join(output, "history.csv")),
                         os.path.join(output, "curves.png"))
 

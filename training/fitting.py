@@ -75,7 +75,7 @@ def build(setup: Setup) -> keras.Model:
         keras_compat.build_without_peeking(model, sample)
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             keras_compat.vector_logs(model)
-    console.say(finetune.describe(model, preset))
+    console.say(finetune.describe(model, preset, setup.objective.probe_description))
     return model
 
 

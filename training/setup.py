@@ -207,14 +207,16 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
     policy = resolve_precision(preset, placement.on_tpu)
     keras.mixed_precision.set_global_policy(policy)
     keras.utils.set_random_seed(preset.seed)
-    data = objectives.get_objective(preset).open_data(options.data_dir)
-    objectives.get_objective(preset).check_data(data)
+    task_objective = objectives.get_objective(preset)
+    data = task_objective.open_data(options.data_dir)
+    task_objective.check_data(data)
     num_examples = count_examples(data.train)
     adaptation = ""
     if preset.data.adapt:
         shapes, crops = adapt.sample_images(data.train)
         preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(shapes),
-                                         num_examples, photos=adapt.looks_like_photos(crops))
+                                         num_examples, photos=adapt.looks_like_photos(crops),
+                                         task_rule=task_objective.small_data_rule)
     preset, batch_note = fit_batch_to_data(preset, num_examples, placement.replicas)
     adaptation = "\n".join(line for line in (adaptation, batch_note) if line)
     objective = objectives.get_objective(preset)

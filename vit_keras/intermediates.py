@@ -13,7 +13,7 @@ from keras import ops
 
 from vit_keras import names
 from vit_keras.core.initializers import PACKAGE
-from vit_keras.core.model import (VisionTransformer, config_from_model, keep_preprocessing,
+from vit_keras.core.model import (VisionTransformer, config_from_model, keep_records,
                                   last_block_outputs)
 
 
@@ -114,7 +114,7 @@ def features_model(model, blocks=None, grid: bool = True, norm: bool = False) ->
         patches, prefix = split(tokens, patch_grid) if patch_grid is not None else split(tokens)
         outputs[f"block_{index}"] = patches
         outputs[f"block_{index}_prefix"] = prefix
-    return keep_preprocessing(model, keras.Model(source.inputs[0], outputs,
+    return keep_records(model, keras.Model(source.inputs[0], outputs,
                                                  name=f"{model.name}_features"))
 
 
@@ -154,7 +154,7 @@ def block_embedding_model(model, block: int) -> keras.Model:
     else:
         pooled = keras.layers.GlobalAveragePooling1D(name="patch_mean")(
             outputs[f"block_{index}"])
-    return keep_preprocessing(model, keras.Model(extractor.inputs[0], pooled,
+    return keep_records(model, keras.Model(extractor.inputs[0], pooled,
                                                  name=f"{model.name}_block_{index}"))
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from vit_keras import fast_paths, lora, names, quantization
+from vit_keras import fast_paths, lora, names, quantization, tasks
 from vit_keras.config import ViTConfig
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.model import (ConfiguredModel, VisionTransformer, encode_tokens,
@@ -33,6 +33,16 @@ from vit_keras.weights import load_weights
 HEADS = ("linear", "progressive")
 HEAD_PREFIX = "seg_"  # every layer of a segmentation head; the rest is the ViT's encoder
 CLASSIFIER = "seg_classifier"
+
+
+def _class_ids(logits) -> dict:
+    return {"class_ids": ops.cast(ops.argmax(logits, axis=-1), "int32")}
+
+
+# The segment task's library contract: each image resized whole (its mask covers all of it);
+# a SavedModel also gives the class id per pixel, alone through `serve_class_ids`.
+TASK = tasks.TaskContract("segment", whole_image=True, derived_outputs=_class_ids,
+                          derived_endpoint="serve_class_ids")
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -159,6 +169,8 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
         name: model name; default 'vit_segmenter'.
         dtype: dtype policy of the layers (None: the global policy).
     """
+
+    vit_task = TASK.name
 
     def __init__(self, config, head: str = "linear", blocks=None, head_width: int = 256,
                  head_stages: int = 2, name: str | None = None, dtype=None, **kwargs):

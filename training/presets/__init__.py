@@ -19,14 +19,13 @@ import json
 
 from training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, Objective,
                                            Optim, Schedule)
-from vit_keras import families
+from vit_keras import families, tasks
 from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
 PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
                 "mpp_digits", "mpp_digits_finetune", "deit_distill", "digits_upstream",
                 "digits_transfer", "digits_segment")
 DEFAULT_PRESET = "digits_tiny"
-TASK_PRESETS = {"classify": DEFAULT_PRESET, "segment": "digits_segment"}  # `vit train --task`
 # The flat keys of the presets before they had sections, where the sectioned name differs from
 # `SECTION.<the same name>`. They are no longer accepted: `flat_keys` serves only the error
 # that names a flat key's sectioned form.
@@ -219,6 +218,11 @@ def flat_keys() -> dict[str, str]:
             for field in dataclasses.fields(section)
             if (path := f"{name}.{field.name}") not in renamed}
     return {**keys, **RENAMED_FLAT_KEYS}
+
+
+def task_preset(task: str | None) -> str:
+    """The preset `vit train --task TASK` starts from (`DEFAULT_PRESET` without `--task`)."""
+    return tasks.parts(task).preset if task else DEFAULT_PRESET
 
 
 def get_preset(name: str) -> Preset:

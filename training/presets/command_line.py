@@ -9,7 +9,7 @@ import argparse
 import os
 
 from training import presets
-from training.presets import overrides
+from training.presets import overrides, sections
 from vit.data import specs
 from vit.inference import export_formats
 from vit_keras import families
@@ -39,9 +39,9 @@ def resolve_preset(args: argparse.Namespace) -> presets.Preset:
     Raises:
         ValueError: an unknown preset, key, flag value or weight name.
     """
-    task = getattr(args, "task", None) or "classify"
-    preset = presets.get_preset(getattr(args, "config", None) or presets.TASK_PRESETS[task])
-    if task != "classify":
+    task = getattr(args, "task", None)
+    preset = presets.get_preset(getattr(args, "config", None) or presets.task_preset(task))
+    if task:
         preset = preset.with_values({"objective.kind": task}, "--task")
     if args.model:
         preset = preset.with_variant(args.model, "--model")
@@ -159,8 +159,8 @@ def check_weights_argument(weights: str | None) -> None:
 def check_data_specs(preset: presets.Preset) -> None:
     """The preset's training and validation data specs, as far as they can be checked without
     reading images (`vit.data.specs.check_spec`); a classifier needs 2 classes."""
-    classes_needed = 2 if preset.objective.kind in ("classify", "distill") else 1
-    segmentation = preset.objective.kind == "segment"
-    specs.check_spec(preset.data.train, min_classes=classes_needed, segmentation=segmentation)
+    labels, classes_needed = sections.objective_data(preset.objective.kind)
+    masks = labels == "masks"
+    specs.check_spec(preset.data.train, min_classes=classes_needed, segmentation=masks)
     if preset.data.val:
-        specs.check_spec(preset.data.val, segmentation=segmentation)
+        specs.check_spec(preset.data.val, segmentation=masks)

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from vit_keras import tasks
+
 OPTIMIZERS = ("adamw", "adam", "sgd")
 DECAYS = ("cosine", "linear", "constant")
 CROPS = ("resize", "inception", "pad_crop")
-OBJECTIVES = ("classify", "mpp", "distill", "multilabel", "segment")
+# Objective kinds that vary the classify task's training, beside the tasks themselves
+# (`vit_keras.tasks.TASKS`), with what their data labels images with and the fewest classes.
+CLASSIFY_VARIANTS = {"mpp": ("classes", 1), "distill": ("classes", 2),
+                     "multilabel": ("classes", 1)}
 SEGMENT_HEADS = ("linear", "progressive")  # vit_keras.segmentation.HEADS, read without Keras
 DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
@@ -27,9 +32,22 @@ RANGES = {">=1": (lambda v: v >= 1, "must be >= 1"),
           "(0,1]": (lambda v: 0 < v <= 1, "must be in (0, 1]")}
 
 
+def objective_kinds() -> tuple[str, ...]:
+    """Every `objective.kind`: the registered tasks, then classify's variants."""
+    return (*tasks.TASKS, *CLASSIFY_VARIANTS)
+
+
+def objective_data(kind: str) -> tuple[str, int]:
+    """(what the data of `objective.kind` labels images with, the fewest classes it needs)."""
+    if kind in CLASSIFY_VARIANTS:
+        return CLASSIFY_VARIANTS[kind]
+    task = tasks.parts(kind)
+    return task.labels, task.fewest_classes
+
+
 class Section:
     """Validation shared by the sections: subclasses list their rules in `RULES`, field name ->
-    a key of `RANGES` or a tuple of choices."""
+    a key of `RANGES`, a tuple of choices or a function giving them."""
 
     NAME = ""
     RULES: dict = {}
@@ -42,6 +60,8 @@ class Section:
 
     def _problem(self, field: str, rule) -> str | None:
         value, key = getattr(self, field), f"{self.NAME}.{field}"
+        if callable(rule):  # choices read when checked (a registry)
+            rule = rule()
         if isinstance(rule, tuple):
             return None if value in rule else f"{key} must be one of {rule}, got {value!r}"
         check, expected = RANGES[rule]
@@ -217,7 +237,7 @@ class Objective(Section):
     """
 
     NAME = "objective"
-    RULES = {"kind": OBJECTIVES, "label_smoothing": "[0,1)", "distill_mode": DISTILL_MODES,
+    RULES = {"kind": objective_kinds, "label_smoothing": "[0,1)", "distill_mode": DISTILL_MODES,
              "distill_temperature": ">0", "segment_head": SEGMENT_HEADS,
              "segment_blocks": ">=1", "segment_width": ">=1", "segment_stages": ">=0",
              "segment_scale_min": ">0", "segment_scale_max": ">0", "segment_dice": ">=0"}

@@ -33,19 +33,21 @@ from training import presets
 from training.presets import command_line, overrides, sections
 from vit.backend import BACKENDS
 from vit.commands.checks import add_preprocessing_argument
+from vit_keras import tasks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit train` options, grouped like the preset's sections."""
     recipe = parser.add_argument_group("recipe (the preset and its fields)")
-    recipe.add_argument("--task", choices=tuple(presets.TASK_PRESETS), default="classify",
+    recipe.add_argument("--task", choices=tuple(tasks.TASKS),
                         help="what the model learns: 'classify' (a class per image) or "
                         "'segment' (a class per pixel, on digit-scenes or folder:DIR with "
-                        "DIR/images/ and DIR/masks/; objective.kind=segment); it picks the "
-                        "default preset (default: %(default)s)")
+                        "DIR/images/ and DIR/masks/); it sets objective.kind and picks the "
+                        "default preset (default: classify, the preset's objective)")
     recipe.add_argument("--config", choices=presets.PRESET_NAMES,
                         help=f"preset to start from (default: {presets.DEFAULT_PRESET}, or "
-                        f"{presets.TASK_PRESETS['segment']} with --task segment)")
+                        "the task's: " + ", ".join(f"{parts.preset} with --task {name}"
+                                                   for name, parts in tasks.TASKS.items()) + ")")
     recipe.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a preset field, SECTION.FIELD=VALUE (repeatable), e.g. "
                         "--set augment.translate=0.1 --set model.drop_path_rate=0.1; every key "

@@ -24,11 +24,13 @@ import tensorflow as tf
 import vit_keras
 from vit import console
 from vit.images import decode_checked, prepare_decoder
+from vit.inference import tasks
 from vit.inference.model_files import (ACTIVATIONS, activation_beside, check_model_path,
                                        labels_beside, load_model, patch_size_beside,
-                                       preprocessing_beside)
+                                       preprocessing_beside, task_beside)
 from vit.outputs import read_labels
 from vit_keras import analysis, families, pretrained, preprocess_input
+from vit_keras import tasks as library_tasks
 from vit_keras.checkpoints import keras_hub_config
 from vit_keras.core.model import config_from_model, input_image_size, preprocessing_of
 from vit_keras.export import ONNXModel, TFLiteModel, graph
@@ -63,6 +65,9 @@ class Classifier:
             normalisation is inside `run_outputs`).
         patch_size: pixels per patch side of its input (a hybrid's ResNet stride included),
             None when not known (an exported file without the run's config.json beside it).
+        task: what the model is for ('classify', 'segment': `vit.inference.tasks`), as the
+            model records it (a Keras model's own record, an exported file's export.json or
+            config.json).
     """
 
     path: str
@@ -77,6 +82,7 @@ class Classifier:
     activation: str | None = None
     preprocessing: Preprocessing = OFFICIAL
     patch_size: int | None = None
+    task: str = library_tasks.CLASSIFY
 
     @property
     def class_names(self) -> list[str]:
@@ -107,20 +113,11 @@ class Classifier:
         return (f"this model takes any size whose height and width are multiples of {step} "
                 f"(its patch size), got {height}x{width}")
 
-    @functools.cached_property
-    def per_pixel(self) -> bool:
-        """Whether the logits are per pixel, [batch, H, W, classes]: a segmenter's (one blank
-        image through an exported file tells)."""
-        if self.keras_model is not None:
-            return len(self.keras_model.output_shape) == 4
-        size = self.image_size or (224, 224)
-        return self.predict(np.zeros((1, *size, 3), np.float32))["logits"].ndim == 4
-
     @property
     def resize_rule(self) -> Preprocessing:
-        """How encoded files are resized for it: the weights' rule, except that a segmenter
-        sees each image whole (never centre-cropped), so that its mask covers all of it."""
-        if not self.per_pixel or self.preprocessing.crop_mode == "squash":
+        """How encoded files are resized for it: the weights' rule, except for a task that
+        sees each image whole (never centre-cropped: a segmenter's mask covers all of it)."""
+        if not tasks.whole_image(self.task) or self.preprocessing.crop_mode == "squash":
             return self.preprocessing
         return dataclasses.replace(self.preprocessing, crop_mode="squash", crop_fraction=1.0)
 
@@ -251,7 +248,8 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None,
                       run_outputs=outputs_from_logits(run_logits, activation), keras_model=model,
                       takes_any_size=graph.takes_any_size(model), activation=activation,
                       preprocessing=preprocessing_of(model),
-                      patch_size=config_from_model(model).patch_step)
+                      patch_size=config_from_model(model).patch_step,
+                      task=library_tasks.task_of(model))
 
 
 def _keras(path: str, labels_path: str | None, preprocessing=None) -> Classifier:
@@ -299,7 +297,8 @@ def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
                       labels=labels_beside(path, labels_path),
                       run_outputs=outputs_from_logits(runner, activation), activation=activation,
                       preprocessing=preprocessing_beside(path),
-                      patch_size=patch_size_beside(path))
+                      patch_size=patch_size_beside(path),
+                      task=recorded_task(path, runner.output_rank))
 
 
 def _saved_model(path: str, labels_path: str | None) -> Classifier:
@@ -318,6 +317,7 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
 
     return Classifier(
         path=path, format="saved_model",
+        task=recorded_task(path, len(serve.structured_outputs["logits"].shape)),
         image_size=None if any_size else (int(shape[1]), int(shape[2])),
         num_classes=int(serve.structured_outputs["logits"].shape[-1]),
         labels=labels_beside(path, labels_path), takes_any_size=any_size,
@@ -325,6 +325,23 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
         preprocessing=preprocessing_beside(path),
         run_outputs=lambda images: run(SERVING_DEFAULT, images=tf.constant(images)),
         run_encoded=lambda files: run(SERVE_BYTES, image_bytes=tf.constant(list(files))))
+
+
+def recorded_task(path: str, logits_rank: int) -> str:
+    """The task recorded beside an exported file, checked against the rank of its logits.
+
+    Raises:
+        ValueError: the file's logits are not what its recorded task gives (a file moved
+            away from the export.json written with it).
+    """
+    task, where = task_beside(path)
+    expected = tasks.get(task).logits_rank
+    if logits_rank != expected:
+        raise ValueError(f"{path} gives logits of {logits_rank} dimensions, but its task as "
+                         f"recorded by {where} is {task!r}, whose logits have {expected}: keep "
+                         "the export.json written with the file beside it (vit export writes "
+                         "one), or export the .keras model again")
+    return task
 
 
 def refuse_untrained_head(weights: str, architecture: str) -> None:

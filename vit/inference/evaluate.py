@@ -1,9 +1,8 @@
-"""`vit evaluate`: top-1, top-5 and per-class accuracy of a trained model on a data spec; for
-a multi-label model or data, the exact mAP, F1 and per-class average precision
-(`vit.inference.multilabel_scores`); for a segmenter on data with masks, mIoU, pixel accuracy
-and per-class IoU (`vit.inference.segmentation_eval`); with --few-shot, the paper's few-shot
-linear evaluation.
-The flags are `vit.commands.evaluate`'s.
+"""`vit evaluate`: the model's task scores it on a data spec (`vit.inference.tasks`). Here, the
+classifier's scores: top-1, top-5 and per-class accuracy; for a multi-label model or data, the
+exact mAP, F1 and per-class average precision (`vit.inference.multilabel_scores`); the paper's
+few-shot linear evaluation. A segmenter's are `vit.inference.segmentation_eval`'s. The flags
+are `vit.commands.evaluate`'s.
 """
 
 from __future__ import annotations
@@ -13,13 +12,10 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
-from vit import console
-from vit.data import evaluation, segmentation, sources, specs
+from vit.data import evaluation, sources
 from vit.images import scale
-from vit.inference import classifier, model_files, multilabel_scores, segmentation_eval
+from vit.inference import classifier, model_files, multilabel_scores, tasks
 from vit.inference.classifier import Classifier
-from vit.inference.model_files import load_model
-from vit.outputs import write_json
 from vit_keras import analysis
 from vit_keras.core.model import input_image_size, preprocessing_of
 
@@ -170,83 +166,24 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
     return {str(count): float(accuracy) for count, accuracy in accuracies.items()}
 
 
-def load_evaluated(path: str, preprocessing=None):
-    """A `.keras` file as its Keras model (few-shot evaluation needs one), with
-    `preprocessing` when given; a SavedModel, `.tflite` or `.onnx` file as a `Classifier`
-    reading its preprocessing from export.json."""
-    if not path.lower().endswith(".keras"):
-        return classifier.load(path, preprocessing=preprocessing)
-    model = load_model(path)
-    if preprocessing is not None:
-        model.set_preprocessing(preprocessing)
-    return model
-
-
 def run(args: argparse.Namespace) -> int:
-    """Runs `vit evaluate`."""
-    if specs.is_segmentation_spec(args.data):
-        return _run_segmentation(args)
-    source = sources.load_source(args.data, sources.evaluation_subset(args.data),
-                                 args.data_dir, val_split=0.0)
-    model = load_evaluated(args.model, args.preprocessing)
-    names = class_names_for(args.model, args.labels, source.class_names)
-    multilabel = is_multilabel(args.model, source)
-    if multilabel:
-        if args.few_shot is not None:
-            raise ValueError("--few-shot fits single-label classifiers; this model or data is "
-                             "multi-label: leave --few-shot out")
-        if source.multilabel and names != source.class_names:
-            raise ValueError(f"{args.data} has the classes {source.class_names}, the model "
-                             f"{names}: expected the same classes in the same order (a "
-                             "labels.txt beside the CSV file fixes its list)")
-        results = evaluate_multilabel(model, source, args.batch_size, args.image_size)
-    else:
-        results = evaluate(model, source, args.batch_size, args.image_size)
-    if args.few_shot is not None:
-        shots = tuple(args.few_shot) or (1, 5, 10, 25)
-        results["few_shot"] = few_shot_report(model, args.data, args.data_dir, source, shots,
-                                              args.image_size, args.block)
-        if args.block is not None:
-            results["few_shot_block"] = args.block
-    for row in results["per_class"]:
-        row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
-    height, width = scorer(model, args.image_size)[0]
-    where = f"{args.model} on {args.data}: {results['examples']} images at {height}x{width}"
-    console.say("\n".join((_multilabel_lines if multilabel else _lines)(results, where)))
-    if args.output:
-        write_json(args.output, {"model": args.model, "data": args.data, **results})
-    return 0
-
-
-def _run_segmentation(args: argparse.Namespace) -> int:
-    """`vit evaluate` of a segmenter on data with masks: mIoU, pixel accuracy, IoU per class,
-    counted at the masks' own resolution."""
-    if args.few_shot is not None:
-        raise ValueError(f"--few-shot fits classifiers; {args.data} is segmentation data: "
-                         "leave --few-shot out")
-    source = segmentation.load_segmentation_source(args.data, sources.evaluation_subset(
-        args.data), val_split=0.0)
+    """Runs `vit evaluate`: the model's task (`vit.inference.tasks`) scores it on the data."""
     model = classifier.load(args.model, labels_path=args.labels,
                             preprocessing=args.preprocessing)
-    results = segmentation_eval.evaluate(model, source, min(args.batch_size, 64),
-                                         args.image_size)
-    names = class_names_for(args.model, args.labels, source.class_names)
+    return tasks.get(model.task).evaluate(model, args)
+
+
+def name_classes(results: dict, names: list[str]) -> None:
+    """Gives each row of `results['per_class']` its class name."""
     for row in results["per_class"]:
         row["name"] = names[row["class"]] if row["class"] < len(names) else str(row["class"])
-    height, width = results["image_size"]
-    where = (f"{args.model} on {args.data}: {results['examples']} images at {height}x{width}, "
-             "scored at the masks' own size")
-    console.say("\n".join(segmentation_eval.report_lines(results, where)))
-    if args.output:
-        write_json(args.output, {"model": args.model, "data": args.data, **results})
-    return 0
 
 
 def _percent(value) -> str:
     return "n/a" if value is None else f"{100 * value:.2f}%"
 
 
-def _lines(results: dict, where: str) -> list[str]:
+def lines(results: dict, where: str) -> list[str]:
     """The printed report of `evaluate` (and the few-shot accuracies)."""
     lines = [f"{where}  top-1 {100 * results['top1']:.2f}%  top-5 {100 * results['top5']:.2f}%"
              f"  cross-entropy {results['loss']:.4f}"]
@@ -258,7 +195,7 @@ def _lines(results: dict, where: str) -> list[str]:
     return lines
 
 
-def _multilabel_lines(results: dict, where: str) -> list[str]:
+def multilabel_lines(results: dict, where: str) -> list[str]:
     """The printed report of `evaluate_multilabel`: the scores, then AP per class."""
     lines = [f"{where}  mAP {_percent(results['mAP'])} ({results['classes_scored']} classes "
              f"with positives)  F1 micro {_percent(results['f1_micro'])}  macro "

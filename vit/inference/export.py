@@ -9,7 +9,7 @@ import dataclasses
 import os
 
 from vit import console
-from vit.inference import export_data, export_pipeline, run_config
+from vit.inference import export_data, export_pipeline, run_config, tasks
 from vit.inference.export_formats import (CALIBRATED_FORMATS, DEFAULT_FORMATS, EXPORT_FORMATS,
                                           FORMATS, ExportFormat, ExportOptions, min_agreements,
                                           parse_min_agreement, unchecked_on_random_images)
@@ -19,7 +19,7 @@ from vit.inference.export_report import (EXIT_EXPORT_FAILED, REPORT_NAME, check_
 from vit.inference.model_files import load_model
 from vit_keras.core.model import preprocessing_of
 from vit_keras.export import graph
-from vit_keras.segmentation import ViTSegmenter
+from vit_keras import tasks as library_tasks
 
 __all__ = ["CALIBRATED_FORMATS", "DEFAULT_FORMATS", "EXIT_EXPORT_FAILED", "EXPORT_FORMATS",
            "FORMATS", "REPORT_NAME", "ExportFormat", "ExportOptions", "check_label",
@@ -103,6 +103,11 @@ def options_from_arguments(args) -> ExportOptions:
         min_agreement=parse_min_agreement(args.min_agreement))
 
 
+def _label_kind(model) -> str:
+    """What the model's task labels images with ('classes', 'masks')."""
+    return tasks.get(library_tasks.task_of(model)).label_kind
+
+
 def _command_images(args, model, options: ExportOptions) -> export_data.ExportImages:
     """The images of --data, else of the data the model was trained on (its config.json);
     none when neither is known and no format needs calibration."""
@@ -115,7 +120,7 @@ def _command_images(args, model, options: ExportOptions) -> export_data.ExportIm
                         "model was trained on (from its config.json)")
         return export_data.load(data_spec, image_hw, args.calibration_images, args.eval_images,
                                 trained_on, preprocessing_of(model),
-                                masks=isinstance(model, ViTSegmenter))
+                                masks=_label_kind(model) == "masks")
     calibrated = ", ".join(name for name in options.formats if name in CALIBRATED_FORMATS)
     if calibrated:
         raise ValueError(f"{calibrated} needs --data to calibrate on (a few hundred training "

@@ -16,10 +16,11 @@ import tempfile
 import numpy as np
 
 from vit import console
-from vit.inference import export_report, export_writers
+from vit.inference import export_report, export_writers, tasks
 from vit.inference.export_formats import ExportOptions
 from vit.inference.export_writers import WriteJob
 from vit_keras import atomic, hub_presets
+from vit_keras import tasks as library_tasks
 from vit_keras.core.model import config_from_model
 from vit_keras.export import graph
 
@@ -29,11 +30,13 @@ STAGING_PREFIX = ".export-"  # one export at a time writes into an output folder
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
-    """What every written file is compared on: images, their labels (or None), Keras' logits."""
+    """What every written file is compared on: images, their labels (or None), Keras' logits,
+    and the model's task (which scores the labels)."""
 
     images: object
     labels: object
     keras_logits: object
+    task: object
 
 
 def export(model, output_dir: str, options: ExportOptions, bars: dict, *,
@@ -55,10 +58,10 @@ def export(model, output_dir: str, options: ExportOptions, bars: dict, *,
     _require_expressible(options, model)
     fixed = graph.at_image_size(model, options.image_size)
     images, labels = _evaluation_set(fixed, eval_images, eval_labels, representative_images)
-    evaluation = Evaluation(images, labels, _keras_logits(fixed, images))
+    task = tasks.get(library_tasks.task_of(model))
+    evaluation = Evaluation(images, labels, _keras_logits(fixed, images), task)
     report = export_report.header(images, options.latency_runs,
-                                  export_report.label_scores(evaluation.keras_logits, labels),
-                                  per_pixel=evaluation.keras_logits.ndim == 4)
+                                  task.label_scores(evaluation.keras_logits, labels), task)
     report.update(export_report.model_contract(model, options.image_size, options.activation))
     os.makedirs(output_dir, exist_ok=True)
     job = WriteJob(model, options, representative_images)
@@ -129,7 +132,7 @@ def _write_checked(export_format, job: WriteJob, folders, evaluation: Evaluation
         logits = export_writers.file_logits(export_format, staged, evaluation.images)
     entry = {"file": export_format.file, "size_bytes": _size(staged),
              **export_report.agreement_columns(logits, evaluation.keras_logits,
-                                               evaluation.labels),
+                                               evaluation.labels, evaluation.task),
              **entry}
     entry.update(_check(export_format, entry, bar))
     path = _publish(staged, output_dir, export_format.file, entry["passed"])

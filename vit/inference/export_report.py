@@ -5,13 +5,11 @@ result table shows, and the lines and exit status of files that failed their che
 from __future__ import annotations
 
 import json
-import math
 import os
 
 from vit import console
-from vit.inference import multilabel_scores
 from vit.inference.export_writers import LATENCY_THREADS
-from vit_keras import atomic, segmentation_scores
+from vit_keras import atomic
 from vit_keras.core.model import preprocessing_of
 from vit_keras.export import graph
 from vit_keras.export.agreement import logit_agreement
@@ -20,24 +18,26 @@ REPORT_NAME = "export.json"
 EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
 
 
-def header(eval_images, latency_runs: int, keras_scores: dict, per_pixel: bool = False) -> dict:
+def header(eval_images, latency_runs: int, keras_scores: dict, task) -> dict:
     """export.json before the formats: the input contract, the evaluation and timing setup.
 
     Args:
         eval_images: the images every file is compared with Keras on.
         latency_runs: timed batch-1 calls per file.
-        keras_scores: the Keras model's `label_scores`.
-        per_pixel: the model is a segmenter, whose files agree with Keras pixel by pixel
-            ('agreement': 'pixels'; a classifier's: 'top-1').
+        keras_scores: the Keras model's scores (its task's `label_scores`).
+        task: the model's `vit.inference.tasks.InferenceTask`: export.json records its name
+            and what its files agree with Keras on ('top-1', a segmenter's 'pixels').
 
     Returns:
         The report, its 'formats' empty.
     """
     return {
+        "task": task.name,
         "input": {"shape": list(eval_images.shape[1:]), "dtype": "float32",
                   "range": [0, 255], "layout": "NHWC RGB"},
         "eval_examples": int(len(eval_images)),
-        "agreement": "pixels" if per_pixel else "top-1",
+        "agreement": task.agreement,
+        "columns": {"agreement": task.agreement_column, "score": task.score_column},
         "latency": {"batch_size": 1, "threads": LATENCY_THREADS, "runs": latency_runs,
                     "statistic": "median of 5 interleaved rounds (each a median)"},
         "keras": keras_scores,
@@ -53,31 +53,10 @@ def model_contract(model, image_size, activation) -> dict:
             "preprocessing": preprocessing_of(model).to_dict()}
 
 
-def label_scores(logits, labels) -> dict:
-    """{'accuracy': top-1} for int labels; {'accuracy': None, 'mAP': exact} for multi-hot ones;
-    {'accuracy': None, 'mIoU', 'pixel_accuracy'} for a segmenter's masks (255 ignored)."""
-    if labels is None:
-        return {"accuracy": None}
-    if labels.ndim == 3:
-        found = segmentation_scores.scores(segmentation_scores.confusion_matrix(
-            labels, logits.argmax(-1), logits.shape[-1]))
-        return {"accuracy": None, "mIoU": _number(found["mIoU"]),
-                "pixel_accuracy": _number(found["pixel_accuracy"])}
-    if labels.ndim == 2:
-        return {"accuracy": None,
-                "mAP": _number(multilabel_scores.mean_average_precision(labels, logits)[0])}
-    return {"accuracy": float((logits.argmax(-1) == labels).mean())}
-
-
-def _number(value):
-    """A JSON-safe score: None for NaN (nothing to score)."""
-    return None if math.isnan(value) else float(value)
-
-
-def agreement_columns(logits, keras_logits, labels) -> dict:
-    """An exported file's logits against Keras': max |difference|, top-1 agreement, accuracy
-    (or mAP)."""
-    return {**logit_agreement(logits, keras_logits), **label_scores(logits, labels)}
+def agreement_columns(logits, keras_logits, labels, task) -> dict:
+    """An exported file's logits against Keras': max |difference|, top-1 (or pixel)
+    agreement, and its scores on `labels` by its `task` (accuracy, mAP or mIoU)."""
+    return {**logit_agreement(logits, keras_logits), **task.label_scores(logits, labels)}
 
 
 def write(report: dict, output_dir: str) -> None:
@@ -160,11 +139,11 @@ def _percent(value) -> str:
 
 
 def _agreement_name(report: dict) -> str:
-    return "pixel agreement" if report.get("agreement") == "pixels" else "top-1 agreement"
+    return report.get("columns", {}).get("agreement", "top-1 agreement")
 
 
 def _score_name(report: dict) -> str:
-    return "mIoU" if report.get("agreement") == "pixels" else "accuracy"
+    return report.get("columns", {}).get("score", "accuracy")
 
 
 def _score(entry: dict) -> str:

@@ -1,5 +1,6 @@
 """The files of a trained model: the `.keras` model itself, and what `vit train` and `vit export`
-write beside it (labels.txt; the activation in config.json or export.json).
+write beside it (labels.txt; the activation, the preprocessing and the task in config.json or
+export.json).
 
 `vit.inference.export`, still a command module that `vit.cli` imports to build its parser,
 imports `ACTIVATIONS` from here before the Keras backend is chosen: so Keras and TensorFlow
@@ -19,6 +20,10 @@ from vit_keras.preprocessing import OFFICIAL, Preprocessing
 ACTIVATIONS = ("softmax", "sigmoid")
 # Files next to a model that record its activation: the run's, then the export's.
 ACTIVATION_FILES = ("config.json", "export.json")
+# How release 0.2 recorded a task beside its files, before they said `task`.
+RELEASE_0_2_AGREEMENTS = {"top-1": "classify", "pixels": "segment"}
+RELEASE_0_2_OBJECTIVE_TASKS = {"classify": "classify", "distill": "classify",
+                               "multilabel": "classify", "segment": "segment"}
 
 
 MODEL_EXTENSIONS = (".keras", ".tflite", ".onnx")
@@ -114,6 +119,29 @@ def activation_beside(model_path: str) -> str | None:
                                  f"{activation!r}")
             return activation
     return None
+
+
+def task_beside(model_path: str) -> tuple[str, str]:
+    """The task recorded next to an exported file and where it was read: export.json's or
+    config.json's `task`; release 0.2 recorded it as export.json's `agreement` ('pixels': a
+    segmenter's) and config.json's `preset.objective.kind`. A file with no record beside it
+    counts as a classifier.
+
+    Returns:
+        (the task's name, the file that records it, or 'nothing beside it').
+    """
+    for name in ("export.json", "config.json"):
+        path, task = _recorded_beside(model_path, name, "task")
+        if task is not None:
+            return task, path
+    path, agreement = _recorded_beside(model_path, "export.json", "agreement")
+    if agreement in RELEASE_0_2_AGREEMENTS:
+        return RELEASE_0_2_AGREEMENTS[agreement], path
+    path, preset = _recorded_beside(model_path, "config.json", "preset")
+    kind = (preset or {}).get("objective", {}).get("kind")
+    if kind in RELEASE_0_2_OBJECTIVE_TASKS:
+        return RELEASE_0_2_OBJECTIVE_TASKS[kind], path
+    return "classify", "nothing beside it"
 
 
 def patch_size_beside(model_path: str) -> int | None:

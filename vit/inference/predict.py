@@ -1,7 +1,9 @@
 """`vit predict`: the top-k classes of image files by a trained model (.keras, a SavedModel
 directory, .tflite or .onnx) or an architecture with pretrained weights, loaded as a
-`vit.inference.classifier.Classifier` (a segmenter's masks: `segment_predict`). The flags are `vit.commands.predict`'s; the folders and
-patterns among the images were expanded to their files by its `check`.
+`vit.inference.classifier.Classifier`; what it writes is the model's task's
+(`vit.inference.tasks`: a classifier's top-k classes, a segmenter's masks). The flags are
+`vit.commands.predict`'s; the folders and patterns among the images were expanded to their
+files by its `check`.
 
 The images go through the model in batches; a file that cannot be used (not an image, corrupt,
 too large, unreadable) is skipped and listed at the end, and the command fails only when no
@@ -15,11 +17,9 @@ import csv
 import io
 import json
 
-import numpy as np
-
 from vit import console
 from vit.images import ImageError, pixel_size, read_file
-from vit.inference import classifier, segment_predict
+from vit.inference import classifier, tasks
 from vit_keras import atomic
 
 OUTPUT_KINDS = (".csv", ".json")
@@ -40,20 +40,6 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, bytes]], list[tuple[s
         except ImageError as error:
             skipped.append((path, str(error)))
     return readable, skipped
-
-
-def predict_files(model, readable, top_k: int, batch_size: int) -> list[dict]:
-    """Each image's top-k classes: [{'file', 'top': [(class name, score), ...]}], in order."""
-    names = model.class_names
-    rows = []
-    for start in range(0, len(readable), batch_size):
-        batch = readable[start:start + batch_size]
-        scores = model.predict_encoded([data for _, data in batch])["probabilities"]
-        for (path, _), image_scores in zip(batch, scores):
-            best = np.argsort(-image_scores, kind="stable")[:top_k]
-            rows.append({"file": path,
-                         "top": [(names[index], float(image_scores[index])) for index in best]})
-    return rows
 
 
 def small_images(readable, patch: int | None) -> list[str]:
@@ -115,14 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if not readable:
         raise ValueError(f"none of the {len(args.images)} files is a usable image: "
                          + "; ".join(why for _, why in skipped))
-    if segment_predict.is_segmenter(model):
-        rows = segment_predict.segment_files(model, readable, args.top_k, args.batch_size,
-                                             args.masks)
-        console.say(table(rows, score="share"))
-        console.say(f"masks and overlays: {args.masks}/ (<image>.png, <image>_overlay.png)")
-    else:
-        rows = predict_files(model, readable, args.top_k, args.batch_size)
-        console.say(table(rows))
+    rows, printed = tasks.get(model.task).predict(model, readable, args)
+    console.say(printed)
     for warning in small_images(readable, model.patch_size):
         console.say(warning, error=True)
     if args.output:

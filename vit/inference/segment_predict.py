@@ -24,11 +24,6 @@ from vit_keras import atomic
 OVERLAY_OPACITY = 0.5
 
 
-def is_segmenter(model) -> bool:
-    """Whether a loaded `Classifier` holds a segmenter (per-pixel outputs), in any format."""
-    return model.per_pixel
-
-
 def palette(num_classes: int) -> np.ndarray:
     """uint8 [256, 3]: black for class 0 (background), well-spread hues for the others, grey
     for 255 (ignore)."""

@@ -91,15 +91,11 @@ def evaluate(model, source: Source, batch_size: int = 32, image_size=None) -> di
         predictions).
 
     Raises:
-        ValueError: the model gives one class per image, or its size is unknown.
+        ValueError: the model's size is unknown.
     """
     size = tuple(image_size or model.image_size or ())
     if len(size) != 2:
         raise ValueError(f"{model.path} takes any size: pass --image-size HEIGHT WIDTH")
-    if not model.per_pixel:
-        raise ValueError(f"{source.spec} holds masks (segmentation data), but {model.path} "
-                         "gives one class per image: evaluate a segmenter (vit train --task "
-                         "segment) on it, or this classifier on data of classes")
     matrix = confusion(lambda pixels: model.predict(pixels)["logits"], source, size,
                        model.num_classes, batch_size, preprocessing=None)
     found = segmentation_scores.scores(matrix)

@@ -7,7 +7,7 @@ import functools
 import keras
 
 from vit_keras.core import layers as vit_layers
-from vit_keras import lora, names, quantization
+from vit_keras import lora, names, quantization, tasks
 from vit_keras.config import ViTConfig
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 from vit_keras.core.initializers import PACKAGE
@@ -21,6 +21,8 @@ from vit_keras.core.heads import MAPHead
 from vit_keras.core.resnet import ResNetStem
 
 POOLING_MODES = (None, "token", "gap", "avg", "map")
+HEAD_LAYERS = ("pre_logits", "head", "head_dist")  # what `finetune head` trains
+TASK = tasks.TaskContract(tasks.CLASSIFY)  # a class per image: the library's default task
 
 
 def patch_tokens(config: ViTConfig, images, dtype=None):
@@ -266,6 +268,8 @@ class VisionTransformer(ConfiguredModel, keras.Model):
             restores a quantized model's per-layer policies.
     """
 
+    vit_task = tasks.CLASSIFY
+
     def __init__(self, config, include_top: bool = True, pooling: str | None = None,
                  classifier_activation=None, name: str | None = None, dtype=None, **kwargs):
         config = ViTConfig.from_dict(config) if isinstance(config, dict) else config
@@ -293,6 +297,11 @@ class VisionTransformer(ConfiguredModel, keras.Model):
     def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
         """Freezes the model and adds LoRA adapters (see `vit_keras.lora.enable_lora`)."""
         lora.enable_lora(self, rank, targets, alpha)
+
+    def head_layers(self) -> list:
+        """The head's layers: pre_logits, head and head_dist, those the model has."""
+        present = {layer.name for layer in self.layers}
+        return [self.get_layer(name) for name in HEAD_LAYERS if name in present]
 
 
 def check_image_size(config: ViTConfig, images) -> None:
@@ -433,8 +442,10 @@ def preprocessing_of(model) -> Preprocessing:
     return marked if isinstance(marked, Preprocessing) else OFFICIAL
 
 
-def keep_preprocessing(model: keras.Model, derived: keras.Model) -> keras.Model:
-    """Marks `derived` (a view or copy of `model`) with `model`'s preprocessing, which a plain
-    functional model does not carry (`preprocessing_of` reads the mark)."""
+def keep_records(model: keras.Model, derived: keras.Model) -> keras.Model:
+    """Marks `derived` (a view or copy of `model`) with what `model` records and a plain
+    functional model does not carry: its preprocessing (`preprocessing_of` reads the mark) and
+    its task (`vit_keras.tasks.task_of`)."""
     derived.vit_preprocessing = preprocessing_of(model)
+    derived.vit_task = tasks.task_of(model)
     return derived

@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 
 from vit_keras.applications import preprocess_input
-from vit_keras.core.model import input_image_size, keep_preprocessing, preprocessing_of
+from vit_keras.core.model import input_image_size, keep_records, preprocessing_of
 from vit_keras.quantization import is_quantized
 
 
@@ -55,7 +55,7 @@ def float32_model(model: keras.Model) -> keras.Model:
 
     clone = keras.models.clone_model(model, clone_function=clone_layer)
     clone.set_weights(model.get_weights())
-    return keep_preprocessing(model, clone)
+    return keep_records(model, clone)
 
 
 def _float32_config(value):
@@ -96,7 +96,7 @@ def split_activation(model: keras.Model, activation=None):
                              f"{activation!r} was asked for: expected a model giving logits, "
                              "or the same activation")
         logits_model = keras.Model(model.inputs[0], last.input, name=f"{model.name}_logits")
-        return keep_preprocessing(model, logits_model), last.activation
+        return keep_records(model, logits_model), last.activation
     return model, keras.activations.get(activation or "softmax")
 
 
@@ -147,7 +147,7 @@ def at_image_size(model: keras.Model, size=None) -> keras.Model:
         return model
     height, width = input_image_size(model) if size is None else size
     images = keras.Input((height, width, 3), name=model.inputs[0].name)
-    return keep_preprocessing(model, keras.models.clone_model(
+    return keep_records(model, keras.models.clone_model(
         model, input_tensors=images, clone_function=_share_weights))
 
 

@@ -20,6 +20,7 @@ class ONNXModel:
     Attributes:
         input_shape: (height, width, channels) the model expects.
         num_classes: width of the logits.
+        output_rank: dimensions of the logits, batch included.
     """
 
     def __init__(self, path: str, num_threads: int = 2):
@@ -41,6 +42,7 @@ class ONNXModel:
         self.input_shape = tuple(shape[1:])
         self._fixed_batch = shape[0] if isinstance(shape[0], int) else None
         classes = self._session.get_outputs()[0].shape[-1]
+        self.output_rank = len(self._session.get_outputs()[0].shape)
         if not isinstance(classes, int):  # a file whose converter left the output unnamed
             classes = self._run(np.zeros((self._fixed_batch or 1, *self.input_shape),
                                          np.float32)).shape[-1]

@@ -21,6 +21,7 @@ class TFLiteModel:
     Attributes:
         input_shape: (height, width, channels) the model expects.
         num_classes: width of the logits.
+        output_rank: dimensions of the logits, batch included.
         ops: sorted names of the operators in the file.
     """
 
@@ -37,6 +38,7 @@ class TFLiteModel:
             raise ValueError(f"{path}: expected one NHWC image input, got input shape {signature}")
         self.input_shape = tuple(int(size) for size in signature[1:])
         self.num_classes = int(self._output["shape_signature"][-1])
+        self.output_rank = len(self._output["shape_signature"])
         self._fixed_batch = int(signature[0]) if signature[0] > 0 else None
         self._batch = None
         if self._fixed_batch is not None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from vit_keras import atomic
+from vit_keras import atomic, tasks
 from vit_keras.export import graph
 from vit_keras import preprocessing as rules
 from vit_keras.core.model import input_image_size, preprocessing_of
 
 SERVING_DEFAULT = "serving_default"
 SERVE_BYTES = "serve_bytes"
-SERVE_CLASS_IDS = "serve_class_ids"  # a segmenter's: class ids only, the small answer
 MAX_IMAGE_PIXELS = rules.MAX_IMAGE_PIXELS
 
 
@@ -57,11 +56,11 @@ class _ServingFunctions:
     def __init__(self, model: keras.Model, include_preprocessing: bool, image_size=None,
                  activation=None):
         self.preprocessing = preprocessing_of(model)
+        self.task = tasks.contract(tasks.task_of(model))
         if image_size is not None or not graph.takes_any_size(model):
             model = graph.at_image_size(model, image_size)
         self.model = graph.float32_model(model)
         logits_model, self._activation = graph.split_activation(self.model, activation)
-        self.per_pixel = len(logits_model.outputs[0].shape) == 4
         self._logits = graph.logits_function(logits_model, include_preprocessing,
                                              self.preprocessing)
         # serve_bytes resizes to the training size; serving_default of an any-size model
@@ -77,15 +76,16 @@ class _ServingFunctions:
         logits = self._logits(images)
         probabilities = tf.cast(self._activation(logits), tf.float32)
         outputs = {"probabilities": probabilities, "logits": logits}
-        if self.per_pixel:
-            outputs["class_ids"] = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        if self.task.derived_outputs is not None:
+            outputs.update(self.task.derived_outputs(logits))
         return outputs
 
     def serve(self, images):
         return self._outputs(images)
 
-    def serve_class_ids(self, images):
-        return {"class_ids": tf.argmax(self._logits(images), axis=-1, output_type=tf.int32)}
+    def serve_derived(self, images):
+        """The task's derived outputs alone (its `derived_endpoint`)."""
+        return self.task.derived_outputs(self._logits(images))
 
     def serve_bytes(self, image_bytes):
         images = tf.map_fn(self._decode, image_bytes,
@@ -110,7 +110,7 @@ class _ServingFunctions:
         with tf.control_dependencies([small_enough]):  # check before allocating
             image = tf.io.decode_image(encoded, channels=3, expand_animations=False,
                                        dtype=tf.uint8)
-        if self.per_pixel:  # the whole image, never cropped: the mask covers all of it
+        if self.task.whole_image:
             return tf.image.resize(tf.cast(image, tf.float32), (self.height, self.width),
                                    method="bilinear", antialias=True)
         return rules.resize_image(image, (self.height, self.width), self.preprocessing)
@@ -131,9 +131,10 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
       e.g. timm's bicubic resize and centre crop) inside the graph -> the same outputs.
       H x W is the model's input size: for a model taking any size, `image_size` or else its
       training size.
-    A segmenter (`ViTSegmenter`, logits [batch, H, W, classes]) gives those per pixel, adds
-    `class_ids` int32 [batch, H, W] (the argmax) to both, resizes encoded images whole
-    (bilinear, never cropped), and has a third signature:
+    The model's task (`vit_keras.tasks`) may add outputs and a signature. A segmenter
+    (`ViTSegmenter`, logits [batch, H, W, classes]) gives those per pixel, adds `class_ids`
+    int32 [batch, H, W] (the argmax) to both, resizes encoded images whole (bilinear, never
+    cropped), and has a third signature:
     - `serve_class_ids`: `images` as `serving_default` takes them -> `class_ids` only, the
       answer a client usually wants, without the [batch, H, W, classes] float maps.
 
@@ -168,8 +169,8 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
     archive.add_endpoint(SERVING_DEFAULT, functions.serve, input_signature=[functions.images_spec])
     archive.add_endpoint(SERVE_BYTES, functions.serve_bytes,
                          input_signature=[functions.bytes_spec])
-    if functions.per_pixel:
-        archive.add_endpoint(SERVE_CLASS_IDS, functions.serve_class_ids,
+    if functions.task.derived_endpoint:
+        archive.add_endpoint(functions.task.derived_endpoint, functions.serve_derived,
                              input_signature=[functions.images_spec])
     with atomic.staged_path(path) as temporary:
         archive.write_out(temporary, verbose=False)

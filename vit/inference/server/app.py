@@ -37,8 +37,7 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
 from vit import images
-from vit.inference import classifier as classifiers
-from vit.inference.segment_predict import palette
+from vit.inference import classifier as classifiers, tasks
 from vit.inference.server import tf_serving
 from vit.inference.server.admission import (RETRY_AFTER_S, Admission, Busy, Door, Ticket,
                                              busy_message)
@@ -46,7 +45,6 @@ from vit.inference.server.batching import Batcher, Expired, QueueFull, ShuttingD
 
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "page")
 ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}  # all /static/ serves
-TOP_K = 5
 # A request whose image cannot be used: 413 for one over the pixel limit, 400 for the others.
 STATUS_OF_IMAGE_PROBLEM = {"too_large": 413, "unreadable": 400, "not_an_image": 400,
                            "corrupt": 400, "channels": 400}
@@ -150,6 +148,7 @@ class _Service:
 
     def __init__(self, model: classifiers.Classifier, name: str, options: ServeOptions):
         self.model, self.name, self.options = model, name, options
+        self.task = tasks.get(model.task)
         # Admission bounds the live jobs; expired ones stay queued until the loop skips them.
         self.batcher = Batcher(self._run, options.max_batch, options.batch_timeout_ms,
                                4 * options.queue_size)
@@ -175,20 +174,15 @@ class _Service:
 
     def _warm_up(self) -> None:
         self.model.warm_up()
-        _ = self.model.per_pixel  # known before the first request asks
 
     def _run(self, kind: str, inputs: np.ndarray) -> dict:
-        """The model call of one batch, on the batcher's thread; a segmenter answers its
-        class ids per pixel (its per-pixel scores would be `classes` times larger)."""
+        """The model call of one batch, on the batcher's thread, answered as its task answers
+        (a segmenter: class ids per pixel)."""
         if kind == "encoded":
             outputs = self.model.predict_encoded(inputs)
         else:
             outputs = self.model.predict(inputs)
-        if self.model.per_pixel:
-            return {"class_ids": np.argmax(outputs["logits"], axis=-1).astype(np.int32)}
-        if kind == "explain":
-            outputs["rollout"] = self.model.attention_rollout(inputs)
-        return outputs
+        return self.task.answer(self.model, kind, inputs, outputs)
 
     async def page(self, request: Request):
         return FileResponse(os.path.join(PAGE_DIR, "index.html"), headers=PAGE_HEADERS)
@@ -212,8 +206,8 @@ class _Service:
         return JSONResponse({
             "name": self.name, "format": self.model.format, "classes": self.model.num_classes,
             "image_size": list(size) if size else None,
-            "heatmap": self.model.keras_model is not None and not self.model.per_pixel,
-            "segmenter": self.model.per_pixel,
+            "task": self.task.name, "verb": self.task.verb,
+            **self.task.page_features(self.model),
             "max_request_bytes": self.options.max_request_bytes})
 
     async def tf_serving(self, request: Request):
@@ -229,8 +223,7 @@ class _Service:
         if request.method == "GET" and suffix in (None, "/metadata"):
             return JSONResponse(tf_serving.model_status() if suffix is None else
                                 tf_serving.model_metadata(self.name, self.model.image_size,
-                                                          self.model.num_classes,
-                                                          self.model.per_pixel))
+                                                          self._serving_outputs()))
         if suffix in (":classify", ":regress"):
             raise RequestError(400, f"{suffix[1:]} takes tf.Example inputs, which an image "
                                     "model has no use for; use :predict")
@@ -340,39 +333,16 @@ class _Service:
         check_encoded(data, "the image")
         if self.model.decodes_in_graph:
             return "encoded", np.array([data], dtype=object)
-        explains = self.model.keras_model is not None and not self.model.per_pixel
+        explains = self.task.explains(self.model)
         return "explain" if explains else "images", self._decode([data])
 
     def _explanation(self, outputs: dict) -> dict:
-        if self.model.per_pixel:
-            return self._segmentation(outputs["class_ids"][0])
-        scores = outputs["probabilities"][0]
-        names = self.model.class_names
-        top = [{"index": int(i), "label": names[i], "probability": float(scores[i])}
-               for i in np.argsort(-scores, kind="stable")[:TOP_K]]
-        heatmap = None
-        if "rollout" in outputs:
-            rollout = outputs["rollout"][0]
-            heatmap = {"rows": int(rollout.shape[0]), "cols": int(rollout.shape[1]),
-                       "values": [round(float(v), 4) for v in rollout.ravel()]}
-        return {"model": self.name, "top": top, "heatmap": heatmap,
-                "heatmap_unavailable": None if heatmap else
-                f"a {self.model.format} file keeps no attention maps; serve the .keras model "
-                "to see where it looks"}
+        return self.task.page_answer(self.name, self.model, outputs)
 
-
-    def _segmentation(self, class_ids: np.ndarray) -> dict:
-        """The page's answer of a segmenter: the classes by pixel share, and the mask at the
-        model's size with a colour per class (the palette of `vit predict --masks`)."""
-        names = self.model.class_names
-        shares = np.bincount(class_ids.ravel(), minlength=len(names)) / class_ids.size
-        top = [{"index": int(i), "label": names[i], "share": float(shares[i])}
-               for i in np.argsort(-shares, kind="stable")[:TOP_K] if shares[i] > 0]
-        mask = {"rows": int(class_ids.shape[0]), "cols": int(class_ids.shape[1]),
-                "values": class_ids.ravel().tolist(),
-                "colours": palette(len(names))[:len(names)].tolist()}
-        return {"model": self.name, "top": top, "mask": mask, "heatmap": None,
-                "heatmap_unavailable": None}
+    def _serving_outputs(self) -> dict:
+        """The REST answer's outputs, as the task gives them, for the metadata."""
+        height, width = self.model.image_size or (-1, -1)
+        return self.task.serving_outputs(height, width, self.model.num_classes)
 
 
 def _assertion(error) -> str:

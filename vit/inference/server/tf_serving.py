@@ -19,7 +19,6 @@ import numpy as np
 from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT
 
 INPUT_NAMES = {SERVING_DEFAULT: "images", SERVE_BYTES: "image_bytes"}
-OUTPUT_NAMES = ("probabilities", "logits")
 VERSION = "1"  # one model, one version, as TF Serving numbers a lone SavedModel
 
 
@@ -136,14 +135,14 @@ def predict_response(outputs: dict[str, np.ndarray], columnar: bool) -> dict:
     """The JSON of a predict answer.
 
     Args:
-        outputs: {'probabilities', 'logits'} arrays [batch, classes], or a segmenter's
-            {'class_ids'} [batch, height, width].
+        outputs: the task's answer: {'probabilities', 'logits'} arrays [batch, classes], or a
+            segmenter's {'class_ids'} [batch, height, width].
         columnar: answer in the columnar format.
 
     Returns:
         {"predictions": [one object per instance]}, or {"outputs": {name: [per instance]}}.
     """
-    names = ["class_ids"] if "class_ids" in outputs else list(OUTPUT_NAMES)
+    names = list(outputs)
     outputs = {name: np.asarray(outputs[name]).tolist() for name in names}
     if columnar:
         return {"outputs": outputs}
@@ -158,20 +157,18 @@ def model_status() -> dict:
                                       "status": {"error_code": "OK", "error_message": ""}}]}
 
 
-def model_metadata(name: str, image_size, num_classes: int, per_pixel: bool = False) -> dict:
+def model_metadata(name: str, image_size, outputs: dict) -> dict:
     """`GET /v1/models/NAME/metadata`: both signature definitions, as TF Serving lists them.
 
     Args:
         name: the served model's name.
         image_size: (height, width) of `images`; None for any size.
-        num_classes: width of the outputs.
-        per_pixel: a segmenter, answering `class_ids` int32 [batch, height, width].
+        outputs: {output name: (TF dtype name, shape)} of the answer, as the model's task
+            gives it (`vit.inference.tasks.InferenceTask.serving_outputs`).
     """
     height, width = image_size or (-1, -1)
-    outputs = {output: _tensor_info(output, "DT_FLOAT", [-1, num_classes])
-               for output in OUTPUT_NAMES}
-    if per_pixel:
-        outputs = {"class_ids": _tensor_info("class_ids", "DT_INT32", [-1, height, width])}
+    outputs = {output: _tensor_info(output, dtype, shape)
+               for output, (dtype, shape) in outputs.items()}
     signatures = {
         SERVING_DEFAULT: _signature(SERVING_DEFAULT, "DT_FLOAT", [-1, height, width, 3], outputs),
         SERVE_BYTES: _signature(SERVE_BYTES, "DT_STRING", [-1], outputs),

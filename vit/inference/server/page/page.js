@@ -53,7 +53,7 @@ async function classify(file) {
       `${page.model.max_request_bytes}.`);
     return;
   }
-  setState("working", `${page.model && page.model.segmenter ? "Segmenting" : "Classifying"} ` +
+  setState("working", `${page.model ? page.model.verb : "Classifying"} ` +
     `${file.name}…`);
   const response = await fetch("/api/explain", {
     method: "POST", body: file,

@@ -1,0 +1,135 @@
+"""`Objective`: what every training objective supplies to the run, and the pieces they share.
+
+`training.run.Run` trains every objective the same way (strategy, data, plan, precision,
+optimizer, backups and `--resume`, the NaN stop, history, best weights, evaluation, export and
+inspection); an objective supplies its data, model, loss, metrics, small-data rule and the
+float32 model `model.keras` holds. A task's objective subclasses `Objective` directly
+(`training.objectives.Classification`, `training.segmentation.Segmentation`), named by the
+task's line in `vit_keras.tasks.TASKS`; a variant of a task (distillation, multi-label)
+subclasses that task's objective.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from training import adapt, finetune
+from vit_keras import ViTConfig
+
+
+class Objective:
+    """The interface of a training objective, with the defaults every task shares.
+
+    Attributes:
+        name: the `objective.kind` that selects it.
+        metric_label: how the result table names its validation score.
+        metric_key: that score's key in metrics.json.
+        monitor: the logged metric that chooses the best weights (higher = better).
+        exports: whether the run exports its model; `export_skipped` says why not.
+        activation: what turns the model's logits into its scores, in every format.
+        multilabel: each class scored on its own (sigmoid), e.g. for the linear probe.
+        closed_form_probe: finetune 'probe' fits the head once, without gradient steps.
+        probe_description: what finetune 'probe' trains, for the run's header.
+        small_data_rule: how the small-data rule fits its presets (`training.adapt`).
+    """
+
+    name = ""
+    metric_label = ""
+    metric_key = ""
+    monitor = ""
+    exports = True
+    export_skipped = ""
+    activation = "softmax"
+    multilabel = False
+    closed_form_probe = False
+    probe_description = "a linear head on frozen features"
+    small_data_rule = adapt.CLASSIFY_RULE
+
+    def __init__(self, preset):
+        self.preset = preset
+
+    @property
+    def monitor_label(self) -> str:
+        """How the result table names the `monitor` metric."""
+        return self.metric_label
+
+    def open_data(self, data_dir: str | None):
+        """The training and validation data (`vit.data.sources.TrainingData`)."""
+        raise NotImplementedError
+
+    def check_data(self, data) -> None:
+        """Refuses training data this objective cannot learn from."""
+        raise NotImplementedError
+
+    def train_batches(self, source, image_size, batch_size: int, **options):
+        """The augmented training batches."""
+        raise NotImplementedError
+
+    def eval_batches(self, source, image_size, batch_size: int, num_classes: int, **options):
+        """The validation batches."""
+        raise NotImplementedError
+
+    def sample_targets(self, batch: int, config: ViTConfig) -> np.ndarray:
+        """Zero targets of one batch, to build a model without reading the data."""
+        raise NotImplementedError
+
+    def build(self, config: ViTConfig) -> keras.Model:
+        """The trained model (called inside the strategy scope), with its starting weights."""
+        raise NotImplementedError
+
+    def compile_args(self, config: ViTConfig) -> dict:
+        """The loss and metrics `compile` gets."""
+        raise NotImplementedError
+
+    def classifier(self, model: keras.Model, config: ViTConfig) -> keras.Model:
+        """The float32 model `model.keras` holds and exports get (LoRA merged)."""
+        raise NotImplementedError
+
+    def export_samples(self, source, image_size, count: int, preprocessing):
+        """Up to `count` raw examples the exports calibrate and are checked on: (float32
+        images in 0..255 at `image_size`, their labels)."""
+        raise NotImplementedError
+
+    def report(self, results: dict) -> dict:
+        """metrics.json entries from `evaluate`'s results on the validation data."""
+        raise NotImplementedError
+
+    def model_config(self, num_classes: int) -> ViTConfig:
+        """The model's config for data with `num_classes` classes; a frozen backbone
+        (`finetune` head or probe) runs without dropout, stochastic depth or patch dropout,
+        whose noise would only blur the features its head learns from."""
+        config = self.preset.model.replace(num_classes=num_classes)
+        if self.preset.finetune.mode in finetune.FROZEN_BACKBONE:
+            config = config.replace(**{name: 0.0 for name in finetune.BACKBONE_NOISE
+                                       if hasattr(config, name)})
+        return config
+
+    def loss_note(self) -> str:
+        """The header's line on how the epoch lines' loss differs from the table's ('' when
+        it does not)."""
+        return ""
+
+    def network(self, model: keras.Model) -> keras.Model:
+        """The network inside the trained model (`--finetune` freezes it)."""
+        return model
+
+    def write_extras(self, classifier: keras.Model, output: str) -> None:
+        """Files only this objective writes (none)."""
+
+    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+        """metrics.json entries measured beyond `evaluate` (none); `val_source` is the
+        validation `Source` the batches come from."""
+        return {}
+
+
+def float32_twin(model: keras.Model, make) -> keras.Model:
+    """`make()` built under the float32 policy, holding `model`'s weights."""
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        copy = make()
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+    copy.set_weights([np.asarray(weight) for weight in model.get_weights()])
+    return copy

@@ -1,0 +1,105 @@
+"""What a model is for (its task): the one registry of tasks, each model's record of its task,
+and each task's library contract.
+
+Every model of this library records its task: `VisionTransformer.vit_task` is 'classify',
+`ViTSegmenter.vit_task` is 'segment', and a view or copy made for export carries the task of
+the model it was made from (`vit_keras.core.model.keep_records`). Export, evaluation,
+prediction and serving read the record (`task_of`); nothing infers a task from the shape of a
+model's outputs. A Keras model of another library records nothing and counts as a classifier.
+
+A task is registered by one line of `TASKS`, which names its part in each layer by module:
+its head and export contract here (`TaskContract`), what `vit predict`, `evaluate`, `serve`
+and `export` do with it (`vit.inference.tasks`), its training objective (`training`), and the
+facts `vit train` checks before any framework loads. Each layer imports only its own part,
+when a model of that task is used; this module names them and imports none of them.
+
+This module imports no framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable
+
+CLASSIFY = "classify"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskParts:
+    """Where a task's parts live, and what `vit train` knows of it before any framework.
+
+    Attributes:
+        head: the library module whose `TASK` is its `TaskContract` (it holds the task's
+            model, or imports it).
+        inference: the `vit.inference` module whose `TASK` is its `InferenceTask`.
+        objective: 'module:Class' of its training objective (`training.objective.Objective`).
+        labels: what its data labels images with: 'classes' or 'masks'.
+        fewest_classes: the fewest classes its training data may have.
+        preset: the preset `vit train --task NAME` starts from.
+    """
+
+    head: str
+    inference: str
+    objective: str
+    labels: str = "classes"
+    fewest_classes: int = 2
+    preset: str = "digits_tiny"
+
+
+TASKS = {
+    "classify": TaskParts("vit_keras.core.model", "vit.inference.tasks.classify",
+                          "training.objectives:Classification"),
+    "segment": TaskParts("vit_keras.segmentation", "vit.inference.tasks.segment",
+                         "training.segmentation:Segmentation", labels="masks",
+                         fewest_classes=1, preset="digits_segment"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskContract:
+    """What the library's export does differently for a task.
+
+    Attributes:
+        name: the task's name, as models record it.
+        whole_image: encoded images are resized whole for it, never centre-cropped (a
+            segmenter's mask must cover all of the image); False: the weights' crop rule.
+        derived_outputs: logits -> {name: tensor} outputs a SavedModel gives beside
+            `probabilities` and `logits` (a segmenter's `class_ids`), or None; `keras.ops`,
+            traced by TensorFlow at export.
+        derived_endpoint: the name of a SavedModel signature that gives only the derived
+            outputs (the small answer over REST), or None.
+    """
+
+    name: str
+    whole_image: bool = False
+    derived_outputs: Callable | None = None
+    derived_endpoint: str | None = None
+
+
+def task_of(model) -> str:
+    """The task `model` records ('classify' for a Keras model that records none)."""
+    return getattr(model, "vit_task", None) or CLASSIFY
+
+
+def parts(name: str) -> TaskParts:
+    """The registered `TaskParts` of the task `name`.
+
+    Raises:
+        ValueError: no task of that name is registered.
+    """
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; expected one of {sorted(TASKS)} (a line of "
+                         "vit_keras.tasks.TASKS registers a task)")
+    return TASKS[name]
+
+
+def load_part(reference: str):
+    """The object a 'module' (its `TASK`) or 'module:Name' reference of `TaskParts` names."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name or "TASK")
+
+
+def contract(name: str) -> TaskContract:
+    """The `TaskContract` of the task `name` (raises ValueError for an unknown one)."""
+    return load_part(parts(name).head)
