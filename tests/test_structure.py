@@ -300,3 +300,94 @@ def test_keras_files_load_after_import_vit_keras_alone(imports, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("loaded")
+
+
+# --- tasks: only a task's own modules branch on it --------------------------------------------
+
+# Each task's own modules, beside those its line in `vit_keras.tasks.TASKS` names: the only
+# modules that may compare with its name, test for its model class, or read its kind from
+# the shape of a model's outputs (docs/architecture.md, "Add a task").
+TASK_OWN_MODULES = {
+    "classify": ("vit_keras.core", "vit.inference.tasks.classify", "training.objectives",
+                 "training.multilabel", "training.probe"),
+    "segment": ("vit_keras.segmentation", "vit_keras.segmentation_scores",
+                "vit.inference.tasks.segment", "vit.inference.segment_predict",
+                "vit.inference.segmentation_eval", "vit.data.segmentation", "vit.data.masks",
+                "training.segmentation", "training.segment_pipeline", "training.segment_loss",
+                "training.presets.digits_segment"),
+}
+TASK_MODEL_CLASSES = {"ViTSegmenter": "segment"}  # a task's model, beside the plain encoder
+# Shape checks that are no task's: module -> why
+SHAPE_CHECKS = {"vit_keras.analysis.looking_inside": "few-shot features must be [batch, D], "
+                                                     "whatever the model was trained for"}
+
+
+def own_modules(task: str) -> tuple[str, ...]:
+    from vit_keras import tasks
+
+    parts = tasks.TASKS[task]
+    named = (parts.head, parts.inference, parts.objective.partition(":")[0])
+    return (*TASK_OWN_MODULES.get(task, ()), *named)
+
+
+def _in_group(name: str, groups) -> bool:
+    return any(name == group or name.startswith(group + ".") for group in groups)
+
+
+def _reads_output_shape(node: ast.Compare) -> bool:
+    """`len(outputs.shape) == 4`, `logits.ndim == 4` and the like."""
+    sides = [node.left, *node.comparators]
+    for side in sides:
+        target = side
+        if isinstance(side, ast.Call) and getattr(side.func, "id", "") == "len" and side.args:
+            target = side.args[0]
+        if isinstance(target, ast.Attribute) and target.attr in ("ndim", "shape",
+                                                                 "output_shape"):
+            text = ast.unparse(target.value)
+            if "logits" in text or "output" in text:
+                return True
+    return False
+
+
+def task_branches(path: pathlib.Path) -> list[tuple[int, str, str | None]]:
+    """(line, what, the task it concerns or None: any) of each branch on a task in a file."""
+    from vit_keras import tasks
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            constants = [side.value for side in ast.walk(node)
+                         if isinstance(side, ast.Constant) and side.value in tasks.TASKS]
+            found += [(node.lineno, f"compares with {name!r}", name) for name in constants]
+            if _reads_output_shape(node):
+                found.append((node.lineno, "reads the task from an output's shape", None))
+        elif isinstance(node, ast.Attribute) and node.attr == "per_pixel":
+            found.append((node.lineno, "reads per_pixel", None))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
+            names = {getattr(each, "id", getattr(each, "attr", "")) for each in ast.walk(node)}
+            found += [(node.lineno, f"tests for {name}", task)
+                      for name, task in TASK_MODEL_CLASSES.items() if name in names]
+    return found
+
+
+def test_only_a_tasks_own_modules_branch_on_it():
+    """Evaluate, predict, serve, export and training ask the model's task
+    (`vit_keras.tasks`, `vit.inference.tasks`, the objectives); no other module compares with
+    a task's name, tests for a task's model class or reads a task from output shapes."""
+    stray = [f"{path.relative_to(REPO)}:{line} {what}"
+             for name, path in modules().items()
+             for line, what, task in task_branches(path)
+             if (task is None and name not in SHAPE_CHECKS) or
+             (task is not None and not _in_group(name, own_modules(task)))]
+    assert not stray, "branches on a task outside its own modules:\n" + "\n".join(stray)
+
+
+def test_the_task_check_sees_a_branch(tmp_path):
+    """The checker itself: a comparison with a task's name, an output-shape test and
+    `per_pixel` are each reported."""
+    source = tmp_path / "app.py"
+    source.write_text("if kind == 'segment':\n    pass\n"
+                      "per = len(model.outputs[0].shape) == 4\n"
+                      "flag = model.per_pixel\n")
+    assert [(line, task) for line, _, task in task_branches(source)] == \
+        [(1, "segment"), (3, None), (4, None)]

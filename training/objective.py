@@ -32,6 +32,8 @@ class Objective:
         closed_form_probe: finetune 'probe' fits the head once, without gradient steps.
         probe_description: what finetune 'probe' trains, for the run's header.
         small_data_rule: how the small-data rule fits its presets (`training.adapt`).
+        hints_fine_tuning: a run from scratch on a few of the user's images is told that
+            fine-tuning pre-trained weights is the usual route.
     """
 
     name = ""
@@ -45,6 +47,7 @@ class Objective:
     closed_form_probe = False
     probe_description = "a linear head on frozen features"
     small_data_rule = adapt.CLASSIFY_RULE
+    hints_fine_tuning = False
 
     def __init__(self, preset):
         self.preset = preset

@@ -53,6 +53,7 @@ class Classification(Objective):
     monitor = "val_accuracy"
     closed_form_probe = True
     probe_description = "a linear classifier on frozen features, fitted once"
+    hints_fine_tuning = True
 
     def open_data(self, data_dir: str | None):
         """The training and validation data (`vit.data.sources.TrainingData`), the preset's
@@ -138,6 +139,7 @@ class MaskedPatchPrediction(Classification):
     metric_key = "val_mpp_accuracy"
     exports = False
     export_skipped = "its head is untrained; fine-tune the encoder, then export"
+    hints_fine_tuning = False
 
     def __init__(self, preset):
         if preset.finetune.mode != "full":
@@ -178,6 +180,7 @@ class Distillation(Classification):
     soft)."""
 
     name = "distill"
+    hints_fine_tuning = False
 
     def __init__(self, preset):
         if not preset.objective.teacher:

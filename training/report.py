@@ -86,7 +86,7 @@ def few_images_hint(setup) -> str:
     preset = setup.preset
     kind, _ = parse_spec(preset.data.train)
     if preset.finetune.weights or setup.num_examples >= FEW_IMAGES or kind in BUILT_IN_DATA \
-            or preset.objective.kind not in ("classify", "multilabel"):
+            or not setup.objective.hints_fine_tuning:
         return ""
     data = f"--data {preset.data.train}" + (f" --val-data {preset.data.val}"
                                              if preset.data.val else "")

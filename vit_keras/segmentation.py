@@ -41,8 +41,8 @@ def _class_ids(logits) -> dict:
 
 # The segment task's library contract: each image resized whole (its mask covers all of it);
 # a SavedModel also gives the class id per pixel, alone through `serve_class_ids`.
-TASK = tasks.TaskContract("segment", whole_image=True, derived_outputs=_class_ids,
-                          derived_endpoint="serve_class_ids")
+TASK = tasks.TaskContract("segment", class_per_image=False, whole_image=True,
+                          derived_outputs=_class_ids, derived_endpoint="serve_class_ids")
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -69,9 +69,12 @@ class TaskContract:
             traced by TensorFlow at export.
         derived_endpoint: the name of a SavedModel signature that gives only the derived
             outputs (the small answer over REST), or None.
+        class_per_image: its logits give one class per image ([batch, classes]), which the
+            attention analysis names beside each image.
     """
 
     name: str
+    class_per_image: bool = True
     whole_image: bool = False
     derived_outputs: Callable | None = None
     derived_endpoint: str | None = None

@@ -18,7 +18,7 @@ from vit import console
 from vit.images import load_files
 from vit.inference.model_files import load_model
 from vit.outputs import write_json
-from vit_keras import analysis
+from vit_keras import analysis, tasks
 from vit_keras.analysis import complexity, plots
 
 FIGURES = {
@@ -95,7 +95,8 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
         "filters": _NO_FILTERS[config.stem if config.resnet_layers is None else "hybrid"]}
     outputs = keras.ops.convert_to_numpy(model(inputs, training=False))
 
-    predicted = outputs.argmax(axis=-1).tolist() if outputs.ndim == 2 else None
+    named = tasks.contract(tasks.task_of(model)).class_per_image
+    predicted = outputs.argmax(axis=-1).tolist() if named else None
     titles = names if predicted is None else [
         f"{name}: class {label}" for name, label in zip(names, predicted)]
 

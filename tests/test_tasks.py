@@ -1,0 +1,136 @@
+"""A task added by the recipe of docs/architecture.md ("Add a task"): its own modules (here,
+this file) and one line in `vit_keras.tasks.TASKS`. Nothing else changes, and `vit train
+--task`, the model file, `vit predict`, `vit serve` and the SavedModel export all take it up.
+
+The toy task, 'toptwo', is a classifier whose answers are its two best classes: a head of its
+own (a `VisionTransformer` subclass recording the task), an export contract adding a
+`top_two` output and signature, an inference part writing and serving the two classes, and
+an objective training it like a classifier.
+"""
+
+import json
+
+import httpx
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from localhost import served
+from PIL import Image
+
+from training.objective import float32_twin
+from training.objectives import Classification
+from vit import cli
+from vit.inference import classifier, tasks as inference_tasks
+from vit.inference.server import create_app
+from vit.inference.tasks.classify import Classify
+from vit_keras import VisionTransformer, tasks
+
+TOY = "toptwo"
+TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4",
+        "--set", "model.hidden_size=16", "--set", "model.mlp_dim=32",
+        "--set", "model.num_heads=2", "--set", "model.num_layers=1"]
+
+
+# --- the task's head and library contract ------------------------------------------------------
+
+@keras.saving.register_keras_serializable(package="toptwo_task")
+class TopTwoViT(VisionTransformer):
+    """The toy task's model: the classifier, recording its own task."""
+
+    vit_task = TOY
+
+
+def _top_two(logits) -> dict:
+    return {"top_two": ops.cast(ops.flip(ops.argsort(logits, axis=-1), axis=-1)[:, :2], "int32")}
+
+
+CONTRACT = tasks.TaskContract(TOY, derived_outputs=_top_two, derived_endpoint="serve_top_two")
+
+
+# --- its inference part --------------------------------------------------------------------------
+
+class TopTwo(Classify):
+    """Writes and serves each image's two best classes, by name."""
+
+    name = TOY
+
+    def predict(self, model, readable, args):
+        rows, _ = super().predict(model, readable, args)
+        rows = [dict(row, top=row["top"][:2]) for row in rows]
+        return rows, "\n".join(f"{row['file']}: {row['top'][0][0]} then {row['top'][1][0]}"
+                               for row in rows)
+
+    def answer(self, model, kind, inputs, outputs):
+        order = np.argsort(-outputs["logits"], axis=-1, kind="stable")[:, :2]
+        return {"top_two": order.astype(np.int32)}
+
+    def serving_outputs(self, height, width, num_classes):
+        return {"top_two": ("DT_INT32", [-1, 2])}
+
+
+INFERENCE = TopTwo()
+
+
+# --- its training objective ----------------------------------------------------------------------
+
+class TopTwoObjective(Classification):
+    """Trains the toy model as a classifier."""
+
+    name = TOY
+
+    def build(self, config):
+        return TopTwoViT(config)
+
+    def classifier(self, model, config):
+        return float32_twin(model, lambda: TopTwoViT(config))
+
+
+# --- the one registration line, and what it gives -----------------------------------------------
+
+@pytest.fixture
+def registered(monkeypatch):
+    module = __name__
+    monkeypatch.setitem(tasks.TASKS, TOY, tasks.TaskParts(
+        head=f"{module}:CONTRACT", inference=f"{module}:INFERENCE",
+        objective=f"{module}:TopTwoObjective"))
+
+
+def test_a_task_registered_by_one_line_trains_predicts_serves_and_exports(registered,
+                                                                          tmp_path, capsys):
+    output = tmp_path / "run"
+    assert cli.main(["train", "--task", TOY, *TINY, "--epochs", "1", "--no-export",
+                     "--no-inspect", "--output", str(output)]) == 0
+    config = json.loads((output / "config.json").read_text())
+    assert config["task"] == TOY and config["preset"]["objective"]["kind"] == TOY
+    model = keras.saving.load_model(output / "model.keras", safe_mode=True)
+    assert isinstance(model, TopTwoViT) and tasks.task_of(model) == TOY
+
+    image = tmp_path / "seven.png"
+    Image.fromarray(np.full((8, 8, 3), 200, np.uint8)).save(image)
+    capsys.readouterr()
+    assert cli.main(["predict", str(image), "--model", str(output / "model.keras")]) == 0
+    printed = capsys.readouterr().out
+    assert f"{image}: " in printed and " then " in printed, printed
+
+    loaded = classifier.load(str(output / "model.keras"))
+    assert inference_tasks.get(loaded.task) is INFERENCE
+    with served(create_app(loaded, "toy")) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/api/model").json()["task"] == TOY
+        answer = client.post("/v1/models/toy:predict",
+                             json={"instances": np.zeros((1, 8, 8, 3)).tolist()}).json()
+        assert set(answer["predictions"][0]) == {"top_two"}
+
+    from vit_keras import export
+    import tensorflow as tf
+
+    path = export.saved_model(model, str(tmp_path / "saved_model"))
+    signatures = tf.saved_model.load(path).signatures
+    assert "serve_top_two" in signatures
+    top_two = signatures["serve_top_two"](images=tf.zeros((1, 8, 8, 3)))["top_two"]
+    assert top_two.shape == (1, 2)
+
+
+def test_an_unregistered_task_is_named_with_the_registry():
+    with pytest.raises(ValueError, match="unknown task 'toptwo'.*vit_keras.tasks.TASKS"):
+        tasks.contract(TOY)
