@@ -140,22 +140,6 @@ def preset_architecture(preset: presets.Preset) -> dict:
     return {f"model.{name}": value for name, value in fields.items()}
 
 
-def check_weights_argument(weights: str | None) -> None:
-    """A `--weights` that is no URL, `hf://` reference, released or family weight name must be
-    a file or folder that exists (checked before anything is imported or downloaded).
-
-    Raises:
-        ValueError: naming what was given and what is accepted.
-    """
-    if not weights or "://" in weights or registry.is_weight_name(weights):
-        return
-    if families.weights_file_reference(weights) or os.path.exists(os.path.expanduser(weights)):
-        return
-    raise ValueError(f"--weights {weights!r} is no file, and no weight name: expected a name "
-                     "from `vit weights list`, an https:// URL, hf://ORG/REPO or a file "
-                     "(.npz, .safetensors, .pth, .keras) or keras-hub preset folder")
-
-
 def check_data_specs(preset: presets.Preset) -> None:
     """The preset's training and validation data specs, as far as they can be checked without
     reading images (`vit.data.specs.check_spec`); a classifier needs 2 classes."""

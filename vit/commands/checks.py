@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from training.presets.command_line import check_weights_argument
 from vit.inference.model_files import MODEL_EXTENSIONS, check_model_path
 from vit_keras.families import check_model_name
+from vit_keras.pretrained.references import check_weights_reference
 from vit_keras.preprocessing import PREPROCESSING_SYNTAX, Preprocessing, parse_preprocessing
 
 
@@ -26,7 +26,7 @@ def check_model(model: str, weights: str | None = None,
     """
     if weights:
         check_model_name(model)
-        check_weights_argument(weights)
+        check_weights_reference(weights)
     else:
         check_model_path(model, extensions)
 

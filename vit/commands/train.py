@@ -34,6 +34,7 @@ from training.presets import command_line, overrides, sections
 from vit.backend import BACKENDS
 from vit.commands.checks import add_preprocessing_argument
 from vit_keras import tasks
+from vit_keras.pretrained.references import check_weights_reference
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +172,7 @@ def check(args: argparse.Namespace) -> None:
     and value, the model and weight names, the run options and the data specs."""
     preset = command_line.resolve_preset(args)
     command_line.run_options(args)
-    command_line.check_weights_argument(preset.finetune.weights)
+    check_weights_reference(preset.finetune.weights)
     command_line.check_data_specs(preset)
 
 

@@ -1,0 +1,26 @@
+"""What a `--weights` argument may be, checked before any framework is imported or anything is
+downloaded: a released or family weight name, a URL, an `hf://` reference, or a file or folder
+that exists. (`vit_keras.pretrained.sources` resolves one to its local file.)"""
+
+from __future__ import annotations
+
+import os
+
+from vit_keras import families
+from vit_keras.pretrained import registry
+
+
+def check_weights_reference(weights: str | None) -> None:
+    """A `--weights` that is no URL, `hf://` reference, released or family weight name must be
+    a file or folder that exists (checked before anything is imported or downloaded).
+
+    Raises:
+        ValueError: naming what was given and what is accepted.
+    """
+    if not weights or "://" in weights or registry.is_weight_name(weights):
+        return
+    if families.weights_file_reference(weights) or os.path.exists(os.path.expanduser(weights)):
+        return
+    raise ValueError(f"--weights {weights!r} is no file, and no weight name: expected a name "
+                     "from `vit weights list`, an https:// URL, hf://ORG/REPO or a file "
+                     "(.npz, .safetensors, .pth, .keras) or keras-hub preset folder")
