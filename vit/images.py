@@ -10,6 +10,11 @@ by the weights' mean and std ([-1, 1] for the official ones). The SavedModel's `
 signature decodes and resizes the same way in its graph (`vit_keras.export.serving`), with the
 same pixel limit.
 
+timm's rules (bicubic) are PIL's: where files are decoded on the host (`decode_checked`:
+`vit predict`, `vit serve`, `vit embed`), PIL itself decodes and resizes them, so the pixels
+are those timm's own transform makes with the same Pillow. In graphs (tf.data, `serve_bytes`)
+`vit_keras.preprocessing` reproduces PIL's decode and fixed-point resize in TensorFlow ops.
+
 A file that cannot be used raises `ImageError`, whose `reason` says why in a word a caller can
 act on (`vit serve` answers 413 for `too_large`, 400 for the others).
 """
@@ -28,6 +33,9 @@ import tensorflow as tf
 
 from vit_keras import preprocessing as rules
 from vit_keras.preprocessing import MAX_IMAGE_PIXELS
+
+# The rules PIL resizes by on the host, as timm does (the value: PIL's filter number)
+PIL_INTERPOLATIONS = {"bicubic": 3}
 
 # File signatures of the formats tf.io.decode_image reads.
 SIGNATURES = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG\r\n\x1a\n", "bmp": b"BM",
@@ -152,9 +160,7 @@ def bomb_warnings_silenced():
 
 def decode(encoded: tf.Tensor) -> tf.Tensor:
     """Encoded JPEG/PNG/BMP/GIF bytes -> uint8 [height, width, 3] (first frame of a GIF)."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    image.set_shape([None, None, 3])
-    return image
+    return rules.decode_image(encoded)
 
 
 def decode_file(path: tf.Tensor) -> tf.Tensor:
@@ -233,16 +239,32 @@ def decode_checked(files, size, channels: int = 3, names=None,
     if channels not in (1, 3):
         raise ImageError(f"images are read with 1 or 3 channels, the model wants {channels}",
                          "channels")
-    decode_one = _compiled_decoder(image_hw(size), channels, preprocessing)
+    if channels == 3 and preprocessing.interpolation in PIL_INTERPOLATIONS:
+        decode_one = functools.partial(_decode_with_pil, size=image_hw(size),
+                                       preprocessing=preprocessing)
+    else:
+        decode_one = _compiled_decoder(image_hw(size), channels, preprocessing)
     images = []
     for index, data in enumerate(files):
         try:
-            images.append(decode_one(tf.constant(data)).numpy())
-        except tf.errors.OpError as error:  # a file PIL accepts but TensorFlow cannot decode
+            images.append(np.asarray(decode_one(tf.constant(data))))
+        except (tf.errors.OpError, OSError) as error:  # passed `check`, fails to decode
             name = names[index] if names is not None else f"image {index}"
-            raise ImageError(f"{name} cannot be decoded ({_op_error_text(error)})",
-                             "corrupt") from None
+            said = _op_error_text(error) if isinstance(error, tf.errors.OpError) else str(error)
+            raise ImageError(f"{name} cannot be decoded ({said})", "corrupt") from None
     return np.stack(images).astype(np.float32)
+
+
+def _decode_with_pil(data: tf.Tensor, size: tuple[int, int], preprocessing) -> np.ndarray:
+    """One checked file -> float32 [height, width, 3], decoded, resized and cropped by PIL as
+    timm's eval transform does (`torchvision`'s Resize and CenterCrop on a PIL image)."""
+    from PIL import Image
+
+    with bomb_warnings_silenced(), Image.open(io.BytesIO(data.numpy())) as image:
+        rgb = image.convert("RGB")
+    (height, width), (top, left) = rules.resize_plan(rgb.height, rgb.width, size, preprocessing)
+    resized = rgb.resize((width, height), PIL_INTERPOLATIONS[preprocessing.interpolation])
+    return np.asarray(resized, np.float32)[top:top + size[0], left:left + size[1]]
 
 
 def _op_error_text(error: tf.errors.OpError) -> str:

@@ -32,7 +32,6 @@ def _timm_preprocessing(mean, std, crop_fraction) -> Preprocessing:
 
 IMAGENET_FULL = _timm_preprocessing(IMAGENET_MEAN, IMAGENET_STD, 1.0)
 IMAGENET_09 = _timm_preprocessing(IMAGENET_MEAN, IMAGENET_STD, 0.9)
-IMAGENET_0875 = _timm_preprocessing(IMAGENET_MEAN, IMAGENET_STD, 0.875)
 SIGLIP = _timm_preprocessing(0.5, 0.5, 0.9)
 CLIP_09 = _timm_preprocessing(CLIP_MEAN, CLIP_STD, 0.9)
 CLIP_FULL = _timm_preprocessing(CLIP_MEAN, CLIP_STD, 1.0)
@@ -75,7 +74,7 @@ def _deit(width, depth, heads, image=224, distilled=False) -> dict:
     # distilled models add a distillation token with its own head, averaged at inference.
     return dict(config=_vit(width, depth, heads, 16, image, num_classes=1000,
                             distilled=distilled),
-                tags={"fb_in1k": IMAGENET_0875 if image == 224 else IMAGENET_FULL},
+                tags={"fb_in1k": IMAGENET_09 if image == 224 else IMAGENET_FULL},
                 has_head=True, family="deit")
 
 

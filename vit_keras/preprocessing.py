@@ -259,6 +259,24 @@ def pixel_mean_and_scale(preprocessing: Preprocessing):
     return mean, scale
 
 
+def decode_image(encoded, channels: int = 3):
+    """Encoded JPEG/PNG/BMP/GIF bytes -> uint8 [height, width, channels] (a GIF's first frame),
+    as PIL decodes them (what timm's transforms read): a JPEG through the accurate integer
+    DCT, which TensorFlow's default (the fast one) misses by a level on average. TensorFlow
+    ops: it runs in tf.data and in exported graphs."""
+    import tensorflow as tf
+
+    def jpeg():
+        return tf.io.decode_jpeg(encoded, channels=channels, dct_method="INTEGER_ACCURATE")
+
+    def other():
+        return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+    image.set_shape([None, None, channels])
+    return image
+
+
 def resize_image(image, size, preprocessing: Preprocessing = OFFICIAL):
     """One decoded image [h, w, c] -> float32 [height, width, c] in 0..255, by the rule of
     `preprocessing` (TensorFlow ops: it runs in tf.data and in exported graphs).
@@ -292,17 +310,82 @@ def resize_image(image, size, preprocessing: Preprocessing = OFFICIAL):
 
 
 def _resize_as_pil(image, size):
-    """Bicubic resize as PIL does it (what timm's transforms run): the width first, then the
-    height, each pass rounded and clipped to 0..255 as PIL's 8-bit images are. A one-pass
-    float resize differs from it by up to 5 grey levels where the cubic overshoots an edge."""
+    """Bicubic resize exactly as PIL does it, which timm's transforms run: PIL's fixed-point
+    resampling (`pil_coefficients`), the width first, then the height, each pass giving 8-bit
+    values. Sums of 8-bit pixels times 22-bit coefficients are exact in float64."""
     import tensorflow as tf
 
-    def one_pass(values, height, width):
-        values = tf.image.resize(values, (height, width), method="bicubic", antialias=True)
-        return tf.round(tf.clip_by_value(values, 0.0, 255.0))
+    image = tf.round(tf.cast(image, tf.float64))
+    image = _pil_pass(image, size[1], axis=1)
+    image = _pil_pass(image, size[0], axis=0)
+    return tf.cast(image, tf.float32)
 
-    image = one_pass(image, tf.shape(image)[0], size[1])
-    return one_pass(image, size[0], size[1])
+
+def _pil_pass(image, out_size, axis: int):
+    """One of PIL's two passes along `axis` (0: rows, 1: columns) of [h, w, c] float64."""
+    import tensorflow as tf
+
+    indices, weights = pil_coefficients(tf.shape(image)[axis], out_size)
+    rounding = float(1 << (PIL_PRECISION_BITS - 1))
+
+    def add_tap(tap, total):
+        taken = tf.gather(image, indices[:, tap], axis=axis)
+        weight = weights[:, tap]
+        weight = weight[None, :, None] if axis == 1 else weight[:, None, None]
+        return tap + 1, total + taken * weight
+
+    shape = tf.tensor_scatter_nd_update(tf.shape(image), [[axis]], [out_size])
+    _, total = tf.while_loop(lambda tap, _: tap < tf.shape(weights)[1], add_tap,
+                             (tf.constant(0), tf.fill(shape, tf.constant(rounding, tf.float64))))
+    return tf.clip_by_value(tf.floor(total / float(1 << PIL_PRECISION_BITS)), 0.0, 255.0)
+
+
+PIL_PRECISION_BITS = 22  # Pillow's Resample.c for 8-bit images: 32 - 8 - 2
+
+
+def _bicubic(x):
+    """Pillow's bicubic filter (a = -0.5), its operations in its order."""
+    import tensorflow as tf
+
+    x = tf.abs(x)
+    a = -0.5
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * a
+    return tf.where(x < 1.0, near, tf.where(x < 2.0, far, tf.zeros_like(x)))
+
+
+def pil_coefficients(in_size, out_size):
+    """Pillow's resampling taps for one axis (`precompute_coeffs`, then its 8-bit fixed point).
+
+    Args:
+        in_size, out_size: int32 scalars (tensors or ints).
+
+    Returns:
+        (indices int32 [out, taps] of the input pixels, clipped into range; weights float64
+        [out, taps], the integer coefficients, 0 for unused taps).
+    """
+    import tensorflow as tf
+
+    in_f = tf.cast(in_size, tf.float64)
+    scale = in_f / tf.cast(out_size, tf.float64)
+    filterscale = tf.maximum(scale, 1.0)
+    support = 2.0 * filterscale
+    taps = tf.cast(tf.math.ceil(support), tf.int32) * 2 + 1
+    center = (tf.cast(tf.range(out_size), tf.float64) + 0.5) * scale
+    first = tf.maximum(tf.floor(center - support + 0.5), 0.0)
+    last = tf.minimum(tf.floor(center + support + 0.5), in_f)
+    offsets = tf.cast(tf.range(taps), tf.float64)
+    positions = first[:, None] + offsets[None, :]
+    used = positions < last[:, None]
+    weights = tf.where(used, _bicubic((positions - center[:, None] + 0.5) * (1.0 / filterscale)),
+                       tf.zeros_like(positions))
+    total = tf.foldl(lambda running, column: running + column, tf.transpose(weights),
+                     initializer=tf.zeros_like(center))  # summed in Pillow's order
+    weights = weights / tf.where(total != 0.0, total, tf.ones_like(total))[:, None]
+    fixed = weights * float(1 << PIL_PRECISION_BITS)
+    weights = tf.where(fixed < 0, -tf.floor(0.5 - fixed), tf.floor(0.5 + fixed))
+    indices = tf.cast(tf.minimum(positions, in_f - 1.0), tf.int32)
+    return indices, tf.where(used, weights, tf.zeros_like(weights))
 
 
 def _dynamic_plan(height, width, size, preprocessing: Preprocessing):

@@ -108,8 +108,7 @@ class _ServingFunctions:
             message=f"serve_bytes: the image declares more than {MAX_IMAGE_PIXELS} pixels "
                     "(width x height); refused as a possible decompression bomb")
         with tf.control_dependencies([small_enough]):  # check before allocating
-            image = tf.io.decode_image(encoded, channels=3, expand_animations=False,
-                                       dtype=tf.uint8)
+            image = rules.decode_image(encoded)
         if self.task.whole_image:
             return tf.image.resize(tf.cast(image, tf.float32), (self.height, self.width),
                                    method="bilinear", antialias=True)
