@@ -192,7 +192,7 @@ NAN_RUN = textwrap.dedent("""
     import numpy as np
     from training import callbacks, pipeline, run
     from training.presets import get_preset
-    preset = get_preset("digits_tiny").replace(epochs=1, batch_size=128).replace_model(
+    preset = get_preset("digits_tiny").replace(schedule={"epochs": 1, "batch_size": 128}).replace_model(
         image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
     original = pipeline.train_dataset
     pipeline.train_dataset = lambda *a, **k: original(*a, **k).map(
@@ -291,10 +291,12 @@ LORA_RESUME_RUN = textwrap.dedent("""
         pass
 
     preset = get_preset("digits_tiny").replace(
-        epochs=2, batch_size=64, mixed_precision="", translate=0.0, zoom=0.0, warmup_epochs=0,
-        finetune="lora", lora_rank=2, layer_decay=0.8, backup_every=5,
-        classes="5,6,7,8,9").replace_model(image_size=8, patch_size=4, hidden_size=16,
-                                           mlp_dim=32, num_heads=2, num_layers=1)
+        schedule={"epochs": 2, "batch_size": 64, "warmup_epochs": 0},
+        loop={"mixed_precision": "", "backup_every": 5}, augment={"translate": 0.0, "zoom": 0.0},
+        finetune={"mode": "lora", "lora_rank": 2}, optim={"layer_decay": 0.8},
+        data={"classes": "5,6,7,8,9"},
+        model={"image_size": 8, "patch_size": 4, "hidden_size": 16, "mlp_dim": 32,
+               "num_heads": 2, "num_layers": 1})
     options = dict(export=False, inspect=False)
     run.train(preset, output=sys.argv[1] + "/whole", **options)
     original = callbacks.ResumableBackup.save

@@ -177,8 +177,9 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     from vit_keras import keras_compat
     # SGD: Adam's m / sqrt(v) would amplify float32 noise in near-zero gradients. The global
     # clip (1.0) is active in the last steps: it must see the summed gradient, not each replica's.
-    preset = Preset().replace(optimizer="sgd", lr=0.1, epochs=1, warmup_steps=1, weight_decay=1e-4,
-                    label_smoothing=0.1, clipnorm=1.0)
+    preset = Preset().replace(
+        optim={"optimizer": "sgd", "lr": 0.1, "weight_decay": 1e-4, "clipnorm": 1.0},
+        schedule={"epochs": 1, "warmup_steps": 1}, objective={"label_smoothing": 0.1})
     config = vit_keras.ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
                                  num_heads=2, num_layers=1, num_classes=10)
     source = sources.digits_source("train")
@@ -192,7 +193,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
         if name == "mirrored":  # as `vit train` does: no batch consumed to build metrics
             keras_compat.build_without_peeking(
                 model, (np.zeros((16, 8, 8, 3), "float32"), np.zeros((16, 10), "float32")))
-        dataset = pipeline.train_dataset(source, 8, 32, Preset().replace(epochs=1),
+        dataset = pipeline.train_dataset(source, 8, 32, Preset().replace(schedule={"epochs": 1}),
                                          steps_per_epoch=4)
         model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)
         results[name] = (strategy.num_replicas_in_sync, model.get_weights())
