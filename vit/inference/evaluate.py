@@ -12,10 +12,12 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
+from vit import console
 from vit.data import evaluation, sources
 from vit.images import scale
 from vit.inference import classifier, model_files, multilabel_scores, tasks
 from vit.inference.classifier import Classifier
+from vit.outputs import write_json
 from vit_keras import analysis
 from vit_keras.core.model import input_image_size, preprocessing_of
 
@@ -170,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`: the model's task (`vit.inference.tasks`) scores it on the data."""
     model = classifier.load(args.model, labels_path=args.labels,
                             preprocessing=args.preprocessing)
-    return tasks.get(model.task).evaluate(model, args)
+    results, lines = tasks.get(model.task).evaluate(model, args)
+    console.say("\n".join(lines))
+    if args.output:
+        write_json(args.output, {"model": args.model, "data": args.data, **results})
+    return 0
 
 
 def name_classes(results: dict, names: list[str]) -> None:

@@ -42,8 +42,9 @@ class InferenceTask:
         """`vit predict`: (a row per image for `--output`, the text printed)."""
         raise NotImplementedError
 
-    def evaluate(self, model, args: argparse.Namespace) -> int:
-        """`vit evaluate`: scores `model` on `args.data`, prints and writes the report."""
+    def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
+        """`vit evaluate`: scores `model` on `args.data`; (the results `--output` gets, the
+        report's lines)."""
         raise NotImplementedError
 
     def label_scores(self, logits, labels) -> dict:

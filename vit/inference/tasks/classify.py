@@ -12,12 +12,10 @@ import argparse
 
 import numpy as np
 
-from vit import console
 from vit.data import sources, specs
 from vit.inference import evaluate as evaluation, multilabel_scores
 from vit.inference.predict import table
 from vit.inference.tasks import InferenceTask
-from vit.outputs import write_json
 
 PAGE_TOP_K = 5  # classes the page lists
 
@@ -31,7 +29,7 @@ class Classify(InferenceTask):
         rows = predict_files(model, readable, args.top_k, args.batch_size)
         return rows, table(rows)
 
-    def evaluate(self, model, args: argparse.Namespace) -> int:
+    def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         if specs.is_segmentation_spec(args.data):
             raise ValueError(f"{args.data} is segmentation data (images with masks); "
                              f"{args.model} is a classifier: evaluate it on data labelled by "
@@ -52,10 +50,7 @@ class Classify(InferenceTask):
         where = (f"{args.model} on {args.data}: {results['examples']} images at "
                  f"{height}x{width}")
         lines = evaluation.multilabel_lines if multilabel else evaluation.lines
-        console.say("\n".join(lines(results, where)))
-        if args.output:
-            write_json(args.output, {"model": args.model, "data": args.data, **results})
-        return 0
+        return results, lines(results, where)
 
     def label_scores(self, logits, labels) -> dict:
         """{'accuracy': top-1} for class ids; {'accuracy': None, 'mAP'} for multi-hot labels."""

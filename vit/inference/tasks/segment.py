@@ -12,12 +12,10 @@ import argparse
 
 import numpy as np
 
-from vit import console
 from vit.data import segmentation, sources
 from vit.inference import evaluate as evaluation, segment_predict, segmentation_eval
 from vit.inference.predict import table
 from vit.inference.tasks import InferenceTask
-from vit.outputs import write_json
 from vit_keras import segmentation_scores
 
 PAGE_TOP_K = 5  # classes the page lists, by the share of pixels they cover
@@ -40,7 +38,7 @@ class Segment(InferenceTask):
         return rows, (f"{table(rows, score='share')}\nmasks and overlays: {args.masks}/ "
                       "(<image>.png, <image>_overlay.png)")
 
-    def evaluate(self, model, args: argparse.Namespace) -> int:
+    def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         if args.few_shot is not None:
             raise ValueError(f"--few-shot fits classifiers; {args.model} is a segmenter: "
                              "leave --few-shot out")
@@ -53,10 +51,7 @@ class Segment(InferenceTask):
         height, width = results["image_size"]
         where = (f"{args.model} on {args.data}: {results['examples']} images at "
                  f"{height}x{width}, scored at the masks' own size")
-        console.say("\n".join(segmentation_eval.report_lines(results, where)))
-        if args.output:
-            write_json(args.output, {"model": args.model, "data": args.data, **results})
-        return 0
+        return results, segmentation_eval.report_lines(results, where)
 
     def label_scores(self, logits, labels) -> dict:
         """{'accuracy': None, 'mIoU', 'pixel_accuracy'} of the masks (255 ignored)."""
