@@ -243,11 +243,14 @@ def decode_checked(files, size, channels: int = 3, names=None,
         decode_one = functools.partial(_decode_with_pil, size=image_hw(size),
                                        preprocessing=preprocessing)
     else:
-        decode_one = _compiled_decoder(image_hw(size), channels, preprocessing)
+        compiled = _compiled_decoder(image_hw(size), channels, preprocessing)
+
+        def decode_one(data):
+            return compiled(tf.constant(data)).numpy()
     images = []
     for index, data in enumerate(files):
         try:
-            images.append(np.asarray(decode_one(tf.constant(data))))
+            images.append(decode_one(data))
         except (tf.errors.OpError, OSError) as error:  # passed `check`, fails to decode
             name = names[index] if names is not None else f"image {index}"
             said = _op_error_text(error) if isinstance(error, tf.errors.OpError) else str(error)
@@ -255,12 +258,12 @@ def decode_checked(files, size, channels: int = 3, names=None,
     return np.stack(images).astype(np.float32)
 
 
-def _decode_with_pil(data: tf.Tensor, size: tuple[int, int], preprocessing) -> np.ndarray:
+def _decode_with_pil(data: bytes, size: tuple[int, int], preprocessing) -> np.ndarray:
     """One checked file -> float32 [height, width, 3], decoded, resized and cropped by PIL as
     timm's eval transform does (`torchvision`'s Resize and CenterCrop on a PIL image)."""
     from PIL import Image
 
-    with bomb_warnings_silenced(), Image.open(io.BytesIO(data.numpy())) as image:
+    with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
         rgb = image.convert("RGB")
     (height, width), (top, left) = rules.resize_plan(rgb.height, rgb.width, size, preprocessing)
     resized = rgb.resize((width, height), PIL_INTERPOLATIONS[preprocessing.interpolation])
