@@ -49,8 +49,8 @@ class Preset:
             model.FIELD=...`, take a named variant's shape with `--model S/16`); `num_classes`
             comes from the data.
         data, optim, schedule, augment, objective, finetune, loop: the sections.
-        sources: the resolution log: ('SECTION.FIELD' or 'seed', source) for every value set
-            on top of the preset's module, in the order applied (`--set`, the flags,
+        sources: the resolution log: ('SECTION.FIELD' or 'seed', source, the value it set, as
+            text) for every value set on top of the preset's module, in the order applied (`--set`, the flags,
             `--model`, the weights, the small-data rule, batch fitting). The keys a user's
             source set are `pinned`: the small-data rule leaves them.
     """
@@ -65,12 +65,12 @@ class Preset:
     objective: Objective = Objective()
     finetune: Finetune = Finetune()
     loop: Loop = Loop()
-    sources: tuple[tuple[str, str], ...] = ()
+    sources: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def pinned(self) -> tuple[str, ...]:
         """The keys a user's source set (every source but `DERIVED_SOURCES`), sorted."""
-        return tuple(sorted({key for key, source in self.sources
+        return tuple(sorted({key for key, source, _ in self.sources
                              if source not in DERIVED_SOURCES}))
 
     def replace(self, source: str = "preset", **changes) -> "Preset":
@@ -121,8 +121,9 @@ class Preset:
                 problems.append(str(error))
         if problems:
             raise ValueError("; ".join(problems))
-        log = self.sources + tuple((key, source) for key in values)
-        return dataclasses.replace(self, sources=log, **top, **changed)
+        applied = dataclasses.replace(self, **top, **changed)
+        log = tuple((key, source, _describe(applied.value(key))) for key in values)
+        return dataclasses.replace(applied, sources=self.sources + log)
 
     def replace_model(self, source: str = "preset", **changes) -> "Preset":
         """A copy whose `model` has `changes` applied (validated by `ViTConfig`)."""
@@ -148,10 +149,8 @@ class Preset:
                                              for field in ARCHITECTURE_FIELDS})
 
     def resolution(self) -> list[str]:
-        """The resolution log as lines 'KEY = VALUE  (SOURCE)', in the order applied (the
-        value is the one that key holds now where a later source set it again)."""
-        return [f"{key} = {_describe(self.value(key))}  ({source})"
-                for key, source in self.sources]
+        """The resolution log as lines 'KEY = VALUE  (SOURCE)', in the order applied."""
+        return [f"{key} = {value}  ({source})" for key, source, value in self.sources]
 
     def value(self, key: str):
         """The value of 'SECTION.FIELD' (`model.FIELD` included) or of 'seed'/'name'."""

@@ -64,7 +64,7 @@ def _flag_value(flag: str, value):
 
 def explicit_keys(preset: presets.Preset) -> set[str]:
     """The keys the user wrote outright (`--set` and the flags)."""
-    return {key for key, source in preset.sources if source in _EXPLICIT_SOURCES}
+    return {key for key, source, _ in preset.sources if source in _EXPLICIT_SOURCES}
 
 
 def run_options(args: argparse.Namespace) -> presets.RunOptions:
