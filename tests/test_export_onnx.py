@@ -22,17 +22,17 @@ OPTIONS = {
     "shifted_patches_locality": dict(stem="shifted_patches", locality_attention=True),
     # CLIP's pieces, with its preprocessing inside the graph.
     "clip_like": dict(activation="quick_gelu", pre_norm=True, layer_norm_epsilon=1e-5,
-                      projection_size=12, preprocessing=dict(
-                          mean=(0.48145466, 0.4578275, 0.40821073),
-                          std=(0.26862954, 0.26130258, 0.27577711))),
+                      projection_size=12),
     "swiglu_fc_norm": dict(activation="swiglu", pooled_norm=True, classifier="gap",
                            layer_scale_init=0.1),
 }
+MODEL_PREPROCESSING = {"clip_like": dict(mean=(0.48145466, 0.4578275, 0.40821073),
+                                         std=(0.26862954, 0.26130258, 0.27577711))}
 
 
-def _model(config):
-    return randomize_weights(VisionTransformer(config, classifier_activation="softmax"),
-                             stddev=0.2)
+def _model(config, preprocessing=None):
+    return randomize_weights(VisionTransformer(config, classifier_activation="softmax",
+                                               preprocessing=preprocessing), stddev=0.2)
 
 
 def _keras_logits(model, pixels):
@@ -44,7 +44,7 @@ def _keras_logits(model, pixels):
 @pytest.mark.slow
 def test_every_option_exports(name, tiny_config, tmp_path):
     config = tiny_config.replace(**OPTIONS[name])
-    model = _model(config)
+    model = _model(config, MODEL_PREPROCESSING.get(name))
     pixels = random_pixels(config, batch=4, seed=2)
     path = str(tmp_path / "model.onnx")
     report = export.onnx(model, path, verify_images=pixels)

@@ -228,18 +228,21 @@ def test_preprocessing_is_validated_and_round_trips():
 
 
 def test_preprocessing_travels_with_the_model(tmp_path):
-    """In the config, through .keras (safe_mode) and into every exported graph's input."""
+    """Beside the config, through .keras (safe_mode, its own entry of the file's config) and
+    into every exported graph's input."""
     rule = families.IMAGENET_09
     config = vit_keras.ViTConfig(image_size=16, patch_size=8, hidden_size=8, mlp_dim=16,
-                                 num_heads=2, num_layers=1, num_classes=3, preprocessing=rule)
-    model = vit_keras.VisionTransformer(config)
+                                 num_heads=2, num_layers=1, num_classes=3)
+    model = vit_keras.VisionTransformer(config, preprocessing=rule)
+    assert model.get_config()["preprocessing"] == rule.to_dict()
+    assert "preprocessing" not in model.get_config()["config"]
     from helpers import randomize_weights
 
     randomize_weights(model, seed=0)
     path = str(tmp_path / "model.keras")
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
-    assert loaded.config.preprocessing == rule
+    assert loaded.preprocessing == rule
     pixels = np.random.default_rng(0).uniform(0, 255, (2, 16, 16, 3)).astype(np.float32)
     if keras.backend.backend() == "tensorflow":  # export graphs are TensorFlow's
         from vit_keras.export import graph
@@ -265,7 +268,7 @@ def test_family_models_build_with_timm_parameter_counts():
     for name, count in expected.items():
         model = vit_keras.create_model(name)
         assert model.count_params() == count, name
-        assert model.config.preprocessing == next(iter(families.FAMILY_MODELS[name].tags.values()))
+        assert model.preprocessing == next(iter(families.FAMILY_MODELS[name].tags.values()))
 
 
 def test_unknown_family_names_and_tags_are_refused():
@@ -291,7 +294,7 @@ def test_create_model_from_a_timm_file(tmp_path, monkeypatch):
                         dataclass_replace(table, config=small, name="tiny_clip_for_test"))
     model = vit_keras.create_model("tiny_clip_for_test", weights=path)
     assert model.output_shape == (None, 16)
-    assert model.config.preprocessing == families.CLIP_09
+    assert model.preprocessing == families.CLIP_09
     with np.load(os.path.join(DATA, "parity.npz"), allow_pickle=False) as data:
         images, expected = data["clip_quickgelu/images"], data["clip_quickgelu/outputs"]
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), expected, atol=ATOL)
@@ -319,9 +322,9 @@ def _deit_e2e(tmp_path):
     reference = _json("deit_e2e.json")
     config = vit_keras.ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=128,
                                  num_heads=2, num_layers=2, num_classes=5,
-                                 gelu_approximate=False,
-                                 preprocessing=processor_files.from_timm_config(reference["cfg"]))
-    model = vit_keras.VisionTransformer(config)
+                                 gelu_approximate=False)
+    model = vit_keras.VisionTransformer(
+        config, preprocessing=processor_files.from_timm_config(reference["cfg"]))
     vit_keras.load_weights(model, os.path.join(DATA, "deit_e2e.safetensors"), skip_head=False)
     path = str(tmp_path / "model.keras")
     model.save(path)
@@ -363,7 +366,7 @@ def test_vit_embed_prints_and_saves_embeddings(tmp_path, capsys):
     model = keras.saving.load_model(path, safe_mode=True)
     from vit.images import load_files
 
-    pixels = load_files([image], (32, 32), preprocessing=model.config.preprocessing)
+    pixels = load_files([image], (32, 32), preprocessing=model.preprocessing)
     expected = block_embedding_model(model, 0)(vit_keras.preprocess_input(pixels, model=model))
     np.testing.assert_allclose(np.load(output, allow_pickle=False),
                                keras.ops.convert_to_numpy(expected), atol=1e-5)
@@ -419,7 +422,7 @@ def test_vit_train_fine_tunes_family_weights_with_their_preprocessing(tmp_path, 
     assert recorded["model"]["preprocessing"] == families.IMAGENET_FULL.to_dict()
     assert recorded["model"]["num_register_tokens"] == 4
     model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"), safe_mode=True)
-    assert model.config.preprocessing == families.IMAGENET_FULL
+    assert model.preprocessing == families.IMAGENET_FULL
     assert presets.get_preset("digits_tiny").model.preprocessing == preprocessing.OFFICIAL
 
 
@@ -487,12 +490,13 @@ def test_older_processor_files_with_int_sizes():
 
 
 def test_per_channel_statistics_need_rgb():
-    with pytest.raises(ValueError, match="1-channel model needs one preprocessing mean"):
-        vit_keras.ViTConfig(channels=1, preprocessing=families.IMAGENET_09)
     grey = vit_keras.ViTConfig(image_size=16, patch_size=8, hidden_size=8, mlp_dim=16,
-                               num_heads=2, num_layers=1, channels=1,
-                               preprocessing=dict(mean=0.4, std=0.2))
-    model = vit_keras.VisionTransformer(grey)
+                               num_heads=2, num_layers=1, channels=1)
+    with pytest.raises(ValueError, match="1-channel model needs one preprocessing mean"):
+        vit_keras.VisionTransformer(grey, preprocessing=families.IMAGENET_09)
+    model = vit_keras.VisionTransformer(grey, preprocessing=dict(mean=0.4, std=0.2))
+    with pytest.raises(ValueError, match="1-channel model needs one preprocessing mean"):
+        model.set_preprocessing(families.IMAGENET_09)
     pixels = np.full((1, 16, 16, 1), 51.0, np.float32)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(
         vit_keras.preprocess_input(pixels, model=model)), np.full_like(pixels, -1.0), atol=1e-6)
@@ -520,8 +524,8 @@ def test_preprocessing_beside_a_downloaded_file_wins(tmp_path, monkeypatch):
                         dataclass_replace(table, config=tiny))
     model = vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"),
                                    gelu_approximate=True)
-    assert model.config.preprocessing == processor_files.from_hf_processor(processors["siglip"])
-    assert model.config.preprocessing.crop_mode == "squash"
+    assert model.preprocessing == processor_files.from_hf_processor(processors["siglip"])
+    assert model.preprocessing.crop_mode == "squash"
     (tmp_path / "preprocessor_config.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read the preprocessing"):
         vit_keras.create_model("tiny_siglip", weights=str(tmp_path / "model.safetensors"))

@@ -290,11 +290,11 @@ def test_the_original_deit_models_build_by_timms_names_with_their_preprocessing(
                         ("deit_small_distilled_patch16_224", 22_436_432)):
         model = vit_keras.create_model(name)
         assert model.count_params() == count, name
-        rule = model.config.preprocessing
+        rule = model.preprocessing
         assert (rule.interpolation, rule.crop_mode, rule.crop_fraction) == \
             ("bicubic", "center", 0.9)  # timm's DeiT configs say crop_pct 0.9
         assert rule.mean == pytest.approx((0.485, 0.456, 0.406))
-    assert vit_keras.create_model("deit_base_patch16_384").config.preprocessing.crop_fraction \
+    assert vit_keras.create_model("deit_base_patch16_384").preprocessing.crop_fraction \
         == 1.0
 
 

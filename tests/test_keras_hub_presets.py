@@ -55,7 +55,7 @@ def test_a_keras_hub_vit_classifier_preset_loads_and_goes_back_with_the_same_out
     theirs = _vit_classifier(tmp_path / "theirs", **options)
     images = _images(32)
     ours = vit_keras.from_preset(str(tmp_path / "theirs"))
-    assert ours.config.preprocessing.mean == (0.5, 0.5, 0.5)
+    assert ours.preprocessing.mean == (0.5, 0.5, 0.5)
     assert np.abs(np.asarray(theirs(images)) - np.asarray(ours(images))).max() < ATOL
     backbone = vit_keras.from_preset(str(tmp_path / "theirs"), include_top=False)
     assert np.abs(np.asarray(theirs.backbone(images)) - _tokens(backbone, images)).max() < ATOL

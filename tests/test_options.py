@@ -122,25 +122,27 @@ ROUND_TRIP = {
     "conv_stem_locality_gap": dict(stem="conv", locality_attention=True, classifier="gap"),
     "shifted_patches_locality_token": dict(stem="shifted_patches", locality_attention=True),
     "clip_like": dict(activation="quick_gelu", pre_norm=True, layer_norm_epsilon=1e-5,
-                      projection_size=12, preprocessing=dict(mean=0.4, std=0.3,
-                                                             interpolation="bicubic",
-                                                             crop_fraction=0.9,
-                                                             crop_mode="center")),
+                      projection_size=12),
     "dinov2_like_swiglu_gap": dict(activation="swiglu", layer_scale_init=0.5,
                                    num_register_tokens=2, classifier="gap", pooled_norm=True),
 }
+# The model carries its preprocessing beside the config; the .keras file keeps it.
+ROUND_TRIP_PREPROCESSING = {"clip_like": dict(mean=0.4, std=0.3, interpolation="bicubic",
+                                              crop_fraction=0.9, crop_mode="center")}
 
 
 @pytest.mark.parametrize("name", sorted(ROUND_TRIP))
 def test_round_trips(tiny_config, tmp_path, name):
     config = tiny_config.replace(**ROUND_TRIP[name])
-    model = VisionTransformer(config)
+    model = VisionTransformer(config, preprocessing=ROUND_TRIP_PREPROCESSING.get(name))
     _randomize_heads(model)
     images = random_images(config)
     assert config_from_model(model) == config
-    # from_config clone and .keras (safe_mode) file: same config, weights and outputs.
+    # from_config clone and .keras (safe_mode) file: same config, preprocessing, weights and
+    # outputs.
     loaded = run_model_saving_test(model, images, tmp_path)
     assert config_from_model(loaded) == config
+    assert loaded.preprocessing == model.preprocessing
 
 
 @pytest.mark.slow  # a fresh process loading every option's file (about 20 s): in CI's slow tier

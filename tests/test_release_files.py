@@ -27,3 +27,34 @@ def test_a_release_0_2_file_loads_with_its_outputs_and_preprocessing(kind, cls):
         np.testing.assert_allclose(to_numpy(model(archive["images"])), archive[kind], atol=1e-5)
         recorded = json.loads(str(archive["preprocessing"]))[kind]
     assert preprocessing_of(model) == Preprocessing.from_dict(recorded)
+
+
+@pytest.mark.parametrize("kind", ["classifier", "segmenter"])
+def test_a_release_0_2_file_saved_again_keeps_its_preprocessing_apart(kind, tmp_path):
+    """Release 0.2 kept the preprocessing inside the `ViTConfig`; saved by this release it is
+    the model's own entry, beside the architecture, and loads back the same."""
+    model = keras.saving.load_model(os.path.join(DATA, f"release_0.2_{kind}.keras"),
+                                    safe_mode=True)
+    saved = model.get_config()
+    assert "preprocessing" not in saved["config"]
+    assert Preprocessing.from_dict(saved["preprocessing"]) == model.preprocessing
+    path = str(tmp_path / "again.keras")
+    model.save(path)
+    again = keras.saving.load_model(path, safe_mode=True)
+    assert again.preprocessing == model.preprocessing and again.config == model.config
+
+
+def test_a_release_0_2_config_dict_is_split_not_silently_read():
+    """`ViTConfig.from_dict` refuses the old key with the way out; `split_preprocessing`
+    takes it apart."""
+    from vit_keras import ViTConfig
+    from vit_keras.config import split_preprocessing
+
+    old = dict(ViTConfig(image_size=16, patch_size=8).to_dict(),
+               preprocessing={"mean": [0.4] * 3, "std": [0.2] * 3})
+    with pytest.raises(ValueError, match="split_preprocessing"):
+        ViTConfig.from_dict(old)
+    config, rule = split_preprocessing(old)
+    assert ViTConfig.from_dict(config) == ViTConfig(image_size=16, patch_size=8)
+    assert rule == Preprocessing(mean=0.4, std=0.2)
+    assert VisionTransformer(old).preprocessing == rule  # the model takes an old dict whole

@@ -21,7 +21,7 @@ PRESET_FLAGS = {
     "--model": (["--model", "S/16"], "model.hidden_size", 384),
     "--image-size": (["--image-size", "32"], "model.image_size", 32),
     "--weights": (["--weights", "model.keras"], "finetune.weights", "model.keras"),
-    "--preprocessing": (["--preprocessing", "imagenet"], "model.preprocessing",
+    "--preprocessing": (["--preprocessing", "imagenet"], "data.preprocessing",
                         parse_preprocessing("imagenet")),
     "--finetune": (["--finetune", "lora", "--weights", "model.keras"], "finetune.mode", "lora"),
     "--epochs": (["--epochs", "3"], "schedule.epochs", 3),
@@ -98,11 +98,11 @@ def test_the_weights_tag_sets_the_preprocessing_unless_the_user_did():
     laion = ["--model", "vit_base_patch16_clip_224", "--weights",
              "vit_base_patch16_clip_224.laion2b"]
     preset, _ = _resolve(laion)  # the tag's crop (1.0), not the --model family's default (0.9)
-    assert preset.model.preprocessing.crop_fraction == 1.0
+    assert preset.data.preprocessing.crop_fraction == 1.0
     assert preset.to_dict()["resolution"][-1].endswith("(--weights (family tag))")
-    for chosen in (["--preprocessing", "clip"], ["--set", "model.preprocessing=clip"]):
+    for chosen in (["--preprocessing", "clip"], ["--set", "data.preprocessing=clip"]):
         preset, _ = _resolve([*laion, *chosen])
-        assert preset.model.preprocessing == parse_preprocessing("clip")
+        assert preset.data.preprocessing == parse_preprocessing("clip")
 
 
 def _changed_value(key, current):
@@ -130,7 +130,7 @@ SET_VALUES = {
     "model.image_size": (32, 48), "model.resnet_layers": (), "model.patch_size": 8,
     "model.hidden_size": 48, "model.num_heads": 2, "model.mlp_dim": 96,
     "model.representation_size": 16, "model.layer_scale_init": 1e-5,
-    "model.projection_size": 16, "model.preprocessing": parse_preprocessing("imagenet"),
+    "model.projection_size": 16, "data.preprocessing": parse_preprocessing("imagenet"),
     "model.classifier": "token", "model.posemb": "sincos2d", "model.stem": "patchify",
     "model.activation": "quick_gelu", "model.remat": True, "model.channels": 1,
     "data.train": "folder:/photos", "data.val": "folder:/val", "data.classes": "1,2",
@@ -173,3 +173,12 @@ def test_every_set_key_reaches_the_preset_or_is_refused_with_a_reason(key):
     preset, _ = _resolve(assignment)
     assert preset.value(key) == value != base.value(key)
     assert f"{key} = " in "\n".join(preset.to_dict()["resolution"])
+
+
+def test_a_moved_key_names_its_new_place():
+    """The preprocessing is the model's data contract, apart from its architecture."""
+    with pytest.raises(ValueError, match="'model.preprocessing' has moved: write "
+                                         "'data.preprocessing'"):
+        _resolve(["--set", "model.preprocessing=imagenet"])
+    with pytest.raises(ValueError, match="data.preprocessing"):
+        _resolve(["--set", "preprocessing=imagenet"])

@@ -213,8 +213,8 @@ def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):
     with open(output / "config.json") as handle:
         saved = json.load(handle)
     assert saved["model"]["image_size"] == 24 and saved["preset"]["schedule"]["epochs"] == 1
-    assert saved["preset"]["pinned"] == ["data.train", "data.val", "model.preprocessing",
+    assert saved["preset"]["pinned"] == ["data.preprocessing", "data.train", "data.val",
                                          "schedule.batch_size", "schedule.epochs"]
-    assert saved["model"]["preprocessing"]["mean"] == [0.485, 0.456, 0.406]  # the flag, kept
+    assert saved["preprocessing"]["mean"] == [0.485, 0.456, 0.406]  # the flag, kept
     assert "model.image_size = 24  (small-data rule)" in saved["preset"]["resolution"]
     assert "schedule.epochs = 1  (--epochs)" in saved["preset"]["resolution"]

@@ -78,6 +78,7 @@ def finish(setup: Setup, fitted: Fitted, metrics: dict, options) -> int:
     """
     objective, folders = setup.objective, setup.folders
     classifier = objective.classifier(fitted.model, setup.config)
+    classifier.set_preprocessing(setup.preprocessing)
     if not setup.placement.chief and setup.placement.strategy is not None:
         atomic.save_weights(classifier, os.path.join(folders.write_dir, "final.weights.h5"))
         return 0  # TensorFlow workers: final weights only
@@ -113,6 +114,7 @@ def write_run_files(setup: Setup, fitted: Fitted, classifier) -> None:
     # files beside it are for.
     outputs.write_json(os.path.join(output, "config.json"),
                        {"preset": setup.preset.to_dict(), "model": setup.config.to_dict(),
+                        "preprocessing": setup.preprocessing.to_dict(),
                         "task": tasks.task_of(classifier), "activation": objective.activation})
     outputs.plot_curves(outputs.read_history(os.path.join(output, "history.csv")),
                         os.path.join(output, "curves.png"))
@@ -135,7 +137,7 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
     if not (export or options.inspect):
         return None
     report_ = None
-    size, rule = config.image_hw, config.preprocessing
+    size, rule = config.image_hw, setup.preprocessing
     images, labels = objective.export_samples(setup.data.val or setup.data.train, size,
                                               EVAL_SAMPLES, rule)
     if export and setup.backend != "tensorflow":

@@ -111,7 +111,7 @@ def validation_stream(setup: Setup) -> tuple[object, int | None]:
     dataset = setup.objective.eval_batches(val, setup.config.image_hw, setup.plan.step_batch,
                                            setup.data.train.num_classes, drop_remainder=whole,
                                            max_examples=usable,
-                                           preprocessing=setup.config.preprocessing)
+                                           preprocessing=setup.preprocessing)
     return dataset, usable or count
 
 
@@ -206,7 +206,7 @@ def fit_probe(setup: Setup, model: keras.Model, signals) -> Fitted:
     features = evaluation.eval_dataset(setup.data.train, setup.config.image_hw,
                                        setup.plan.step_batch,
                                        num_classes=setup.data.train.num_classes,
-                                       preprocessing=setup.config.preprocessing)
+                                       preprocessing=setup.preprocessing)
     started = time.perf_counter()
     signals.phase = "the linear probe"
     with console.stage(f"probe: features of {setup.num_examples} training images, then "
@@ -227,7 +227,7 @@ def train_stream(setup: Setup, first_epoch: int, first_step: int):
     return setup.objective.train_batches(
         setup.data.train, setup.config.image_hw, plan.step_batch, start_epoch=first_epoch,
         start_step=first_step, steps_per_epoch=plan.steps_per_epoch,
-        preprocessing=setup.config.preprocessing)
+        preprocessing=setup.preprocessing)
 
 
 def validation_epochs(preset, first_epoch: int, last_epoch: int | None = None) -> list[int]:

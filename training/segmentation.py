@@ -111,7 +111,7 @@ class Segmentation(Objective):
         """The exact scores at the masks' resolution over the whole validation source."""
         matrix = segmentation_eval.confusion(
             segmentation_eval.keras_predict(model), val_source, model.config.image_hw,
-            model.config.num_classes, preprocessing=model.config.preprocessing)
+            model.config.num_classes, preprocessing=self.preset.data.preprocessing)
         return segmentation_eval.report(matrix, val_source.class_names)
 
     def report(self, results: dict) -> dict:

@@ -88,6 +88,12 @@ class Setup:
     start: str
     started: float
 
+    @property
+    def preprocessing(self):
+        """How images become the model's inputs (`data.preprocessing`): the data pipelines
+        prepare them so, and the trained model carries it."""
+        return self.preset.data.preprocessing
+
 
 def make_plan(preset: presets.Preset, num_examples: int, replicas: int) -> Plan:
     """Splits the global batch over accumulation steps and replicas; checks divisibility.

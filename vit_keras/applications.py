@@ -21,7 +21,7 @@ def preprocess_input(images, model=None, preprocessing=None):
 
     Args:
         images: array or tensor [..., 3], values in [0, 255], already at the model's size.
-        model: a `VisionTransformer`: its `config.preprocessing` is used.
+        model: a `VisionTransformer`: its `model.preprocessing` is used.
         preprocessing: a `vit_keras.preprocessing.Preprocessing` (instead of `model`).
 
     Returns:
@@ -42,6 +42,7 @@ def _application(variant: str, default_name: str):
                     pooling=None, classifier_activation=None, **config_overrides):
         if input_shape is not None and len(input_shape) != 3:
             raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}")
+        preprocessing = config_overrides.pop("preprocessing", None)
         checkpoint, overrides = None, dict(config_overrides)
         if weights is not None:
             checkpoint, path, trained = read_pretrained(
@@ -53,7 +54,8 @@ def _application(variant: str, default_name: str):
             overrides.update(image_size=(input_shape[0], input_shape[1]), channels=input_shape[2])
         config = get_variant(variant, **overrides)
         model = VisionTransformer(config, include_top=include_top, pooling=pooling,
-                                  classifier_activation=classifier_activation, name=default_name)
+                                  classifier_activation=classifier_activation, name=default_name,
+                                  preprocessing=preprocessing)
         if checkpoint is not None:
             assign_checkpoint(model, checkpoint, path, skip_head=True if not include_top else None)
         return model
@@ -75,7 +77,8 @@ def _application(variant: str, default_name: str):
         classes: number of classes of the head; default: the weights' head, else 1000.
         pooling: with include_top=False: None (token sequence), 'token', 'gap' or 'avg'.
         classifier_activation: activation of the head (None = logits).
-        **config_overrides: any other `ViTConfig` field (dropout_rate, representation_size...).
+        **config_overrides: any other `ViTConfig` field (dropout_rate, representation_size...),
+            and `preprocessing` (the model's; default the official [-1, 1]).
 
     Returns:
         A `keras.Model` taking images in [-1, 1].

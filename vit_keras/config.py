@@ -10,7 +10,7 @@ import dataclasses
 import numbers
 from typing import Any
 
-from vit_keras.preprocessing import OFFICIAL, Preprocessing
+from vit_keras.preprocessing import Preprocessing
 
 CLASSIFIERS = ("token", "gap", "map")
 POSEMB_KINDS = ("learn", "sincos2d", "learn2d")
@@ -117,9 +117,9 @@ class ViTConfig:
         layer_norm_epsilon: of every LayerNorm (1e-6 official; 1e-5 in OpenAI CLIP).
         projection_size: a bias-free linear projection of the pooled vector to this width
             (CLIP's image projection, named `projection`); None = none.
-        preprocessing: how images become this model's inputs (mean, std, interpolation, crop;
-            see `vit_keras.preprocessing`); the official [-1, 1] by default. It travels with
-            the weights: loaders set it from the weights' own configuration.
+
+    How images become the model's inputs is not part of the architecture: the model carries
+    its `vit_keras.preprocessing.Preprocessing` beside its config (`model.preprocessing`).
     """
 
     image_size: int | tuple[int, int] = 224
@@ -154,14 +154,12 @@ class ViTConfig:
     pooled_norm: bool = False
     layer_norm_epsilon: float = 1e-6
     projection_size: int | None = None
-    preprocessing: Preprocessing = OFFICIAL
 
     def __post_init__(self):
         hw = _as_hw(self.image_size)
         object.__setattr__(self, "image_size", hw[0] if hw[0] == hw[1] else hw)
         if self.resnet_layers is not None:
             object.__setattr__(self, "resnet_layers", _as_block_counts(self.resnet_layers))
-        object.__setattr__(self, "preprocessing", Preprocessing.from_dict(self.preprocessing))
         self._check_positive_ints()
         self._check_divisibility(hw)
         if self.classifier not in CLASSIFIERS:
@@ -213,11 +211,6 @@ class ViTConfig:
         if self.activation == "swiglu" and self.mlp_dim % 2:
             raise ValueError(f"activation='swiglu' splits the MLP's first projection in two "
                              f"halves: expected an even mlp_dim, got {self.mlp_dim}")
-        rule = self.preprocessing
-        if self.channels != 3 and (len(set(rule.mean)) > 1 or len(set(rule.std)) > 1):
-            raise ValueError(f"a {self.channels}-channel model needs one preprocessing mean and "
-                             f"std for every channel, got mean={rule.mean}, std={rule.std} "
-                             "(per-channel values are for RGB)")
         epsilon = self.layer_norm_epsilon
         if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or \
                 not 0.0 < epsilon < 1.0:
@@ -329,7 +322,6 @@ class ViTConfig:
     def to_dict(self) -> dict:
         """A JSON-friendly dict; `ViTConfig.from_dict` inverts it."""
         data = dataclasses.asdict(self)
-        data["preprocessing"] = self.preprocessing.to_dict()
         for name in ("image_size", "resnet_layers"):
             if isinstance(data[name], tuple):
                 data[name] = list(data[name])
@@ -339,10 +331,29 @@ class ViTConfig:
     def from_dict(cls, data: dict) -> "ViTConfig":
         """Builds a config from `to_dict` output, rejecting unknown keys."""
         fields = {f.name for f in dataclasses.fields(cls)}
+        if "preprocessing" in data:
+            raise ValueError("'preprocessing' is not a ViTConfig field: the model carries it "
+                             "(VisionTransformer(config, preprocessing=...)); split a dict "
+                             "written by release 0.2 with vit_keras.config.split_preprocessing")
         unknown = sorted(set(data) - fields)
         if unknown:
             raise ValueError(f"unknown ViTConfig field(s) {unknown}; expected some of {sorted(fields)}")
         return cls(**data)
+
+
+def split_preprocessing(data: dict) -> tuple[dict, Preprocessing | None]:
+    """A config dict written by release 0.2, which kept the preprocessing inside the
+    `ViTConfig`, split in two.
+
+    Args:
+        data: a `ViTConfig.to_dict()`, of this release or of 0.2.
+
+    Returns:
+        (the dict without 'preprocessing', its `Preprocessing`, or None when it had none).
+    """
+    data = dict(data)
+    recorded = data.pop("preprocessing", None)
+    return data, None if recorded is None else Preprocessing.from_dict(recorded)
 
 
 def resnet_stride(resnet_layers) -> int:

@@ -44,8 +44,7 @@ class FamilyModel:
     Attributes:
         name: timm's architecture name ('vit_small_patch14_dinov2').
         family: 'deit', 'deit3', 'dinov2', 'siglip' or 'clip'.
-        config: the architecture at its weights' resolution (head: `num_classes`, or none),
-            with the preprocessing of its first weights.
+        config: the architecture at its weights' resolution (head: `num_classes`, or none).
         tags: weight tag ('lvd142m') -> the preprocessing those weights expect.
         has_head: whether the weights hold a classifier head (`config.num_classes` outputs).
         summary: what it is, in a few words.
@@ -61,6 +60,11 @@ class FamilyModel:
     def reference(self, tag: str) -> str:
         """The `hf://` reference of the weights `tag`."""
         return f"{HUB_PREFIX}{self.name}.{tag}"
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """The preprocessing of its first weights (what the architecture's name alone gives)."""
+        return next(iter(self.tags.values()))
 
 
 def _vit(width, depth, heads, patch, image, mlp=None, **options) -> ViTConfig:
@@ -151,14 +155,8 @@ _TABLE = {
                                              "OpenAI CLIP L/14 image tower, as trained"),
 }
 
-def _with_first_preprocessing(spec: dict) -> dict:
-    """The table's config carries its first weights' preprocessing."""
-    first = next(iter(spec["tags"].values()))
-    return dict(spec, config=spec["config"].replace(preprocessing=first))
-
-
 FAMILY_MODELS: dict[str, FamilyModel] = {
-    name: FamilyModel(name=name, summary=summary, **_with_first_preprocessing(spec))
+    name: FamilyModel(name=name, summary=summary, **spec)
     for name, (spec, summary) in _TABLE.items()}
 
 
@@ -194,9 +192,9 @@ def is_family_name(name: str) -> bool:
 
 
 # What a model built from a family takes from it besides the ARCHITECTURE_FIELDS (`vit train
-# --model NAME`): how it pools, its layer scale, registers, GELU and preprocessing.
-FAMILY_FIELDS = ("classifier", "layer_scale_init", "num_register_tokens", "gelu_approximate",
-                 "preprocessing")
+# --model NAME`): how it pools, its layer scale, registers and GELU (and, beside the
+# architecture, its `preprocessing`).
+FAMILY_FIELDS = ("classifier", "layer_scale_init", "num_register_tokens", "gelu_approximate")
 
 
 def weights_file_reference(weights: str) -> str | None:

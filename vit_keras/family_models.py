@@ -43,16 +43,18 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
         **config_overrides: other `ViTConfig` fields (dropout_rate, drop_path_rate, ...).
 
     Returns:
-        A `VisionTransformer` whose `config.preprocessing` is what the weights expect.
+        A `VisionTransformer` whose `preprocessing` is what the weights expect (or
+        `preprocessing=` among the overrides).
     """
     spec, tag = families.split_name(name)
     reference, tag = _weights_reference(spec, tag, weights)
-    config = spec.config.replace(preprocessing=spec.tags[tag or next(iter(spec.tags))])
+    config, preprocessing = spec.config, spec.tags[tag or next(iter(spec.tags))]
     checkpoint = path = None
     if reference is not None:
         # timm's resize, as users of these files expect.
         checkpoint, path = read_weights_file(reference, config.num_heads, posemb_method="bicubic")
-        config = config.replace(preprocessing=_file_preprocessing(path) or config.preprocessing)
+        preprocessing = _file_preprocessing(path) or preprocessing
+    preprocessing = config_overrides.pop("preprocessing", None) or preprocessing
     new_head = classes is not None
     if include_top is None:
         include_top = spec.has_head or new_head
@@ -67,7 +69,7 @@ def create_family_model(name: str, weights: str | None = None, include_top: bool
     model = VisionTransformer(config, include_top=include_top,
                               pooling=None if include_top else pooling,
                               classifier_activation=classifier_activation,
-                              name=spec.name)
+                              name=spec.name, preprocessing=preprocessing)
     if checkpoint is not None:
         assign_checkpoint(model, checkpoint, path, skip_head=True if new_head else None)
     return model

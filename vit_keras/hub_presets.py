@@ -62,7 +62,7 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
         **config_overrides: other `ViTConfig` fields (dropout_rate, drop_path_rate, ...).
 
     Returns:
-        The model; `model.config.preprocessing` is the preset's image converter.
+        The model; `model.preprocessing` is the preset's image converter.
 
     Raises:
         ValueError: an unreadable or unmappable preset, or weights that do not fit (every
@@ -70,8 +70,7 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
     """
     read, folder = read_preset(preset)
     fields = dict(read.fields, **config_overrides)
-    if read.preprocessing is not None:
-        fields["preprocessing"] = read.preprocessing
+    preprocessing = fields.pop("preprocessing", None) or read.preprocessing
     new_head = classes is not None
     if include_top is None:
         include_top = read.has_head or new_head
@@ -89,7 +88,8 @@ def from_preset(preset: str, *, include_top: bool | None = None, classes: int | 
     model = VisionTransformer(config, include_top=include_top,
                               pooling=None if include_top else pooling,
                               classifier_activation=classifier_activation,
-                              name=read.backbone_class.lower().replace("backbone", "") or "vit")
+                              name=read.backbone_class.lower().replace("backbone", "") or "vit",
+                              preprocessing=preprocessing)
     assign_checkpoint(model, read.checkpoint, folder,
                       skip_head=True if new_head or not include_top else False)
     return model

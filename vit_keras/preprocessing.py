@@ -2,7 +2,8 @@
 
 Every release was trained on pixels prepared one way: the official ViTs and SigLIP on [-1, 1]
 (mean = std = 0.5), DeiT and DINOv2 on ImageNet statistics, CLIP on its own. A model carries its
-`Preprocessing` in its `ViTConfig`; `preprocess_input(images, model=...)`, `vit predict`,
+`Preprocessing` beside its `ViTConfig` (`model.preprocessing`, saved as its own entry of the
+`.keras` file and of `export.json`); `preprocess_input(images, model=...)`, `vit predict`,
 `vit serve`, `vit evaluate`, `vit train` and the exported graphs all read it there.
 
 The resize rule of each crop mode, for a model input of (height, width):
@@ -108,6 +109,18 @@ class Preprocessing:
             raise ValueError(f"unknown preprocessing field(s) {unknown}; expected some of "
                              f"{sorted(fields)}")
         return cls(**data)
+
+    def check_channels(self, channels: int) -> "Preprocessing":
+        """This rule, checked against a model of `channels` input channels.
+
+        Raises:
+            ValueError: per-channel (R, G, B) statistics for a model that is not RGB.
+        """
+        if channels != 3 and (len(set(self.mean)) > 1 or len(set(self.std)) > 1):
+            raise ValueError(f"a {channels}-channel model needs one preprocessing mean and "
+                             f"std for every channel, got mean={self.mean}, std={self.std} "
+                             "(per-channel values are for RGB)")
+        return self
 
     def describe(self) -> str:
         """A short human-readable summary, e.g. 'mean 0.5, std 0.5, bilinear, squash'."""

@@ -25,8 +25,8 @@ from keras import ops
 from vit_keras import fast_paths, lora, names, quantization, tasks
 from vit_keras.config import ViTConfig
 from vit_keras.core.initializers import PACKAGE
-from vit_keras.core.model import (ConfiguredModel, VisionTransformer, encode_tokens,
-                                  patch_tokens)
+from vit_keras.core.model import (ConfiguredModel, VisionTransformer, config_and_preprocessing,
+                                  encode_tokens, patch_tokens)
 from vit_keras.intermediates import SplitTokens, block_indices
 from vit_keras.weights import load_weights
 
@@ -168,15 +168,15 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
         head_stages: the progressive head's 2x upsampling stages (default 2).
         name: model name; default 'vit_segmenter'.
         dtype: dtype policy of the layers (None: the global policy).
+        preprocessing: as for `VisionTransformer` (default: the official [-1, 1]).
     """
 
     vit_task = TASK.name
 
     def __init__(self, config, head: str = "linear", blocks=None, head_width: int = 256,
-                 head_stages: int = 2, name: str | None = None, dtype=None, **kwargs):
-        config = ViTConfig.from_dict(config) if isinstance(config, dict) else config
-        if not isinstance(config, ViTConfig):
-            raise ValueError(f"config must be a ViTConfig or its to_dict(), got {config!r}")
+                 head_stages: int = 2, name: str | None = None, dtype=None,
+                 preprocessing=None, **kwargs):
+        config, preprocessing = config_and_preprocessing(config, preprocessing)
         _check_head(config, head, head_width, head_stages)
         indices = block_indices([-1] if blocks is None else blocks, config.num_layers)
         height, width = (None, None) if config.dynamic_image_size else config.image_hw
@@ -188,13 +188,16 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
         logits = ResizeToImage(name=f"{HEAD_PREFIX}resize", dtype="float32")([logits, images])
         super().__init__(images, logits, name=name or "vit_segmenter", dtype=dtype, **kwargs)
         self._vit_config = config
+        self.vit_preprocessing = preprocessing
         self.head = head
         self.blocks = blocks if blocks is None or isinstance(blocks, int) else list(blocks)
         self.head_width = head_width
         self.head_stages = head_stages
 
     def get_config(self):
-        return {"config": self._vit_config.to_dict(), "head": self.head, "blocks": self.blocks,
+        return {"config": self._vit_config.to_dict(),
+                "preprocessing": self.preprocessing.to_dict(), "head": self.head,
+                "blocks": self.blocks,
                 "head_width": self.head_width, "head_stages": self.head_stages,
                 "name": self.name, "trainable": self.trainable,
                 "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}

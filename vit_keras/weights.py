@@ -17,7 +17,7 @@ from vit_keras.checkpoints.assign import assign
 from vit_keras.checkpoints.fit import fit_checkpoint
 from vit_keras.checkpoints.read import read_checkpoint
 from vit_keras.config import ViTConfig, get_variant, variant_of
-from vit_keras.core.model import config_from_model
+from vit_keras.core.model import config_from_model, preprocessing_of
 from vit_keras.pretrained import download, registry, sources, trained
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def load_weights(model, weights: str, *, skip_head: bool | None = None,
         # timm's resize, as for create_model.
         checkpoint, path = read_weights_file(family_file, config.num_heads,
                                              posemb_method="bicubic")
-        _warn_on_other_preprocessing(config, weights)
+        _warn_on_other_preprocessing(preprocessing_of(model), weights)
     else:
         checkpoint, path, _ = _read(weights, variant or _variant_of_model(config, weights),
                                     config.num_heads)
@@ -162,16 +162,16 @@ def _read(weights: str, variant: str | None, num_heads: int,
         raise
 
 
-def _warn_on_other_preprocessing(config: ViTConfig, weights: str) -> None:
+def _warn_on_other_preprocessing(preprocessing, weights: str) -> None:
     """Family weights expect their own preprocessing; a model built without it would be fed
     differently prepared images (create_model and `vit train --model` set it)."""
     spec, tag = families.split_name(weights)
     expected = spec.tags[tag]
-    if config.preprocessing != expected:
+    if preprocessing != expected:
         logger.warning("load_weights(%s): these weights expect preprocessing %s; the model's is "
-                       "%s: build it with ViTConfig(preprocessing=...) or "
+                       "%s: call model.set_preprocessing(...), or build it with "
                        "vit_keras.create_model(%r)", weights, expected.describe(),
-                       config.preprocessing.describe(), spec.name)
+                       preprocessing.describe(), spec.name)
 
 
 def read_weights_file(weights: str, num_heads: int, *,

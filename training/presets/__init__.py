@@ -32,6 +32,9 @@ DEFAULT_PRESET = "digits_tiny"
 RENAMED_FLAT_KEYS = {"data": "data.train", "val_data": "data.val", "schedule": "schedule.decay",
                      "train_crop": "augment.crop", "objective": "objective.kind",
                      "finetune": "finetune.mode"}
+# Keys that moved to another section, with their new place: the model's preprocessing is its
+# data contract, apart from the architecture (`ViTConfig`).
+MOVED_KEYS = {"model.preprocessing": "data.preprocessing"}
 # Sources that fit a preset to its data rather than express a choice: the fields they set stay
 # free for the next such step (and a resumed run's rule), unlike a user's.
 DERIVED_SOURCES = ("small-data rule", "batch fitting")
@@ -110,7 +113,7 @@ class Preset:
             section, _, field = key.partition(".")
             if key in TOP_LEVEL_KEYS:
                 continue
-            if section not in (*SECTIONS, "model") or not field:
+            if section not in (*SECTIONS, "model") or not field or key in MOVED_KEYS:
                 raise ValueError(unknown_key_message(key, "Preset"))
             grouped.setdefault(section, {})[field] = value
         changed, problems = {}, []
@@ -135,15 +138,17 @@ class Preset:
         'R50+B/16', ...): its `ARCHITECTURE_FIELDS`. The model's other options (image size,
         pooling, dropout, stochastic depth, position embedding, ...) stay the preset's. A
         family model ('vit_small_patch14_dinov2') also gives its pooling, registers, layer
-        scale, GELU and preprocessing (`vit_keras.families.FAMILY_FIELDS`), and its weights'
-        image size when the preset's is no multiple of its patch size."""
+        scale and GELU (`vit_keras.families.FAMILY_FIELDS`), its preprocessing
+        (`data.preprocessing`), and its weights' image size when the preset's is no multiple
+        of its patch size."""
         if families.is_family_name(name):  # DINOv2, SigLIP, ...: also its pooling, registers,
             spec, _ = families.split_name(name)  # layer scale and preprocessing
-            fields = {field: getattr(spec.config, field) for field in
+            values = {f"model.{field}": getattr(spec.config, field) for field in
                       (*ARCHITECTURE_FIELDS, *families.FAMILY_FIELDS)}
             if any(side % spec.config.patch_size for side in self.model.image_hw):
-                fields["image_size"] = spec.config.image_size  # the weights' own
-            return self.replace_model(source, **fields)
+                values["model.image_size"] = spec.config.image_size  # the weights' own
+            values["data.preprocessing"] = spec.preprocessing
+            return self.with_values(values, source)
         variant = get_variant(name)
         return self.replace_model(source, **{field: getattr(variant, field)
                                              for field in ARCHITECTURE_FIELDS})
@@ -163,7 +168,7 @@ class Preset:
         """A JSON-friendly dict: name, seed, then each section as a dict (`model` as
         `ViTConfig.to_dict`)."""
         data = {"name": self.name, "seed": self.seed, "model": self.model.to_dict()}
-        data.update({name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS})
+        data.update({name: _section_dict(getattr(self, name)) for name in SECTIONS})
         data["pinned"] = list(self.pinned)
         data["resolution"] = self.resolution()
         return data
@@ -238,7 +243,10 @@ def describe(preset: Preset) -> str:
 
 def unknown_key_message(key: str, what: str) -> str:
     """The error for a key that is no 'SECTION.FIELD': a flat key of earlier versions names
-    its sectioned form, a model field its `model.` form."""
+    its sectioned form, a model field its `model.` form, a moved key its new place."""
+    if key in MOVED_KEYS:
+        return (f"{what} {key!r} has moved: write {MOVED_KEYS[key]!r} (--set "
+                f"{MOVED_KEYS[key]}=...); the architecture (`model`) no longer holds it")
     if key in flat_keys():
         return (f"{what} {key!r}: the flat keys of earlier versions are gone; write "
                 f"{flat_keys()[key]!r} (--set {flat_keys()[key]}=...)")
@@ -246,6 +254,13 @@ def unknown_key_message(key: str, what: str) -> str:
         return f"{what} {key!r} is a model option: write --set model.{key}=... ('model.{key}')"
     return (f"{what}: unknown key {key!r}; expected SECTION.FIELD with SECTION one of "
             f"{['model', *SECTIONS]}, or seed (`vit train --help` lists every key)")
+
+
+def _section_dict(section) -> dict:
+    """A section's fields as JSON-friendly values (a `Preprocessing` as its `to_dict`)."""
+    values = {field.name: getattr(section, field.name) for field in dataclasses.fields(section)}
+    return {name: value.to_dict() if hasattr(value, "to_dict") else value
+            for name, value in values.items()}
 
 
 def _describe(value) -> str:

@@ -19,7 +19,7 @@ from vit_keras.pretrained import registry
 
 _FLAG_KEYS = {  # command-line flag -> preset key
     "seed": "seed", "data": "data.train", "val_data": "data.val", "image_size": "model.image_size",
-    "preprocessing": "model.preprocessing", "weights": "finetune.weights",
+    "preprocessing": "data.preprocessing", "weights": "finetune.weights",
     "finetune": "finetune.mode", "epochs": "schedule.epochs", "batch_size": "schedule.batch_size",
     "lr": "optim.lr", "mixed_precision": "loop.mixed_precision",
 }
@@ -108,13 +108,13 @@ def check_weight_name(preset: presets.Preset) -> None:
 def weights_preprocessing(preset: presets.Preset) -> dict:
     """The preprocessing of the family weights' tag (`--weights NAME.TAG`), as preset values:
     e.g. OpenCLIP's laion2b crop differs from OpenAI's. A preprocessing the user set
-    (`--preprocessing`, `--set model.preprocessing=...`) stays."""
+    (`--preprocessing`, `--set data.preprocessing=...`) stays."""
     weights = preset.finetune.weights
     if not (weights and families.weights_file_reference(weights)) or \
-            "model.preprocessing" in explicit_keys(preset):
+            "data.preprocessing" in explicit_keys(preset):
         return {}
     spec, tag = families.split_name(weights)
-    return {"model.preprocessing": spec.tags[tag]}
+    return {"data.preprocessing": spec.tags[tag]}
 
 
 def preset_architecture(preset: presets.Preset) -> dict:
@@ -131,13 +131,14 @@ def preset_architecture(preset: presets.Preset) -> dict:
             "dropout_rate", "attention_dropout_rate")
     fields = {name: value for name, value in architecture.fields.items() if name in kept}
     explicit = explicit_keys(preset)
-    if architecture.preprocessing is not None and "model.preprocessing" not in explicit:
-        fields["preprocessing"] = architecture.preprocessing
     patch = fields["patch_size"]
     if "model.image_size" not in explicit or \
             any(side % patch for side in preset.model.image_hw):
         fields["image_size"] = architecture.fields["image_size"]
-    return {f"model.{name}": value for name, value in fields.items()}
+    values = {f"model.{name}": value for name, value in fields.items()}
+    if architecture.preprocessing is not None and "data.preprocessing" not in explicit:
+        values["data.preprocessing"] = architecture.preprocessing
+    return values
 
 
 def check_data_specs(preset: presets.Preset) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from vit_keras import tasks
+from vit_keras.preprocessing import OFFICIAL, Preprocessing
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
 DECAYS = ("cosine", "linear", "constant")
@@ -94,6 +95,10 @@ class Data(Section):
             training data by the small-data rule (`training.adapt`) where they differ
             from what it gives; fields set on the command line stay. For presets made to
             train from scratch on small data (`digits_tiny`).
+        preprocessing: how images become the model's inputs (a
+            `vit_keras.preprocessing.Preprocessing`; `--preprocessing NAME`); the official
+            [-1, 1] by default, a family's or a keras-hub preset's own with its weights. The
+            trained model carries it beside its `ViTConfig`.
     """
 
     NAME = "data"
@@ -105,6 +110,11 @@ class Data(Section):
     classes: str = ""
     shuffle_buffer: int = 10_000
     adapt: bool = False
+    preprocessing: Preprocessing = OFFICIAL
+
+    def __post_init__(self):
+        object.__setattr__(self, "preprocessing", Preprocessing.from_dict(self.preprocessing))
+        super().__post_init__()
 
 
 @dataclasses.dataclass(frozen=True)

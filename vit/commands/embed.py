@@ -6,7 +6,7 @@ Examples:
   vit embed cat.jpg --model vit_small_patch14_dinov2 --weights lvd142m --block -4
 
 Images are read, resized and normalised as the model's weights expect (its
-`config.preprocessing`). A classifier gives the input of its head (the pre-logit features); a
+`model.preprocessing`). A classifier gives the input of its head (the pre-logit features); a
 DINOv2 model its class token, SigLIP its attention-pooled vector, CLIP its projected embedding.
 --block probes an encoder block instead: its final-normed class token, or its patch mean.
 """

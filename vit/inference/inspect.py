@@ -20,6 +20,7 @@ from vit.inference.model_files import load_model
 from vit.outputs import write_json
 from vit_keras import analysis, tasks
 from vit_keras.analysis import complexity, plots
+from vit_keras.core.model import preprocessing_of
 
 FIGURES = {
     "rollout": "rollout.png",
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give --model PATH and at least one IMAGE (or --complexity VARIANT)")
     model = load_model(args.model)
     config = vit_keras.config_from_model(model)
-    images = load_files(args.images, config.image_hw, config.channels, config.preprocessing)
+    images = load_files(args.images, config.image_hw, config.channels, preprocessing_of(model))
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.model)), "inspect")
     summary = inspect_model(model, images, output,
                             image_names=[os.path.basename(path) for path in args.images],
@@ -81,7 +82,7 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     config = vit_keras.config_from_model(model)
     pixels = np.asarray(images, dtype=np.float32)
     inputs = keras.ops.convert_to_numpy(vit_keras.preprocess_input(
-        pixels, preprocessing=config.preprocessing))
+        pixels, preprocessing=preprocessing_of(model)))
     names = list(image_names) if image_names is not None else [
         f"image {i}" for i in range(len(pixels))]
     if len(names) != len(pixels):

@@ -14,7 +14,7 @@ import json
 import os
 
 from vit_keras.checkpoints import keras_hub_config
-from vit_keras.config import ViTConfig
+from vit_keras.config import ViTConfig, split_preprocessing
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 
 ACTIVATIONS = ("softmax", "sigmoid")
@@ -149,6 +149,7 @@ def patch_size_beside(model_path: str) -> int | None:
     exported file, or None when there is none."""
     _, model = _recorded_beside(model_path, "config.json", "model")
     try:
-        return ViTConfig.from_dict(model).patch_step if isinstance(model, dict) else None
+        return ViTConfig.from_dict(split_preprocessing(model)[0]).patch_step \
+            if isinstance(model, dict) else None
     except ValueError:  # a config of another version: no warning rather than a failure
         return None

@@ -8,7 +8,7 @@ import keras
 
 from vit_keras.core import layers as vit_layers
 from vit_keras import lora, names, quantization, tasks
-from vit_keras.config import ViTConfig
+from vit_keras.config import ViTConfig, split_preprocessing
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.layer_config import config_from_layers
@@ -183,22 +183,51 @@ def last_block_outputs(config: ViTConfig, include_top: bool = True,
     return config.num_prefix_tokens if reads_prefix else None
 
 
+def config_and_preprocessing(config, preprocessing=None) -> tuple[ViTConfig, Preprocessing]:
+    """The (`ViTConfig`, `Preprocessing`) a model is built with, checked.
+
+    Args:
+        config: a `ViTConfig` or its `to_dict()`; a dict written by release 0.2 may still hold
+            the preprocessing, which is used when `preprocessing` is None.
+        preprocessing: a `Preprocessing` or its `to_dict()`; None: the config dict's, else the
+            official [-1, 1].
+
+    Raises:
+        ValueError: not a config, or a preprocessing the model's channels cannot take.
+    """
+    if isinstance(config, dict):
+        config, recorded = split_preprocessing(config)
+        config = ViTConfig.from_dict(config)
+        preprocessing = recorded if preprocessing is None else preprocessing
+    if not isinstance(config, ViTConfig):
+        raise ValueError(f"config must be a ViTConfig or its to_dict(), got {config!r}")
+    rule = OFFICIAL if preprocessing is None else Preprocessing.from_dict(preprocessing)
+    return config, rule.check_channels(config.channels)
+
+
 class ConfiguredModel:
     """What every model built from a `ViTConfig` shares (mixed into a functional
-    `keras.Model`): `config`, `set_preprocessing`, the image-size check before Keras traces,
-    and Keras' `quantize` on every projection. The class sets `self._vit_config`."""
+    `keras.Model`): `config`, `preprocessing`, the image-size check before Keras traces,
+    and Keras' `quantize` on every projection. The class sets `self._vit_config` and
+    `self.vit_preprocessing`."""
 
     @property
     def config(self) -> ViTConfig:
-        """The `ViTConfig` this model was built from."""
+        """The `ViTConfig` this model was built from: the network's architecture."""
         return self._vit_config
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """How images become this model's inputs (its weights' data contract), saved beside
+        the config in `.keras` files and exports."""
+        return self.vit_preprocessing
 
     def set_preprocessing(self, preprocessing: Preprocessing) -> None:
         """Records how the model's weights expect images prepared, when the weights file did
         not say (a bare checkpoint): `preprocess_input`, `vit` and the exports read it from
-        `config.preprocessing`, and `.keras` files keep it. The computation is unchanged."""
-        self._vit_config = self._vit_config.replace(
-            preprocessing=Preprocessing.from_dict(preprocessing))
+        `model.preprocessing`, and `.keras` files keep it. The computation is unchanged."""
+        self.vit_preprocessing = Preprocessing.from_dict(preprocessing).check_channels(
+            self.config.channels)
 
     # Keras traces `predict` and the other loops again with relaxed shapes when the input size
     # changes, and a relaxed (None, None) image reaches the patch embedding unchecked: so the
@@ -266,27 +295,31 @@ class VisionTransformer(ConfiguredModel, keras.Model):
         name: model name; defaults to 'vit'.
         dtype: dtype policy of the layers (None: the global policy); a `DTypePolicyMap`
             restores a quantized model's per-layer policies.
+        preprocessing: how images become the inputs its weights expect (a
+            `vit_keras.preprocessing.Preprocessing` or its `to_dict()`); None: the official
+            [-1, 1]. Weight loaders set it; `model.preprocessing` reads it.
     """
 
     vit_task = tasks.CLASSIFY
 
     def __init__(self, config, include_top: bool = True, pooling: str | None = None,
-                 classifier_activation=None, name: str | None = None, dtype=None, **kwargs):
-        config = ViTConfig.from_dict(config) if isinstance(config, dict) else config
-        if not isinstance(config, ViTConfig):
-            raise ValueError(f"config must be a ViTConfig or its to_dict(), got {config!r}")
+                 classifier_activation=None, name: str | None = None, dtype=None,
+                 preprocessing=None, **kwargs):
+        config, preprocessing = config_and_preprocessing(config, preprocessing)
         _check_pooling(config, pooling)
         images, outputs = _build_graph(config, include_top, pooling, classifier_activation,
                                        dtype)
         super().__init__(images, outputs, name=name or "vit", dtype=dtype, **kwargs)
         self._vit_config = config
+        self.vit_preprocessing = preprocessing
         self.include_top = include_top
         self.pooling = pooling
         self.classifier_activation = classifier_activation
 
     def get_config(self):
         # Not the functional graph: the ViTConfig and the head options rebuild the model.
-        return {"config": self._vit_config.to_dict(), "include_top": self.include_top,
+        return {"config": self._vit_config.to_dict(),
+                "preprocessing": self.preprocessing.to_dict(), "include_top": self.include_top,
                 "pooling": self.pooling,
                 "classifier_activation": keras.activations.serialize(
                     keras.activations.get(self.classifier_activation))
@@ -431,13 +464,10 @@ def preprocessing_of(model) -> Preprocessing:
         model: any Keras model.
 
     Returns:
-        Its `ViTConfig`'s preprocessing (or that of the model an export view was made from),
-        else the official one (any other Keras model is assumed to take [-1, 1] inputs, as
-        every model here did).
+        Its `preprocessing` (or that of the model an export view was made from), else the
+        official one (any other Keras model is assumed to take [-1, 1] inputs, as every model
+        here did).
     """
-    config = getattr(model, "config", None)
-    if isinstance(config, ViTConfig):
-        return config.preprocessing
     marked = getattr(model, "vit_preprocessing", None)
     return marked if isinstance(marked, Preprocessing) else OFFICIAL
 

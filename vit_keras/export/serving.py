@@ -126,7 +126,7 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
       `image_size` fixes it.
     - `serve_bytes`: `image_bytes` string [batch] of encoded JPEG, PNG, BMP or GIF files
       (grayscale and RGBA become RGB; GIFs use their first frame), resized (and cropped) to
-      H x W by the weights' rule (`config.preprocessing`: the official bilinear squash, or
+      H x W by the weights' rule (`model.preprocessing`: the official bilinear squash, or
       e.g. timm's bicubic resize and centre crop) inside the graph -> the same outputs.
       H x W is the model's input size: for a model taking any size, `image_size` or else its
       training size.
@@ -145,7 +145,7 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
         path: destination directory (local or gs://). Written to a temporary sibling and renamed,
             so a failed export leaves nothing under `path`.
         include_preprocessing: normalise 0..255 inside the graph as the weights expect
-            (`config.preprocessing`: [-1, 1] for the official ones).
+            (`model.preprocessing`: [-1, 1] for the official ones).
             False when the model already takes 0..255 pixels.
         image_size: (height, width) fixing both signatures' size; only for a model taking any
             size (None: any size in `serving_default`).
