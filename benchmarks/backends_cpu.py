@@ -1,6 +1,6 @@
 """Training and inference img/s on this CPU, TensorFlow vs JAX backend, side by side in one run:
 ViT-Ti/16 and ViT-B/16 at 224 px, float32 and mixed_bfloat16. Decides `vit train --backend auto`
-on CPUs (`vit.backend.CPU_BACKEND`).
+on CPUs (`vit_app.backend.CPU_BACKEND`).
 
     python benchmarks/backends_cpu.py [--variants Ti/16,B/16] [--steps 4]
 

@@ -5,7 +5,7 @@
 Trains the `digits_tiny` preset (16 px) with `--set model.dynamic_image_size=true` three times,
 with the preset's plain resize and with random-resized crops (`train_crop=inception`, the FixRes
 setting: objects look larger in training than in a centred test image; with the preset's
-minimum crop area 0.05, and with 0.35), then evaluates the models on digits' test split at every size with `vit.inference.evaluate.evaluate` (the position
+minimum crop area 0.05, and with 0.35), then evaluates the models on digits' test split at every size with `vit_app.inference.evaluate.evaluate` (the position
 embeddings resampled at call time). Prints a Markdown table of top-1 per training crop and
 evaluation size.
 """
@@ -39,8 +39,8 @@ def train(crop: str, epochs: int, output: str) -> str:
 def evaluate_sizes(model_path: str, sizes: list[int]) -> dict[int, float]:
     """top-1 on digits' test split at each square size."""
     sys.path.insert(0, REPO)
-    from vit.data import sources
-    from vit.inference.evaluate import evaluate, load_model
+    from vit_app.data import sources
+    from vit_app.inference.evaluate import evaluate, load_model
 
     model = load_model(model_path)
     source = sources.load_source("digits", sources.evaluation_subset("digits"), None,

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
 import vit_keras  # noqa: E402,F401
-from vit.data import evaluation, sources  # noqa: E402
+from vit_app.data import evaluation, sources  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.core.attention import MultiHeadSelfAttention  # noqa: E402
 from vit_keras.export import graph  # noqa: E402

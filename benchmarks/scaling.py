@@ -82,7 +82,7 @@ def main(argv=None):
     rows = [run_in_subprocess(args, size) for size in sizes]
     print(f"{args.variant} {args.precision} {args.mode} batch {args.batch_size}")
     print_table(rows)
-    from vit.outputs import write_json
+    from vit_app.outputs import write_json
 
     write_json(args.output, {"argv": sys.argv, "results": rows})
 

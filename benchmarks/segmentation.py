@@ -9,7 +9,7 @@ level, max pooling down, 2x transposed convolutions up with skip connections, a 
 trains on the very same batches (`training.segment_pipeline`, the preset's augmentation and
 seed) with AdamW at 2e-3 and cosine decay over the epochs one timed epoch of a throwaway twin
 says the budget affords; it stops at the budget whatever the estimate said. Every model is
-scored by the same exact mIoU over the validation scenes (`vit.inference.segmentation_eval`),
+scored by the same exact mIoU over the validation scenes (`vit_app.inference.segmentation_eval`),
 and each runs in its own process, whose peak resident memory is reported.
 
 Shape scenes: 32x32 canvases of smooth colour gradients with two to four filled discs, squares
@@ -169,8 +169,8 @@ def run_unet(budget_seconds: float, train_spec: str, val_spec: str) -> dict:
 
     from training import segment_pipeline
     from training.presets import get_preset
-    from vit.data import segmentation
-    from vit.inference import segmentation_eval
+    from vit_app.data import segmentation
+    from vit_app.inference import segmentation_eval
     from vit_keras import segmentation_scores
 
     preset = get_preset("digits_segment")

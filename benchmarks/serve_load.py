@@ -235,7 +235,7 @@ def variant_file(variant: str, folder: str) -> str:
 
 def sweep(args) -> list[dict]:
     """Runs every step of `--clients` against one server; returns their rows."""
-    from vit.inference import classifier
+    from vit_app.inference import classifier
 
     image_size = classifier.load(args.model).image_size
     requests = [request_bytes("model", image_size, signature, seed)

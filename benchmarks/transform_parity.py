@@ -21,8 +21,8 @@ import os
 import numpy as np
 
 import vit_keras
-from vit.images import decode_checked
-from vit.inference import classifier, embed
+from vit_app.images import decode_checked
+from vit_app.inference import classifier, embed
 from vit_keras.core.model import input_image_size, preprocessing_of
 
 PHOTO = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "photo_coffee.jpg")

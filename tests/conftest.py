@@ -45,7 +45,7 @@ import pytest  # noqa: E402
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from vit import console  # noqa: E402
+from vit_app import console  # noqa: E402
 
 with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines, as `vit` does
     import keras  # noqa: E402

@@ -10,8 +10,9 @@ import sys
 import pytest
 from helpers import script_module
 
-from vit import cli, outputs
-from vit.data import sources
+from vit import cli
+from vit_app import outputs
+from vit_app.data import sources
 
 
 def _vit(*args, cwd):

@@ -87,7 +87,7 @@ def test_tflite_defaults_to_the_training_size(dynamic, tmp_path):
 
 
 def test_export_model_records_the_size(dynamic, tmp_path):
-    from vit.inference.export import export_model
+    from vit_app.inference.export import export_model
 
     model, _ = dynamic
     report = export_model(model, str(tmp_path), formats=("saved_model", "tflite"),
@@ -100,7 +100,7 @@ def test_export_model_records_the_size(dynamic, tmp_path):
 
 
 def test_a_fixed_model_refuses_another_size(tiny_config, tmp_path):
-    from vit.inference.evaluate import evaluation_size
+    from vit_app.inference.evaluate import evaluation_size
 
     model = VisionTransformer(tiny_config)
     with pytest.raises(ValueError, match=r"takes \(32, 32\) images only.*dynamic_image_size"):

@@ -7,7 +7,7 @@ import pytest
 from helpers import random_pixels, randomize_weights
 
 from vit import cli
-from vit.inference import export as export_command
+from vit_app.inference import export as export_command
 from vit_keras import VisionTransformer
 
 
@@ -194,7 +194,7 @@ def test_on_random_images_only_float_files_are_held_to_a_bar(trained_tiny, tmp_p
 
 
 def test_one_table_holds_every_formats_facts():
-    from vit.inference.export_formats import EXPORT_FORMATS
+    from vit_app.inference.export_formats import EXPORT_FORMATS
 
     assert export_command.FORMATS == tuple(EXPORT_FORMATS)
     assert export_command.DEFAULT_FORMATS == ("saved_model", "tflite", "tflite_fp16",
@@ -216,7 +216,7 @@ def test_one_table_holds_every_formats_facts():
 def test_export_options_are_checked_and_frozen():
     import dataclasses
 
-    from vit.inference.export_formats import tflite_arguments
+    from vit_app.inference.export_formats import tflite_arguments
 
     options = export_command.ExportOptions(formats="tflite, tflite_int8",
                                            int8_float_ops=["SOFTMAX"], image_size=[40, 16])
@@ -240,7 +240,7 @@ def test_export_options_are_checked_and_frozen():
     {"data": "digits", "val_data": "", "val_split": 0.2, "seed": 3},  # an earlier, flat preset
 ])
 def test_the_training_data_is_read_from_either_config_json_form(preset, tmp_path):
-    from vit.inference import run_config
+    from vit_app.inference import run_config
 
     (tmp_path / "config.json").write_text(json.dumps({"preset": preset,
                                                       "activation": "sigmoid"}))

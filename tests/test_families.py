@@ -364,7 +364,7 @@ def test_vit_embed_prints_and_saves_embeddings(tmp_path, capsys):
     assert vectors.shape == (2, 32) and np.allclose(vectors[0], vectors[1])
     assert cli.main(["embed", image, "--model", path, "--block", "0", "--output", output]) == 0
     model = keras.saving.load_model(path, safe_mode=True)
-    from vit.images import load_files
+    from vit_app.images import load_files
 
     pixels = load_files([image], (32, 32), preprocessing=model.preprocessing)
     expected = block_embedding_model(model, 0)(vit_keras.preprocess_input(pixels, model=model))

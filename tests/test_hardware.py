@@ -1,7 +1,7 @@
-"""`vit.hardware`: the dtype policy picked for the hardware found."""
+"""`vit_app.hardware`: the dtype policy picked for the hardware found."""
 
 from training import presets, setup
-from vit import hardware
+from vit_app import hardware
 
 
 def test_cpu_bfloat16_flags_are_read_from_cpuinfo(tmp_path):

@@ -1,4 +1,4 @@
-"""vit.images, the one image reader: checks with a structured reason, the resize rule shared by
+"""vit_app.images, the one image reader: checks with a structured reason, the resize rule shared by
 the input pipeline, predict, serve and inspect, and the server's status for each reason."""
 
 import io
@@ -9,9 +9,9 @@ import tensorflow as tf
 from helpers import png_bomb
 from PIL import Image
 
-from vit import images
-from vit.data import evaluation, sources
-from vit.inference.server.app import STATUS_OF_IMAGE_PROBLEM
+from vit_app import images
+from vit_app.data import evaluation, sources
+from vit_app.inference.server.app import STATUS_OF_IMAGE_PROBLEM
 
 
 def _png(pixels) -> bytes:

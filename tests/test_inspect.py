@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from vit import cli
-from vit.images import load_files
-from vit.inference.inspect import FIGURES, inspect_model
+from vit_app.images import load_files
+from vit_app.inference.inspect import FIGURES, inspect_model
 from vit_keras import VisionTransformer
 from vit_keras.analysis import plots
 

@@ -10,7 +10,7 @@ from PIL import Image
 
 from training import callbacks, run
 from training.presets import get_preset
-from vit import outputs
+from vit_app import outputs
 
 TINY_MODEL = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
                   num_layers=1)

@@ -13,9 +13,9 @@ from PIL import Image
 
 from helpers import vit_predict
 from vit import cli
-from vit.data import csv_source, evaluation, sources
-from vit.images import scale
-from vit.inference import multilabel_scores
+from vit_app.data import csv_source, evaluation, sources
+from vit_app.images import scale
+from vit_app.inference import multilabel_scores
 from training import multilabel, objectives, pipeline, run
 from training.presets import get_preset
 
@@ -244,7 +244,7 @@ def _sigmoid(logits):
 
 
 def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys):
-    from vit.inference import classifier
+    from vit_app.inference import classifier
 
     names = [f"images/img_{index:02d}.png" for index in range(24)]
     val_csv = _write_csv(tmp_path / "val.csv", [(name, _labels_of(index))

@@ -10,8 +10,8 @@ from PIL import Image
 import vit_keras
 from helpers import randomize_weights, vit_predict
 from vit import cli
-from vit.images import load_files
-from vit.inference.classifier import scores_from_logits
+from vit_app.images import load_files
+from vit_app.inference.classifier import scores_from_logits
 from training.objectives import get_objective
 from training.presets.command_line import resolve_preset
 from vit_keras import pretrained

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit.data import masks, segmentation, specs
+from vit_app.data import masks, segmentation, specs
 
 PALETTE = [0, 0, 0, 200, 30, 30, 30, 200, 30] + [0] * (256 * 3 - 9)
 
@@ -176,7 +176,7 @@ def test_a_resumed_stream_repeats_the_uninterrupted_one(tmp_path):
 def test_exact_scores_at_the_masks_resolution(tmp_path):
     """A perfect predictor scores 1; scores come from the original masks, whatever the model's
     size, and ignored pixels count nowhere."""
-    from vit.inference import segmentation_eval
+    from vit_app.inference import segmentation_eval
 
     _folder(tmp_path, count=3, size=30)
     source = segmentation.load_segmentation_source(f"folder:{tmp_path}", "train", 0.0)

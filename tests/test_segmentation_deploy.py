@@ -181,7 +181,7 @@ def test_saved_model_returns_class_ids_and_probabilities(trained, tmp_path):
 
 
 def test_masks_of_another_size_are_refused(trained, tmp_path):
-    from vit.inference.export import export_model
+    from vit_app.inference.export import export_model
 
     model = trained[0]
     images, masks = _scenes(4, seed=4)
@@ -205,8 +205,8 @@ def test_serve_answers_the_mask_over_rest(trained, exported, name):
     import httpx
     from localhost import served
 
-    from vit.inference import classifier
-    from vit.inference.server import create_app
+    from vit_app.inference import classifier
+    from vit_app.inference.server import create_app
 
     model, root, _ = trained
     images, _ = _scenes(3, seed=5)
@@ -250,8 +250,8 @@ def test_the_page_draws_the_mask_and_lists_the_pixel_shares(trained, tmp_path):
     from localhost import served
     from selenium.webdriver.common.by import By
 
-    from vit.inference import classifier
-    from vit.inference.server import create_app
+    from vit_app.inference import classifier
+    from vit_app.inference.server import create_app
 
     model, root, _ = trained
     images, _ = _scenes(1, seed=6)

@@ -20,9 +20,9 @@ from localhost import free_ports, served
 from runs import start_vit, vit_env
 from PIL import Image
 
-from vit.inference import classifier
-from vit.images import load_files
-from vit.inference.server import ServeOptions, create_app
+from vit_app.inference import classifier
+from vit_app.images import load_files
+from vit_app.inference.server import ServeOptions, create_app
 from vit_keras import VisionTransformer, ViTConfig, export, preprocess_input
 
 CONFIG = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
@@ -568,7 +568,7 @@ def test_under_overload_the_server_refuses_at_once_drops_nothing_and_stays_fast(
 def test_a_failing_job_fails_alone_and_the_batcher_keeps_serving():
     import asyncio
 
-    from vit.inference.server.batching import Batcher
+    from vit_app.inference.server.batching import Batcher
 
     calls = []
 
@@ -598,7 +598,7 @@ def test_a_failing_job_fails_alone_and_the_batcher_keeps_serving():
 def test_admission_refuses_a_request_that_would_wait_past_half_its_budget():
     """The door's rule: requests waiting times the pace they reach the model at, or the age of
     the oldest, over half of --max-wait-ms refuses the next one; the count limit too."""
-    from vit.inference.server.admission import Admission, Busy
+    from vit_app.inference.server.admission import Admission, Busy
 
     admission = Admission(limit=100, max_wait_ms=200)
     with contextlib.ExitStack() as held:

@@ -12,8 +12,8 @@ from helpers import randomize_weights
 from localhost import served
 from PIL import Image
 
-from vit.inference import classifier
-from vit.inference.server import create_app
+from vit_app.inference import classifier
+from vit_app.inference.server import create_app
 from vit_keras import VisionTransformer, ViTConfig
 
 CONFIG = ViTConfig(image_size=16, patch_size=4, hidden_size=32, mlp_dim=64, num_heads=4,

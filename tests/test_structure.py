@@ -1,5 +1,6 @@
 """Imports flow one way through the whole project: the library `vit_keras`, then the app's base
-(`vit`), its inference commands, the training application (`training`) and the command line.
+(`vit_app`: console, run files, images, data, inference), the training application
+(`training`) and the front door (`vit`: the command line, which nothing imports).
 
 `RANKS` gives every module group a rank; a module may import (anywhere in it, imports inside
 functions included) only modules of its own rank or lower, no two modules may import each
@@ -13,7 +14,7 @@ import pathlib
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("vit_keras", "vit", "training")
+PACKAGES = ("vit_keras", "vit_app", "training", "vit")
 
 # Lowest first. A group is a module or a package (all its modules); the longest match wins.
 RANKS = (
@@ -33,9 +34,9 @@ RANKS = (
     ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
     ("vit_keras.__init__",),
     # The application: its base, the inference and deployment commands, training, the CLI.
-    ("vit.__init__", "vit.console", "vit.outputs", "vit.backend", "vit.hardware", "vit.paths",
-     "vit.images", "vit.data"),
-    ("vit.inference",),
+    ("vit_app.__init__", "vit_app.console", "vit_app.outputs", "vit_app.backend",
+     "vit_app.hardware", "vit_app.paths", "vit_app.images", "vit_app.data"),
+    ("vit_app.inference",),
     ("training.__init__", "training.presets"),
     ("training",),
     ("training.report", "training.setup"),
@@ -43,7 +44,8 @@ RANKS = (
     ("training.finish",),
     ("training.run",),
     ("training.train", "training.bench"),
-    ("vit.commands", "vit.cli", "vit.__main__"),
+    # The front door: the `vit` command alone, nothing below imports it.
+    ("vit",),
 )
 
 
@@ -126,8 +128,8 @@ def test_no_import_circle():
 def test_the_rank_check_catches_an_upward_import(tmp_path):
     """The checker itself: a core module importing the weights stack is reported."""
     assert rank("vit_keras.core.layers") < rank("vit_keras.weights")
-    assert rank("vit_keras.config") < rank("vit_keras.core.model") < rank("vit.inference.serve")
-    assert rank("vit.inference.export") < rank("training.run") < rank("vit.cli")
+    assert rank("vit_keras.config") < rank("vit_keras.core.model") < rank("vit_app.inference.serve")
+    assert rank("vit_app.inference.export") < rank("training.run") < rank("vit.cli")
     probe = tmp_path / "probe.py"
     probe.write_text("def late():\n    from vit_keras import weights\n")
     graph = imported_modules(probe, {"vit_keras.weights": "vit_keras.weights"})
@@ -188,10 +190,10 @@ def test_configs_import_without_a_framework(module, tmp_path):
 DEFERRED_IMPORTS = {
     "vit.cli": "it chooses the Keras backend before anything imports Keras",
     "vit.commands": "`run` imports its command's implementation once the backend is chosen",
-    "vit.inference.export_formats": "`vit export --help` reads its table without a framework",
-    "vit.inference.export_writers": "the export format table names its writers",
-    "vit.inference.model_files": "`vit export --help` reads ACTIVATIONS without a framework",
-    "vit.hardware": "it probes the machine before the backend is chosen",
+    "vit_app.inference.export_formats": "`vit export --help` reads its table without a framework",
+    "vit_app.inference.export_writers": "the export format table names its writers",
+    "vit_app.inference.model_files": "`vit export --help` reads ACTIVATIONS without a framework",
+    "vit_app.hardware": "it probes the machine before the backend is chosen",
     "training.bench": "the GPU benchmark imports it on a machine without TensorFlow",
     "vit_keras.preprocessing": "configs and presets read it without a framework",
     "vit_keras.checkpoints.read": "only a .keras checkpoint needs Keras; .npz, .safetensors and "
@@ -308,11 +310,12 @@ def test_keras_files_load_after_import_vit_keras_alone(imports, tmp_path):
 # modules that may compare with its name, test for its model class, or read its kind from
 # the shape of a model's outputs (docs/architecture.md, "Add a task").
 TASK_OWN_MODULES = {
-    "classify": ("vit_keras.core", "vit.inference.tasks.classify", "training.objectives",
+    "classify": ("vit_keras.core", "vit_app.inference.tasks.classify", "training.objectives",
                  "training.multilabel", "training.probe"),
     "segment": ("vit_keras.segmentation", "vit_keras.segmentation_scores",
-                "vit.inference.tasks.segment", "vit.inference.segment_predict",
-                "vit.inference.segmentation_eval", "vit.data.segmentation", "vit.data.masks",
+                "vit_app.inference.tasks.segment", "vit_app.inference.segment_predict",
+                "vit_app.inference.segmentation_eval", "vit_app.data.segmentation",
+                "vit_app.data.masks",
                 "training.segmentation", "training.segment_pipeline", "training.segment_loss",
                 "training.presets.digits_segment"),
 }
@@ -372,7 +375,7 @@ def task_branches(path: pathlib.Path) -> list[tuple[int, str, str | None]]:
 
 def test_only_a_tasks_own_modules_branch_on_it():
     """Evaluate, predict, serve, export and training ask the model's task
-    (`vit_keras.tasks`, `vit.inference.tasks`, the objectives); no other module compares with
+    (`vit_keras.tasks`, `vit_app.inference.tasks`, the objectives); no other module compares with
     a task's name, tests for a task's model class or reads a task from output shapes."""
     stray = [f"{path.relative_to(REPO)}:{line} {what}"
              for name, path in modules().items()

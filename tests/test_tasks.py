@@ -21,9 +21,9 @@ from PIL import Image
 from training.objective import float32_twin
 from training.objectives import Classification
 from vit import cli
-from vit.inference import classifier, tasks as inference_tasks
-from vit.inference.server import create_app
-from vit.inference.tasks.classify import Classify
+from vit_app.inference import classifier, tasks as inference_tasks
+from vit_app.inference.server import create_app
+from vit_app.inference.tasks.classify import Classify
 from vit_keras import VisionTransformer, tasks
 
 TOY = "toptwo"

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from vit.data import evaluation, sources
+from vit_app.data import evaluation, sources
 from training import augment, pipeline
 from training.presets import Preset
 

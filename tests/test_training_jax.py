@@ -215,7 +215,7 @@ def test_nan_loss_stops_a_jax_run(tmp_path):
 
 
 def test_auto_backend_keeps_keras_backend_else_jax_on_accelerators(monkeypatch):
-    from vit import backend
+    from vit_app import backend
 
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
     assert backend.choose("auto") == "tensorflow" and backend.choose("jax") == "jax"

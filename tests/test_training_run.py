@@ -53,7 +53,7 @@ def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3(tmp_pa
                                                                            monkeypatch):
     """The final table lists every exported file with its agreement; a file below its bar
     (forced here: int8's bar above 100%) is refused, the run's own files stay, status 3."""
-    from vit.inference import export as export_command
+    from vit_app.inference import export as export_command
 
     monkeypatch.setattr(export_command, "min_agreements", lambda formats, value=None: {
         name: 1.01 if name == "tflite_int8" else 0.0 for name in formats})
@@ -82,7 +82,7 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
     """The last epoch's backup is the last thing its epoch end writes: a run killed right after
     it resumes with nothing to train and still has every history row and the best weights."""
     from training import callbacks
-    from vit import outputs
+    from vit_app import outputs
 
     preset = get_preset("digits_tiny").replace(schedule={"epochs": 2}, loop={"eval_every": 1},
                                                model=TINY_MODEL)
@@ -113,7 +113,7 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
 def test_evaluate_and_predict_commands(tmp_path, capsys):
     from PIL import Image
 
-    from vit.data import sources
+    from vit_app.data import sources
 
     # float32: the run's evaluation and `vit evaluate` must agree to the image, which bfloat16
     # rounding in two differently traced graphs does not promise on a one-epoch model.
@@ -172,7 +172,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras, vit_keras
     from training import pipeline, recipe
-    from vit.data import sources
+    from vit_app.data import sources
     from training.presets import Preset
     from vit_keras import keras_compat
     # SGD: Adam's m / sqrt(v) would amplify float32 noise in near-zero gradients. The global

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from vit import images
+from vit_app import images
 from vit_keras import families
 from vit_keras import preprocessing as rules
 

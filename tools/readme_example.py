@@ -67,7 +67,7 @@ def default_parameter_count() -> int:
 
 
 def main() -> None:
-    from vit import console
+    from vit_app import console
 
     with console.quiet_native_stderr():  # TensorFlow's start-up lines, as `vit` hides them
         import tensorflow  # noqa: F401

@@ -42,8 +42,8 @@ def main(argv=None) -> int:
     import browser
     from localhost import served
 
-    from vit.inference import classifier
-    from vit.inference.server import create_app
+    from vit_app.inference import classifier
+    from vit_app.inference.server import create_app
 
     why = browser.missing()
     if why:

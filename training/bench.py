@@ -12,7 +12,7 @@ import numpy as np
 
 import vit_keras
 from training import recipe
-from vit import console
+from vit_app import console
 from vit_keras.analysis import complexity
 from vit_keras.core.model import last_block_outputs
 from vit_keras.timing import median_seconds
@@ -146,7 +146,7 @@ def print_throughput(variant: str, image_size: int, batch_size: int, precisions,
                         f"{precision:>4} {mode:>5}: {row['img_per_s']:8.2f} img/s "
                         f"{row['gflops']:7.0f} GFLOP/s  MFU {100 * row['mfu']:5.1f}%")
     if json_path:
-        from vit.outputs import write_json
+        from vit_app.outputs import write_json
 
         write_json(json_path, {"results": rows})
     return rows

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit import outputs
+from vit_app import outputs
 from vit_keras import atomic, lora
 from vit_keras.checkpoints import io
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from training import jax_distribution
 from training.jax_distribution import any_process
-from vit.backend import tpu_configured
+from vit_app.backend import tpu_configured
 
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 

@@ -12,12 +12,12 @@ import sys
 from training import finetune, report
 from training.fitting import Fitted
 from training.setup import Setup
-from vit import console, hardware, outputs
-from vit.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, ExportOptions,
+from vit_app import console, hardware, outputs
+from vit_app.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, ExportOptions,
                                   export_model, parse_min_agreement)
-from vit.inference.export import report_failures as report_export_failures
-from vit.inference.export import summary_rows as export_summary_rows
-from vit.inference.inspect import inspect_model
+from vit_app.inference.export import report_failures as report_export_failures
+from vit_app.inference.export import summary_rows as export_summary_rows
+from vit_app.inference.inspect import inspect_model
 from vit_keras import atomic, lora, tasks
 
 EVAL_SAMPLES = 2000  # export.json accuracy: the whole validation split, up to this many

@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from training import callbacks, finetune, preemption, probe, recipe
 from training.setup import Setup
-from vit import console
-from vit.data import evaluation
+from vit_app import console
+from vit_app.data import evaluation
 from vit_keras import atomic, keras_compat
 
 

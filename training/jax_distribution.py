@@ -15,7 +15,7 @@ import os
 import keras
 import numpy as np
 
-from vit.backend import nvidia_gpu_present, tpu_configured
+from vit_app.backend import nvidia_gpu_present, tpu_configured
 
 # Variable paths of the sharded weights (see vit_keras.core.attention / MLPBlock): the attention
 # EinsumDense kernels are (D, heads, head_dim) and (heads, head_dim, D), MLP kernels (D, mlp) and

@@ -2,7 +2,7 @@
 
 Keras' `AUC(curve='PR', multi_label=True)` approximates average precision from 200 score bins:
 it is logged each epoch as `pr_auc` and chooses the best weights. The mAP a run reports is exact
-(`vit.inference.multilabel_scores`), computed from every validation score once training ends.
+(`vit_app.inference.multilabel_scores`), computed from every validation score once training ends.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from vit.inference.multilabel_scores import THRESHOLD
+from vit_app.inference.multilabel_scores import THRESHOLD
 
 
 @keras.saving.register_keras_serializable(package="vit_training")

@@ -30,8 +30,8 @@ import keras
 import numpy as np
 
 import vit_keras
-from vit.data import evaluation, sources, subsets
-from vit.inference import multilabel_scores
+from vit_app.data import evaluation, sources, subsets
+from vit_app.inference import multilabel_scores
 from training import finetune, multilabel, pipeline, recipe
 from training.objective import Objective, float32_twin
 from vit_keras import ViTConfig, atomic, tasks
@@ -56,7 +56,7 @@ class Classification(Objective):
     hints_fine_tuning = True
 
     def open_data(self, data_dir: str | None):
-        """The training and validation data (`vit.data.sources.TrainingData`), the preset's
+        """The training and validation data (`vit_app.data.sources.TrainingData`), the preset's
         classes subset applied."""
         data = self.preset.data
         return subsets.restrict_training_data(
@@ -68,7 +68,7 @@ class Classification(Objective):
         return pipeline.train_dataset(source, image_size, batch_size, self.preset, **options)
 
     def eval_batches(self, source, image_size, batch_size: int, num_classes: int, **options):
-        """Validation batches (`vit.data.evaluation.eval_dataset`'s options)."""
+        """Validation batches (`vit_app.data.evaluation.eval_dataset`'s options)."""
         return evaluation.eval_dataset(source, image_size, batch_size, num_classes=num_classes,
                                        **options)
 
@@ -89,7 +89,7 @@ class Classification(Objective):
         than 2 classes).
 
         Args:
-            data: the run's `vit.data.sources.TrainingData`.
+            data: the run's `vit_app.data.sources.TrainingData`.
         """
         if data.train.multilabel:
             raise ValueError(f"{data.train.spec} is multi-label data (an image may have several "

@@ -1,6 +1,6 @@
 """The training input pipeline that feeds `fit`: decode -> crop/resize -> batch -> augment ->
 normalise as the weights expect ([-1, 1] for the official ones) -> prefetch (evaluation
-batches: `vit.data.evaluation`). The random crops resize bilinearly whatever the weights'
+batches: `vit_app.data.evaluation`). The random crops resize bilinearly whatever the weights'
 evaluation interpolation (a training augmentation, as the official recipes do).
 
 Training batches are a pure function of (seed, epoch, step): each epoch is shuffled with its own
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from vit.data.evaluation import targets, with_options
-from vit.data.source import Source
-from vit.images import resize, scale
+from vit_app.data.evaluation import targets, with_options
+from vit_app.data.source import Source
+from vit_app.images import resize, scale
 from vit_keras.preprocessing import OFFICIAL
 from training.augment import build_augment
 

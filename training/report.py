@@ -1,11 +1,11 @@
 """What a training run tells its user: the header before it trains and the result table after.
 
-Text made from the run's values; `training.run` prints it through `vit.console`.
+Text made from the run's values; `training.run` prints it through `vit_app.console`.
 """
 
 from __future__ import annotations
 
-from vit.data.specs import parse_spec
+from vit_app.data.specs import parse_spec
 from vit_keras.config import variant_of
 
 FEW_IMAGES = 2000

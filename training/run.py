@@ -23,7 +23,7 @@ import keras
 from training import callbacks, fitting, objectives, preemption, presets, report
 from training.finish import evaluate, finish
 from training.setup import set_up
-from vit import console, outputs
+from vit_app import console, outputs
 from vit_keras import atomic
 from vit_keras.fast_paths import training_forms
 

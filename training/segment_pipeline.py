@@ -14,10 +14,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from training.pipeline import epoch_batches
-from vit.data.evaluation import with_options
-from vit.data.segmentation import mask_to_size
-from vit.data.source import Source
-from vit.images import image_hw, scale
+from vit_app.data.evaluation import with_options
+from vit_app.data.segmentation import mask_to_size
+from vit_app.data.source import Source
+from vit_app.images import image_hw, scale
 from vit_keras.preprocessing import OFFICIAL
 from vit_keras.segmentation_scores import IGNORE
 

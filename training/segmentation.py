@@ -1,10 +1,10 @@
 """The segment task's training part: a `ViTSegmenter` (a class per pixel) on image/mask pairs.
 
-Its data are image/mask pairs (`vit.data.segmentation`), augmented together
+Its data are image/mask pairs (`vit_app.data.segmentation`), augmented together
 (`training.segment_pipeline`); its loss pixel cross-entropy that ignores 255, with an optional
 Dice term (`training.segment_loss`); its best weights follow Keras' `MeanIoU` at the model's
 resolution, and metrics.json reports the exact mIoU, pixel accuracy and per-class IoU at the
-masks' own resolution (`vit.inference.segmentation_eval`). Its small-data rule sees fewer
+masks' own resolution (`vit_app.inference.segmentation_eval`). Its small-data rule sees fewer
 images than a classifier's, since every pixel is a training signal.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 from training import adapt, finetune, segment_pipeline
 from training.objective import Objective, float32_twin
 from training.segment_loss import CrossEntropyDice
-from vit.data import segmentation as segmentation_data
-from vit.inference import segmentation_eval
+from vit_app.data import segmentation as segmentation_data
+from vit_app.inference import segmentation_eval
 from vit_keras import ViTConfig
 from vit_keras.segmentation import ViTSegmenter, load_backbone
 from vit_keras.segmentation_scores import IGNORE

@@ -14,9 +14,9 @@ import keras
 import numpy as np
 
 from training import adapt, distribute, jax_distribution, objectives, presets
-from vit import console, hardware, outputs
-from vit.data import sources
-from vit.data.source import Source
+from vit_app import console, hardware, outputs
+from vit_app.data import sources
+from vit_app.data.source import Source
 from vit_keras import atomic
 
 
@@ -64,13 +64,13 @@ class Setup:
         backend: the Keras backend.
         placement: `training.distribute.Placement`.
         policy: the Keras dtype policy name.
-        data: the opened `vit.data.sources.TrainingData`.
+        data: the opened `vit_app.data.sources.TrainingData`.
         num_examples: training examples.
         plan: the batch arithmetic.
         config: the model's `ViTConfig`.
         folders: where this process writes.
         adaptation: what the small-data rule changed ('' when off).
-        start: `vit.outputs.start_mode`'s answer ('fresh', 'replace', 'resume').
+        start: `vit_app.outputs.start_mode`'s answer ('fresh', 'replace', 'resume').
         started: `time.perf_counter()` when the run began.
     """
 
@@ -199,7 +199,7 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
         preset: the fully resolved preset.
         options: the run's `RunOptions`.
         output: the output folder.
-        start: `vit.outputs.start_mode`'s answer.
+        start: `vit_app.outputs.start_mode`'s answer.
         signals: the run's `preemption.SignalWatch`.
     """
     started = time.perf_counter()

@@ -11,7 +11,7 @@ import shlex
 from training import preemption
 from training import run as training_run
 from training.presets.command_line import resolve_preset, run_options
-from vit import console
+from vit_app import console
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit train`; returns the exit status: 0; 3 when the model trained but an exported

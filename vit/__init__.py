@@ -1,12 +1,10 @@
-"""The `vit` application over the `vit_keras` library, in layers that import one way only:
+"""The `vit` command: the front door over the application, and nothing else.
 
-- the base (`console`, `outputs`, `backend`, `hardware`, `images`, `data/`): what every command
-  shares: printing, run files, the Keras backend, the one image reader, the data sources;
-- `inference/`: loading a trained model and using it: predict, evaluate, export, serve, inspect,
-  bench, weights;
-- `training/`: presets, the input pipeline, recipes, objectives, distribution and one training
-  run; a finished run exports and inspects through `inference`;
-- `cli`: the command registry on top.
+- `cli`: the sub-command registry and the backend choice before any framework loads;
+- `commands/`: each sub-command's flags and checks (`checks.py`: what several share), handing
+  over to `vit_app.inference` or `training` once the flags are read;
+- `__main__`: `python -m vit`.
 
-`inference` never imports `training`, the base imports neither, and nothing imports `cli`.
+Nothing imports this package: the application's parts live below it, in `vit_app` (the base
+and inference) and `training` (`tests/test_structure.py` holds the order).
 """

@@ -5,7 +5,7 @@ optionally `check(args)`, and its docstring's first paragraph is the command's h
 modules import no framework, so that `vit --help` and `vit CMD --help` answer at once; `main`
 parses the command line first, then `check` validates names, values, data specs and paths
 (still without a framework: a usage error is answered within a second), then `main` sets the
-Keras backend and imports TensorFlow with its start-up logging silenced (see `vit.console`),
+Keras backend and imports TensorFlow with its start-up logging silenced (see `vit_app.console`),
 then `run` imports the command's implementation.
 
 Errors look alike in every command: a bad argument or input (`ValueError`) prints one line
@@ -24,7 +24,7 @@ import importlib
 import sys
 import textwrap
 
-from vit import console
+from vit_app import console
 
 COMMANDS = {
     "train": "vit.commands.train",
@@ -99,7 +99,7 @@ def select_backend(argv: list[str]) -> None:
     """Sets the Keras backend from `vit train --backend` before any command imports Keras."""
     if not argv or argv[0] != "train":
         return
-    from vit import backend
+    from vit_app import backend
 
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--backend", default="auto")
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             return status
     with console.quiet_native_stderr():
         select_backend(argv)  # before Keras is imported (TensorFlow imports it)
-        import tensorflow  # noqa: F401  every command uses it; quietly (see vit.console)
+        import tensorflow  # noqa: F401  every command uses it; quietly (see vit_app.console)
     return _guarded(args, args.func)
 
 

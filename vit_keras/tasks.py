@@ -9,7 +9,7 @@ model's outputs. A Keras model of another library records nothing and counts as 
 
 A task is registered by one line of `TASKS`, which names its part in each layer by module:
 its head and export contract here (`TaskContract`), what `vit predict`, `evaluate`, `serve`
-and `export` do with it (`vit.inference.tasks`), its training objective (`training`), and the
+and `export` do with it (`vit_app.inference.tasks`), its training objective (`training`), and the
 facts `vit train` checks before any framework loads. Each layer imports only its own part,
 when a model of that task is used; this module names them and imports none of them.
 
@@ -32,7 +32,7 @@ class TaskParts:
     Attributes:
         head: the library module whose `TASK` is its `TaskContract` (it holds the task's
             model, or imports it).
-        inference: the `vit.inference` module whose `TASK` is its `InferenceTask`.
+        inference: the `vit_app.inference` module whose `TASK` is its `InferenceTask`.
         objective: 'module:Class' of its training objective (`training.objective.Objective`).
         labels: what its data labels images with: 'classes' or 'masks'.
         fewest_classes: the fewest classes its training data may have.
@@ -48,9 +48,9 @@ class TaskParts:
 
 
 TASKS = {
-    "classify": TaskParts("vit_keras.core.model", "vit.inference.tasks.classify",
+    "classify": TaskParts("vit_keras.core.model", "vit_app.inference.tasks.classify",
                           "training.objectives:Classification"),
-    "segment": TaskParts("vit_keras.segmentation", "vit.inference.tasks.segment",
+    "segment": TaskParts("vit_keras.segmentation", "vit_app.inference.tasks.segment",
                          "training.segmentation:Segmentation", labels="masks",
                          fewest_classes=1, preset="digits_segment"),
 }

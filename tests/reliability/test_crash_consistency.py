@@ -128,7 +128,7 @@ def run_trial(tmp_path, target, seed, export=True):
     assert not (output / "backup").exists()
     metrics = json.loads((output / "metrics.json").read_text())
     assert metrics["epochs"] == EPOCHS and np.isfinite(metrics["val_loss"])
-    from vit import outputs
+    from vit_app import outputs
 
     history = outputs.read_history(str(output / "history.csv"))
     assert max(history["epoch"]) == EPOCHS - 1

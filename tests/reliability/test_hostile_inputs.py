@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import vit_keras
-from vit import images
-from vit.data import sources
+from vit_app import images
+from vit_app.data import sources
 
 # VIT_FUZZ_EXAMPLES=500 pytest tests/reliability explores further (random, not derandomized).
 EXAMPLES = int(os.environ.get("VIT_FUZZ_EXAMPLES", "0"))

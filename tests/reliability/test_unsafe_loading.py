@@ -93,7 +93,7 @@ def test_keras_lambda_is_refused_by_every_loader(tmp_path):
     _lambda_model(str(path), marker)
     with pytest.raises(ValueError, match="[Ll]ambda"):
         keras.saving.load_model(str(path), safe_mode=True)
-    from vit.inference.model_files import load_model
+    from vit_app.inference.model_files import load_model
 
     with pytest.raises(ValueError, match="[Ll]ambda"):
         load_model(str(path))

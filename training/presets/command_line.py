@@ -10,8 +10,8 @@ import os
 
 from training import presets
 from training.presets import overrides, sections
-from vit.data import specs
-from vit.inference import export_formats
+from vit_app.data import specs
+from vit_app.inference import export_formats
 from vit_keras import families
 from vit_keras.checkpoints import keras_hub_config
 from vit_keras.config import ARCHITECTURE_FIELDS, variant_of
@@ -143,7 +143,7 @@ def preset_architecture(preset: presets.Preset) -> dict:
 
 def check_data_specs(preset: presets.Preset) -> None:
     """The preset's training and validation data specs, as far as they can be checked without
-    reading images (`vit.data.specs.check_spec`); a classifier needs 2 classes."""
+    reading images (`vit_app.data.specs.check_spec`); a classifier needs 2 classes."""
     labels, classes_needed = sections.objective_data(preset.objective.kind)
     masks = labels == "masks"
     specs.check_spec(preset.data.train, min_classes=classes_needed, segmentation=masks)

@@ -304,7 +304,7 @@ class Loop(Section):
 
     Attributes:
         mixed_precision: '' (float32), 'mixed_bfloat16' or 'mixed_float16'; 'auto' picks the
-            fastest for the hardware (`vit.hardware.fastest_policy`): bfloat16 on TPUs,
+            fastest for the hardware (`vit_app.hardware.fastest_policy`): bfloat16 on TPUs,
             Ampere+ GPUs and CPUs with AMX/AVX512-BF16, float16 on older GPUs, else float32.
         steps_per_execution: training steps per compiled call (TPUs want > 1).
         eval_every: validate every N epochs (the last epoch is always validated).

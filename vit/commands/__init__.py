@@ -6,6 +6,6 @@ before any framework is imported (names, values, data specs, paths: a usage erro
 at once); `checks.py` holds what several commands check. `vit.cli` builds the parser from these modules before it chooses the Keras
 backend and imports TensorFlow, so they import no framework: `run`'s one import, of the
 command's implementation module, is the command boundary, crossed after the backend is chosen.
-The implementation modules (`vit.inference.*`, `training.train`, `training.bench`) import what
+The implementation modules (`vit_app.inference.*`, `training.train`, `training.bench`) import what
 they need at their top.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from vit.inference.model_files import MODEL_EXTENSIONS, check_model_path
+from vit_app.inference.model_files import MODEL_EXTENSIONS, check_model_path
 from vit_keras.families import check_model_name
 from vit_keras.pretrained.references import check_weights_reference
 from vit_keras.preprocessing import PREPROCESSING_SYNTAX, Preprocessing, parse_preprocessing

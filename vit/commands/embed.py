@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from vit.commands.checks import add_preprocessing_argument, check_model
-from vit.paths import expand_images
+from vit_app.paths import expand_images
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +44,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit embed`."""
-    from vit.inference import embed
+    from vit_app.inference import embed
 
     return embed.run(args)

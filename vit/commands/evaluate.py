@@ -12,7 +12,7 @@ Examples:
 
 A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
 of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
-those of `vit.inference.multilabel_scores` (a single-label source's labels count as one class each).
+those of `vit_app.inference.multilabel_scores` (a single-label source's labels count as one class each).
 
 An exported file is evaluated as it will be deployed: its images are resized by the rule that
 export.json beside it records, and it normalises them itself; the report is the same as for the
@@ -33,7 +33,7 @@ import argparse
 
 from vit.commands.checks import (add_preprocessing_argument, check_model,
                                  check_preprocessing_target)
-from vit.data.specs import check_spec, is_segmentation_spec
+from vit_app.data.specs import check_spec, is_segmentation_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +78,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit evaluate`."""
-    from vit.inference import evaluate
+    from vit_app.inference import evaluate
 
     return evaluate.run(args)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 
 from vit.commands.checks import add_preprocessing_argument, check_model
-from vit.data.specs import check_spec
-from vit.inference.export_formats import (DEFAULT_FORMATS, FORMATS, check_formats,
+from vit_app.data.specs import check_spec
+from vit_app.inference.export_formats import (DEFAULT_FORMATS, FORMATS, check_formats,
                                           min_agreements, parse_min_agreement)
-from vit.inference.model_files import ACTIVATIONS
+from vit_app.inference.model_files import ACTIVATIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,6 +87,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit export`."""
-    from vit.inference import export
+    from vit_app.inference import export
 
     return export.run(args)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from vit.commands.checks import check_model
-from vit.paths import expand_images
+from vit_app.paths import expand_images
 from vit_keras.families import check_model_name
 
 
@@ -52,6 +52,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit inspect`."""
-    from vit.inference import inspect
+    from vit_app.inference import inspect
 
     return inspect.run(args)

@@ -13,7 +13,7 @@ Examples:
 
 A folder gives its image files and those of its sub-folders; a pattern (quoted, so that
 the shell leaves it alone; `**` spans folders) its image files. Images are checked, decoded and
-resized to the model resolution as everywhere in vit (`vit.images`), and run in batches; a file
+resized to the model resolution as everywhere in vit (`vit_app.images`), and run in batches; a file
 that is no usable image is skipped and listed at the end. Class names come from
 --labels, else the labels.txt next to the model, else (ImageNet heads of pretrained --weights)
 the ImageNet class names shipped with vit_keras. A multi-label model (`vit train --set
@@ -30,7 +30,7 @@ import argparse
 
 from vit.commands.checks import (add_preprocessing_argument, check_model,
                                  check_preprocessing_target)
-from vit.paths import expand_images
+from vit_app.paths import expand_images
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +82,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit predict`."""
-    from vit.inference import predict
+    from vit_app.inference import predict
 
     return predict.run(args)

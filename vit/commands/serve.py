@@ -72,6 +72,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit serve` until SIGTERM or Ctrl+C, answers the requests in flight, returns 0."""
-    from vit.inference import serve
+    from vit_app.inference import serve
 
     return serve.run(args)

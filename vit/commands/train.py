@@ -31,7 +31,7 @@ import argparse
 
 from training import presets
 from training.presets import command_line, overrides, sections
-from vit.backend import BACKENDS
+from vit_app.backend import BACKENDS
 from vit.commands.checks import add_preprocessing_argument
 from vit_keras import tasks
 from vit_keras.pretrained.references import check_weights_reference

@@ -26,6 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit weights`."""
-    from vit.inference import weights
+    from vit_app.inference import weights
 
     return weights.run(args)

@@ -1,0 +1,155 @@
+"""The report of an export: export.json's fields, its Markdown table, the rows `vit train`'s
+result table shows, and the lines and exit status of files that failed their check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from vit_app import console
+from vit_app.inference.export_writers import LATENCY_THREADS
+from vit_keras import atomic
+from vit_keras.core.model import preprocessing_of
+from vit_keras.export import graph
+from vit_keras.export.agreement import logit_agreement
+
+REPORT_NAME = "export.json"
+EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
+
+
+def header(eval_images, latency_runs: int, keras_scores: dict, task) -> dict:
+    """export.json before the formats: the input contract, the evaluation and timing setup.
+
+    Args:
+        eval_images: the images every file is compared with Keras on.
+        latency_runs: timed batch-1 calls per file.
+        keras_scores: the Keras model's scores (its task's `label_scores`).
+        task: the model's `vit_app.inference.tasks.InferenceTask`: export.json records its name
+            and what its files agree with Keras on ('top-1', a segmenter's 'pixels').
+
+    Returns:
+        The report, its 'formats' empty.
+    """
+    return {
+        "task": task.name,
+        "input": {"shape": list(eval_images.shape[1:]), "dtype": "float32",
+                  "range": [0, 255], "layout": "NHWC RGB"},
+        "eval_examples": int(len(eval_images)),
+        "agreement": task.agreement,
+        "columns": {"agreement": task.agreement_column, "score": task.score_column},
+        "latency": {"batch_size": 1, "threads": LATENCY_THREADS, "runs": latency_runs,
+                    "statistic": "median of 5 interleaved rounds (each a median)"},
+        "keras": keras_scores,
+        "formats": {},
+    }
+
+
+def model_contract(model, image_size, activation) -> dict:
+    """export.json's account of what the runtimes must do around the files."""
+    # The exported graphs normalise inside; a runtime still resizes by the weights' rule.
+    return {"serving_default_any_size": image_size is None and graph.takes_any_size(model),
+            "activation": activation or "softmax",
+            "preprocessing": preprocessing_of(model).to_dict()}
+
+
+def agreement_columns(logits, keras_logits, labels, task) -> dict:
+    """An exported file's logits against Keras': max |difference|, top-1 (or pixel)
+    agreement, and its scores on `labels` by its `task` (accuracy, mAP or mIoU)."""
+    return {**logit_agreement(logits, keras_logits), **task.label_scores(logits, labels)}
+
+
+def write(report: dict, output_dir: str) -> None:
+    """Writes `report` as export.json into `output_dir` (atomically)."""
+    atomic.write_bytes(os.path.join(output_dir, REPORT_NAME),
+                       (json.dumps(report, indent=2) + "\n").encode())
+
+
+def format_report(report: dict) -> str:
+    """export.json as a Markdown table: format, size, latency, accuracy, agreement, logit diff
+    and the check against the format's bar."""
+    lines = [f"| format | size (MB) | latency (ms) | {_score_name(report)} | "
+             f"{_agreement_name(report)} | max logit diff | check |",
+             "|---|---|---|---|---|---|---|"]
+    lines.append(f"| keras | | | {_score(report['keras'])} | | | |")
+    for name, entry in report["formats"].items():
+        latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
+        lines.append(f"| {name} | {entry['size_bytes'] / 1e6:.2f} | {latency} | "
+                     f"{_score(entry)} | {_percent(entry['top1_agreement'])} | "
+                     f"{entry['max_abs_logit_diff']:.2e} | {check_label(entry)} |")
+    return "\n".join(lines)
+
+
+def summary_rows(report: dict) -> list[tuple[str, str]]:
+    """One (file, 'agreement ..., accuracy ..., check') row per exported format, for the result
+    table of `vit train`."""
+    rows = []
+    for entry in report["formats"].values():
+        score = _score(entry)
+        prefix = "mIoU " if "mIoU" in entry else "" if entry.get("mAP") is not None else \
+            "top-1 "
+        rows.append((entry.get("rejected_file") or entry["file"],
+                     f"{'pixel ' if report.get('agreement') == 'pixels' else ''}agreement "
+                     f"{_percent(entry['top1_agreement'])}"
+                     f"{', ' + prefix + score if score else ''}, {check_label(entry)}"))
+    return rows
+
+
+def check_label(entry: dict) -> str:
+    """'ok (>= 98.00%)', 'FAILED (< 98.00%)', or 'not checked' (int8 on random images)."""
+    if entry.get("min_agreement") is None:
+        return "not checked"
+    if entry["passed"]:
+        return f"ok (>= {_percent(entry['min_agreement'])})"
+    return f"FAILED (< {_percent(entry['min_agreement'])})"
+
+
+def failure_line(name: str, entry: dict, agreement: str = "top-1 agreement") -> str:
+    """One line saying which file failed its check, by how much, where it went, what to try
+    (`agreement`: what was measured, 'top-1 agreement' or 'pixel agreement')."""
+    return (f"export: {name} FAILED: {agreement} with the Keras model "
+            f"{_percent(entry['top1_agreement'])} < {_percent(entry['min_agreement'])}; "
+            f"not written as {entry['file']} (kept as {entry['rejected_file']} to inspect); "
+            f"{entry['advice']}")
+
+
+def report_failures(report: dict, command: str = "vit export") -> int:
+    """Prints one line per file that failed its check (on stderr).
+
+    Args:
+        report: the export's report.
+        command: who exported, for the closing line.
+
+    Returns:
+        The exit status: 0, or `EXIT_EXPORT_FAILED`.
+    """
+    for name in report["failed"]:
+        console.say(failure_line(name, report["formats"][name], _agreement_name(report)),
+                    error=True)
+    if not report["failed"]:
+        return 0
+    console.say(f"{command}: {len(report['failed'])} of {len(report['formats'])} exported files "
+                f"FAILED their agreement check and were not written under their names; exit "
+                f"status {EXIT_EXPORT_FAILED}", error=True)
+    return EXIT_EXPORT_FAILED
+
+
+def _percent(value) -> str:
+    return "" if value is None else f"{100 * value:.2f}%"
+
+
+def _agreement_name(report: dict) -> str:
+    return report.get("columns", {}).get("agreement", "top-1 agreement")
+
+
+def _score_name(report: dict) -> str:
+    return report.get("columns", {}).get("score", "accuracy")
+
+
+def _score(entry: dict) -> str:
+    """The accuracy column: top-1, the mAP of a multi-label model, or a segmenter's mIoU."""
+    if "mIoU" in entry:
+        return _percent(entry["mIoU"])
+    if entry.get("mAP") is not None:
+        return f"{_percent(entry['mAP'])} mAP"
+    return _percent(entry["accuracy"])

@@ -1,0 +1,96 @@
+"""`vit predict` with a segmenter (`vit train --task segment`'s model.keras): a class for every
+pixel of each image, at the image's own size.
+
+Each image goes through the model at its size; the class probabilities are resized bilinearly
+to the image's original size and the most probable class is the pixel's. Per image, into the
+`--masks` folder: `<stem>.png`, the class ids as a palette PNG (the form Pascal VOC ships and
+`folder:` segmentation data takes back), and `<stem>_overlay.png`, the image with the classes
+blended over it (background left clear). The table gives each image's classes by the share of
+pixels they cover.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import io
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from vit_app.images import pixel_size
+from vit_keras import atomic
+
+OVERLAY_OPACITY = 0.5
+
+
+def palette(num_classes: int) -> np.ndarray:
+    """uint8 [256, 3]: black for class 0 (background), well-spread hues for the others, grey
+    for 255 (ignore)."""
+    colours = np.zeros((256, 3), np.uint8)
+    for index in range(1, num_classes):
+        hue = (index * 0.618033988749895) % 1.0  # golden-ratio steps keep neighbours apart
+        colours[index] = np.round(np.array(colorsys.hsv_to_rgb(hue, 0.75, 0.95)) * 255)
+    colours[255] = (128, 128, 128)
+    return colours
+
+
+def class_mask(probabilities: np.ndarray, height: int, width: int) -> np.ndarray:
+    """[h, w, classes] probabilities at the model's size -> uint8 [height, width] class ids."""
+    full = tf.image.resize(probabilities[None].astype(np.float32), (height, width),
+                           method="bilinear")[0]
+    return np.argmax(full.numpy(), axis=-1).astype(np.uint8)
+
+
+def write_mask_files(folder: str, stem: str, image_bytes: bytes, mask: np.ndarray,
+                     colours: np.ndarray) -> tuple[str, str]:
+    """`<stem>.png` (palette PNG of the ids) and `<stem>_overlay.png`, each written whole."""
+    from PIL import Image
+
+    picture = Image.new("P", mask.shape[::-1])
+    picture.putdata(mask.ravel().tolist())
+    picture.putpalette(colours.ravel().tolist())
+    with Image.open(io.BytesIO(image_bytes)) as image:
+        rgb = np.asarray(image.convert("RGB"), np.float32)
+    painted = colours[mask].astype(np.float32)
+    alpha = np.where(mask[..., None] == 0, 0.0, OVERLAY_OPACITY)
+    overlay = np.round(rgb * (1 - alpha) + painted * alpha).astype(np.uint8)
+    paths = os.path.join(folder, f"{stem}.png"), os.path.join(folder, f"{stem}_overlay.png")
+    for path, result in zip(paths, (picture, Image.fromarray(overlay))):
+        buffer = io.BytesIO()
+        result.save(buffer, format="PNG")
+        atomic.write_bytes(path, buffer.getvalue())
+    return paths
+
+
+def segment_files(model, readable, top_k: int, batch_size: int, folder: str) -> list[dict]:
+    """Masks and overlays of every image; rows [{'file', 'top': [(class, pixel share)],
+    'mask', 'overlay'}] for the table and `--output`."""
+    names, colours = model.class_names, palette(model.num_classes)
+    atomic.makedirs(folder)
+    rows, stems = [], set()
+    for start in range(0, len(readable), batch_size):
+        batch = readable[start:start + batch_size]
+        probabilities = model.predict_encoded([data for _, data in batch])["probabilities"]
+        for (path, data), scores in zip(batch, probabilities):
+            width, height = pixel_size(data)
+            mask = class_mask(np.asarray(scores), height, width)
+            stem = _unique_stem(path, stems)
+            mask_path, overlay_path = write_mask_files(folder, stem, data, mask, colours)
+            shares = np.bincount(mask.ravel(), minlength=len(names)) / mask.size
+            order = [index for index in np.argsort(-shares, kind="stable") if shares[index]]
+            rows.append({"file": path, "mask": mask_path, "overlay": overlay_path,
+                         "top": [(names[index], float(shares[index]))
+                                 for index in order[:top_k]]})
+    return rows
+
+
+def _unique_stem(path: str, taken: set) -> str:
+    """The file's stem, numbered when two images of the run share it."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    candidate, number = stem, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{stem}_{number}"
+    taken.add(candidate)
+    return candidate

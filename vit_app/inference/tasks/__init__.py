@@ -1,0 +1,83 @@
+"""What `vit predict`, `vit evaluate`, `vit serve` and `vit export` do per task.
+
+A loaded model (`vit_app.inference.classifier.Classifier`) records its task (`Classifier.task`:
+a Keras model's own record, an exported file's export.json or config.json); each command asks
+that task's `InferenceTask` what to write, score, answer and draw, and never looks at the
+shape of the model's outputs to decide. A task's inference part is one module of this
+package, named with its other parts by the task's line in `vit_keras.tasks.TASKS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vit_keras import tasks as library_tasks
+
+
+class InferenceTask:
+    """The interface of a task's inference part; each task's module subclasses it.
+
+    Attributes:
+        name: the task's name, as models record it (`vit_keras.tasks`).
+        logits_rank: dimensions of its logits, batch included ([batch, classes]: 2); a file
+            whose outputs have another rank was recorded with the wrong task.
+        agreement: what an exported file is compared with Keras on (export.json's
+            `agreement`).
+        agreement_column, score_column: the export table's names of the agreement and of the
+            score on labelled images.
+        label_kind: what its data labels an image with ('classes' or 'masks'), for the data
+            `vit export --data` reads.
+        verb: what the page says while the model works ('Classifying').
+    """
+
+    name = ""
+    logits_rank = 2
+    agreement = "top-1"
+    agreement_column = "top-1 agreement"
+    score_column = "accuracy"
+    label_kind = "classes"
+    verb = "Classifying"
+
+    def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
+        """`vit predict`: (a row per image for `--output`, the text printed)."""
+        raise NotImplementedError
+
+    def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
+        """`vit evaluate`: scores `model` on `args.data`; (the results `--output` gets, the
+        report's lines)."""
+        raise NotImplementedError
+
+    def label_scores(self, logits, labels) -> dict:
+        """export.json's scores of logits against labels (`{'accuracy': None}` without)."""
+        raise NotImplementedError
+
+    def answer(self, model, kind: str, inputs, outputs: dict) -> dict:
+        """The batch answer `vit serve` returns for the model's `outputs` on `inputs` (`kind`:
+        'images', 'encoded' or 'explain', the page's call)."""
+        return outputs
+
+    def explains(self, model) -> bool:
+        """Whether the page's call runs as 'explain' (adds what the page draws beside)."""
+        return False
+
+    def page_answer(self, name: str, model, outputs: dict) -> dict:
+        """The page's JSON for one image's `answer`."""
+        raise NotImplementedError
+
+    def page_features(self, model) -> dict:
+        """What the page may show for this model, beside its name and size."""
+        return {"heatmap": False}
+
+    def serving_outputs(self, height: int, width: int, num_classes: int) -> dict:
+        """{output name: (TF dtype name, shape)} of the REST predict answer (`-1`: any)."""
+        return {name: ("DT_FLOAT", [-1, num_classes]) for name in ("probabilities", "logits")}
+
+
+def get(name: str) -> InferenceTask:
+    """The `InferenceTask` of the task `name` (raises ValueError for an unknown one)."""
+    return library_tasks.load_part(library_tasks.parts(name).inference)
+
+
+def whole_image(name: str) -> bool:
+    """Whether encoded images are resized whole for the task (never centre-cropped)."""
+    return library_tasks.contract(name).whole_image
