@@ -5,8 +5,9 @@
 Trains the `digits_tiny` preset (16 px) with `--set model.dynamic_image_size=true` three times,
 with the preset's plain resize and with random-resized crops (`train_crop=inception`, the FixRes
 setting: objects look larger in training than in a centred test image; with the preset's
-minimum crop area 0.05, and with 0.35), then evaluates the models on digits' test split at every size with `vit_app.inference.evaluate.evaluate` (the position
-embeddings resampled at call time). Prints a Markdown table of top-1 per training crop and
+minimum crop area 0.05, and with 0.35), then evaluates the models on digits' test split at
+every size with `vit_app.inference.evaluate.evaluate` (the position embeddings resampled at
+call time). Prints a Markdown table of top-1 per training crop and
 evaluation size.
 """
 

@@ -7,7 +7,8 @@ under a file lock; every other asker waits for that build and then reads the sam
 The folder's name is `name` plus a digest of `key` (what the test asks for: a config, training
 options) and of `CODE_KEY` (every source file of the packages that shape a model or a run, the
 test helpers that train, and the versions of the frameworks). A changed line in `vit_keras/`,
-`vit_app/`, `training/` or `vit/`, or a new Keras, therefore builds afresh; nothing stale is ever read.
+`vit_app/`, `training/` or `vit/`, or a new Keras, therefore builds afresh; nothing stale is
+ever read.
 
 The artifacts live under `$VIT_TEST_ARTIFACTS` (default `~/.cache/vit_keras/test-artifacts`), so
 the slow tier reuses what the default tier built. Entries unused for a week are removed at the
