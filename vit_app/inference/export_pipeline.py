@@ -134,21 +134,23 @@ def _write_checked(export_format, job: WriteJob, folders, evaluation: Evaluation
              **export_report.agreement_columns(logits, evaluation.keras_logits,
                                                evaluation.labels, evaluation.task),
              **entry}
-    entry.update(_check(export_format, entry, bar))
+    entry.update(_check(export_format, entry, bar, evaluation.task))
     path = _publish(staged, output_dir, export_format.file, entry["passed"])
     if not entry["passed"]:
         entry["rejected_file"] = os.path.join(REJECTED_DIR, export_format.file)
     return entry, path
 
 
-def _check(export_format, entry: dict, bar) -> dict:
-    """The gate's fields of a format's entry: min_agreement, passed and (failed) advice."""
+def _check(export_format, entry: dict, bar, task) -> dict:
+    """The gate's fields of a format's entry, as its `task` judges it: min_agreement, passed
+    and (failed) why and what to try."""
     if bar is None:
         return {"min_agreement": None, "passed": True}
-    passed = entry["top1_agreement"] >= bar
-    fields = {"min_agreement": bar, "passed": passed}
-    if not passed:
-        fields["advice"] = export_format.advice
+    failure, computes_otherwise = task.check(entry, bar, export_format.quantization)
+    fields = {"min_agreement": bar, "passed": failure is None}
+    if failure is not None:
+        fields.update(failure=failure, advice=export_format.advice if computes_otherwise
+                      else task.near_tie_advice())
     return fields
 
 

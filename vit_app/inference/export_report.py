@@ -55,8 +55,10 @@ def model_contract(model, image_size, activation) -> dict:
 
 def agreement_columns(logits, keras_logits, labels, task) -> dict:
     """An exported file's logits against Keras': max |difference|, top-1 (or pixel)
-    agreement, and its scores on `labels` by its `task` (accuracy, mAP or mIoU)."""
-    return {**logit_agreement(logits, keras_logits), **task.label_scores(logits, labels)}
+    agreement, its scores on `labels` by its `task` (accuracy, mAP or mIoU) and what else the
+    task judges a file by (`InferenceTask.file_agreement`)."""
+    return {**logit_agreement(logits, keras_logits), **task.label_scores(logits, labels),
+            **task.file_agreement(logits, keras_logits, labels)}
 
 
 def write(report: dict, output_dir: str) -> None:
@@ -75,7 +77,7 @@ def format_report(report: dict) -> str:
     for name, entry in report["formats"].items():
         latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
         lines.append(f"| {name} | {entry['size_bytes'] / 1e6:.2f} | {latency} | "
-                     f"{_score(entry)} | {_percent(entry['top1_agreement'])} | "
+                     f"{_score(entry)} | {_agreement(entry)} | "
                      f"{entry['max_abs_logit_diff']:.2e} | {check_label(entry)} |")
     return "\n".join(lines)
 
@@ -90,7 +92,7 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
             "top-1 "
         rows.append((entry.get("rejected_file") or entry["file"],
                      f"{'pixel ' if report.get('agreement') == 'pixels' else ''}agreement "
-                     f"{_percent(entry['top1_agreement'])}"
+                     f"{_agreement(entry)}"
                      f"{', ' + prefix + score if score else ''}, {check_label(entry)}"))
     return rows
 
@@ -107,9 +109,10 @@ def check_label(entry: dict) -> str:
 def failure_line(name: str, entry: dict, agreement: str = "top-1 agreement") -> str:
     """One line saying which file failed its check, by how much, where it went, what to try
     (`agreement`: what was measured, 'top-1 agreement' or 'pixel agreement')."""
-    return (f"export: {name} FAILED: {agreement} with the Keras model "
-            f"{_percent(entry['top1_agreement'])} < {_percent(entry['min_agreement'])}; "
-            f"not written as {entry['file']} (kept as {entry['rejected_file']} to inspect); "
+    failure = entry.get("failure") or (  # the task's reason (older reports: the agreement)
+        f"{agreement} with the Keras model {_percent(entry['top1_agreement'])} < "
+        f"{_percent(entry['min_agreement'])}")
+    return (f"export: {name} FAILED: {failure}; not written as {entry['file']} (kept as {entry['rejected_file']} to inspect); "
             f"{entry['advice']}")
 
 
@@ -132,6 +135,14 @@ def report_failures(report: dict, command: str = "vit export") -> int:
                 f"FAILED their agreement check and were not written under their names; exit "
                 f"status {EXIT_EXPORT_FAILED}", error=True)
     return EXIT_EXPORT_FAILED
+
+
+def _agreement(entry: dict) -> str:
+    """The agreement cell: argmax agreement, and that of the decisive pixels where the task
+    judges by them."""
+    decisive = entry.get("decisive_agreement")
+    return _percent(entry["top1_agreement"]) + (
+        "" if decisive is None else f" (decisive {_percent(decisive)})")
 
 
 def _percent(value) -> str:

@@ -51,6 +51,36 @@ class InferenceTask:
         """export.json's scores of logits against labels (`{'accuracy': None}` without)."""
         raise NotImplementedError
 
+    def file_agreement(self, logits, keras_logits, labels) -> dict:
+        """export.json's columns of an exported file beyond its argmax agreement with Keras
+        (`top1_agreement`) and its `label_scores`, for `check` to judge (none)."""
+        return {}
+
+    def check(self, entry: dict, bar: float, quantization: str | None) -> tuple[str | None, bool]:
+        """Whether an exported file is still its model.
+
+        Args:
+            entry: the file's export.json entry (`top1_agreement`, `file_agreement`'s columns,
+                its label scores).
+            bar: the agreement it must reach (`vit_keras.export.bars`, or `--min-agreement`).
+            quantization: the file's (None or 'float32', 'fp16', 'dynamic_int8', 'int8').
+
+        Returns:
+            (None when it passes, else why it fails; whether the failure means the file
+            computes something other than its model, so that the format's own advice applies:
+            for a float file, a bug). Here: its top-1 agreement against `bar`.
+        """
+        agreement = entry["top1_agreement"]
+        if agreement >= bar:
+            return None, False
+        return (f"{self.agreement_column} with the Keras model {percent(agreement)} < "
+                f"{percent(bar)}", True)
+
+    def near_tie_advice(self) -> str:
+        """What to try when a file fails without computing something else (`check`'s second
+        answer False)."""
+        return ""
+
     def answer(self, model, kind: str, inputs, outputs: dict) -> dict:
         """The batch answer `vit serve` returns for the model's `outputs` on `inputs` (`kind`:
         'images', 'encoded' or 'explain', the page's call)."""
@@ -71,6 +101,11 @@ class InferenceTask:
     def serving_outputs(self, height: int, width: int, num_classes: int) -> dict:
         """{output name: (TF dtype name, shape)} of the REST predict answer (`-1`: any)."""
         return {name: ("DT_FLOAT", [-1, num_classes]) for name in ("probabilities", "logits")}
+
+
+def percent(value) -> str:
+    """0.9876 -> '98.76%' (the export table's form)."""
+    return f"{100 * value:.2f}%"
 
 
 def get(name: str) -> InferenceTask:
