@@ -419,11 +419,13 @@ def test_vit_train_fine_tunes_family_weights_with_their_preprocessing(tmp_path, 
                      "--set", "schedule.epochs=1", "--no-export", "--no-inspect",
                      "--output", str(tmp_path / "run")]) == 0
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert recorded["model"]["preprocessing"] == families.IMAGENET_FULL.to_dict()
+    assert recorded["preprocessing"] == families.IMAGENET_FULL.to_dict()  # the model's record
+    assert recorded["preset"]["data"]["preprocessing"] == families.IMAGENET_FULL.to_dict()
+    assert "preprocessing" not in recorded["model"]  # the architecture alone
     assert recorded["model"]["num_register_tokens"] == 4
     model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"), safe_mode=True)
     assert model.preprocessing == families.IMAGENET_FULL
-    assert presets.get_preset("digits_tiny").model.preprocessing == preprocessing.OFFICIAL
+    assert presets.get_preset("digits_tiny").data.preprocessing == preprocessing.OFFICIAL
 
 
 # --- Hugging Face transformers and big_vision files -----------------------------------------
