@@ -18,16 +18,15 @@ and triangles (4 classes with the background) in random colours and sizes, which
 
 Membranes (`benchmarks/dense_sets.py`): 24 training and 6 validation grayscale slices of 512x512
 px whose class is the 1-3 px membrane between cells (7% of the pixels), the shape of a user's
-microscopy folder. Here the U-Net trains on random 128x128 crops at the slices' own
-resolution (with flips) and, being fully convolutional, segments the whole 512 px validation
-slices; as a reference, the preset's ViT with 8 px patches and `dynamic_image_size` trains on
-the same crops through the Python API and segments the whole slices the same way. Every model
-is scored on the full-resolution masks.
+microscopy folder. The plain command trains them as 128 px crops at their own resolution (the
+small-data rule for large images); the U-Net trains on random 128x128 crops of the same slices
+(with flips) for the ViT's training seconds and, being fully convolutional, segments the whole
+512 px validation slices, as the ViT does. Every model is scored on the full-resolution masks.
 
-    python benchmarks/segmentation.py                  # about 12 minutes on 2 cores
-    python benchmarks/segmentation.py --pretrained     # + the default job, 3 fine-tunings: 22 min
-    python benchmarks/segmentation.py --only membranes # the membrane slices alone: 9 minutes
-    python benchmarks/segmentation.py --train-args "--set objective.segment_head=linear --epochs 20"
+    python benchmarks/segmentation.py                  # about 15 minutes on 2 cores
+    python benchmarks/segmentation.py --pretrained     # + the default job, 3 fine-tunings
+    python benchmarks/segmentation.py --only membranes # the membrane slices alone: 6 minutes
+    python benchmarks/segmentation.py --no-unet --train-args "--set objective.segment_head=linear"
 """
 
 from __future__ import annotations
@@ -42,10 +41,12 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# What a few dozen large slices are worth to a user: minutes, not the seconds the small-data
-# rule gives them today. The U-Net's membrane row at this budget shows what is reachable.
-UNET_REFERENCE_SECONDS = 180
+# A few hundred steps in all: Keras' default BatchNorm momentum (0.99) leaves the moving
+# statistics a third short of the data's, and the inference-mode U-Net then calls every pixel a
+# cell (membrane IoU 0% at 100 steps, 87% with the batch's own statistics).
 CROP_NORM_MOMENTUM = 0.9
+DATA_SETS = ("digit-scenes", "shape-scenes", "membranes")
+MARGIN_POINTS = 2  # the ViT's mIoU should be within this of the same-time U-Net's, or above
 sys.path.insert(0, REPO)
 
 
@@ -236,35 +237,14 @@ def _slices(folder: str):
     return images, masks
 
 
-def _compiled_native_vit(classes: int, epochs: int, steps: int, crop: int = 128):
-    """The default segmentation preset's ViT (conv stem, locality attention, progressive head)
-    with 8 px patches, built for `crop` px crops and taking any size (`dynamic_image_size`:
-    the position embeddings are resampled to a whole slice's grid), trained as the U-Net is."""
-    import keras
-
-    from training.presets import get_preset
-    from vit_keras import ViTSegmenter
-
-    config = get_preset("digits_segment").model.replace(
-        image_size=crop, patch_size=8, num_classes=classes, dynamic_image_size=True)
-    model = ViTSegmenter(config, head="progressive", head_width=64, head_stages=3)
-    schedule = keras.optimizers.schedules.CosineDecay(2e-3, max(1, epochs * steps))
-    model.compile(keras.optimizers.AdamW(schedule, weight_decay=0.05, clipnorm=1.0),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=255))
-    return model
-
-
-def _crop_model(kind: str, epochs: int, steps: int):
-    if kind == "vit":
-        return _compiled_native_vit(2, epochs, steps)
+def _crop_unet(epochs: int, steps: int):
     return _compiled_unet(2, epochs, steps, size=None, norm_momentum=CROP_NORM_MOMENTUM)
 
 
 def run_unet_crops(budget_seconds: float, train_dir: str, val_dir: str, crop: int = 128,
-                   batch: int = 16, kind: str = "unet") -> dict:
-    """The U-Net (or, `kind` 'vit', the native-crop ViT) on random `crop`-px crops of the
-    slices at their own resolution (flipped at random), for `budget_seconds`, then scored on
-    the whole validation slices."""
+                   batch: int = 16) -> dict:
+    """The U-Net on random `crop`-px crops of the slices at their own resolution (flipped at
+    random), for `budget_seconds`, then scored on the whole validation slices."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -285,15 +265,12 @@ def run_unet_crops(budget_seconds: float, train_dir: str, val_dir: str, crop: in
     seeds = tf.data.Dataset.counter().map(lambda step: tf.stack([step, step * 7 + 3]))
     stream = seeds.map(cropped).batch(batch).prefetch(tf.data.AUTOTUNE)
     steps = 50
-    # A few hundred steps in all: Keras' default BatchNorm momentum (0.99) leaves the moving
-    # statistics a third short of the data's, and the inference-mode U-Net then calls every
-    # pixel a cell (membrane IoU 0% at 100 steps, 87% with the batch's own statistics).
-    probe = _crop_model(kind, 2, steps)
+    probe = _crop_unet(2, steps)
     probe.fit(stream, epochs=1, steps_per_epoch=5, verbose=0)  # traced: then time a few steps
     started = time.perf_counter()
     probe.fit(stream, epochs=1, steps_per_epoch=5, verbose=0)
     epochs = max(1, round(budget_seconds / ((time.perf_counter() - started) / 5 * steps)))
-    model = _crop_model(kind, epochs, steps)
+    model = _crop_unet(epochs, steps)
     started = time.perf_counter()
     history = model.fit(stream, epochs=epochs, steps_per_epoch=steps, verbose=0,
                         callbacks=[_stop_at_budget(model, budget_seconds)])
@@ -310,7 +287,7 @@ def run_unet_crops(budget_seconds: float, train_dir: str, val_dir: str, crop: in
                                                                model.get_weights()))}
 
 
-def membrane_rows(train_args: list, folder: str) -> list:
+def membrane_rows(train_args: list, folder: str, unet: bool = True) -> list:
     """The ViT by the plain command on the membrane slices, and the U-Net on native crops given
     its training seconds."""
     from dense_sets import make_membranes
@@ -320,19 +297,14 @@ def membrane_rows(train_args: list, folder: str) -> list:
     vit = run_vit(["--data", train, "--val-data", val, *train_args],
                   os.path.join(folder, "vit-membranes"))
     rows = [("membranes: ViT (vit train --task segment)", vit)]
-    for budget, label, kind in (
-            (vit["train_seconds"], "U-Net, 128 px native crops, same training time", "unet"),
-            (UNET_REFERENCE_SECONDS, f"U-Net, 128 px native crops, {UNET_REFERENCE_SECONDS} s",
-             "unet"),
-            (UNET_REFERENCE_SECONDS, f"ViT, 128 px native crops, {UNET_REFERENCE_SECONDS} s",
-             "vit")):
-        task = {"budget": budget, "train": train.split(":", 1)[1],
-                "val": val.split(":", 1)[1], "crops": kind}
-        result = os.path.join(folder, f"crops-membranes-{len(rows)}.json")
-        peak = _run([sys.executable, os.path.abspath(__file__), "--unet",
-                     json.dumps({**task, "result": result})])
-        with open(result) as handle:
-            rows.append((f"membranes: {label}", {**json.load(handle), "peak_mb": peak}))
+    if unet:
+        task = {"budget": vit["train_seconds"], "train": train.split(":", 1)[1],
+                "val": val.split(":", 1)[1], "crops": True,
+                "result": os.path.join(folder, "unet-membranes.json")}
+        peak = _run([sys.executable, os.path.abspath(__file__), "--unet", json.dumps(task)])
+        with open(task["result"]) as handle:
+            rows.append(("membranes: U-Net, 128 px native crops, same training time",
+                         {**json.load(handle), "peak_mb": peak}))
     return rows
 
 
@@ -342,13 +314,16 @@ def _row(name: str, result: dict) -> str:
             f"{result['epochs']:7d} {result['total_weights']:9,d} {result['peak_mb']:8.0f}")
 
 
-def compare(name: str, train_spec: str, val_spec: str, train_args: list, folder: str) -> list:
+def compare(name: str, train_spec: str, val_spec: str, train_args: list, folder: str,
+            unet: bool = True) -> list:
     """The ViT from scratch and the U-Net given its training seconds, on one data set."""
     data = ["--data", train_spec] + (["--val-data", val_spec] if val_spec != train_spec else [])
     vit = run_vit(data + train_args, os.path.join(folder, f"vit-{name}"))
-    baseline = run_unet_process(vit["train_seconds"], train_spec, val_spec, folder)
-    return [(f"{name}: ViT (vit train --task segment)", vit),
-            (f"{name}: U-Net, same training time", baseline)]
+    rows = [(f"{name}: ViT (vit train --task segment)", vit)]
+    if unet:
+        rows.append((f"{name}: U-Net, same training time",
+                     run_unet_process(vit["train_seconds"], train_spec, val_spec, folder)))
+    return rows
 
 
 def pretrained_rows(train_args: list, folder: str) -> list:
@@ -370,32 +345,37 @@ def main() -> None:
     parser.add_argument("--train-args", default="", help="more `vit train` arguments")
     parser.add_argument("--pretrained", action="store_true",
                         help="also the default classification job's encoder, fine-tuned")
-    parser.add_argument("--only", choices=["membranes"],
-                        help="only this data set's rows (the others take about 12 minutes)")
+    parser.add_argument("--only", choices=DATA_SETS, action="append",
+                        help="only this data set's rows (repeatable; default: all three)")
+    parser.add_argument("--no-unet", action="store_true",
+                        help="the ViT rows alone (to compare `--train-args` variants)")
     parser.add_argument("--unet", help=argparse.SUPPRESS)  # the U-Net's own process
     args = parser.parse_args()
     if args.unet:
         task = json.loads(args.unet)
         if task.get("crops"):
-            result = run_unet_crops(task["budget"], task["train"], task["val"],
-                                    kind=task["crops"])
+            result = run_unet_crops(task["budget"], task["train"], task["val"])
         else:
             result = run_unet(task["budget"], task["train"], task["val"])
         with open(task["result"], "w") as handle:
             json.dump(result, handle)
         return
-    train_args = shlex.split(args.train_args)
+    train_args, unet = shlex.split(args.train_args), not args.no_unet
+    only = args.only or DATA_SETS
     with tempfile.TemporaryDirectory() as folder:
         shapes = os.path.join(folder, "shapes")
         rows = []
-        if not args.only:
-            rows = compare("digit-scenes", "digit-scenes", "digit-scenes", train_args, folder)
-            if args.pretrained:
-                rows += pretrained_rows(train_args, folder)
+        if "digit-scenes" in only:
+            rows += compare("digit-scenes", "digit-scenes", "digit-scenes", train_args, folder,
+                            unet)
+        if args.pretrained:
+            rows += pretrained_rows(train_args, folder)
+        if "shape-scenes" in only:
             rows += compare("shape-scenes", make_shape_scenes(shapes + "-train", 1200, seed=1),
                             make_shape_scenes(shapes + "-val", 300, seed=2), train_args,
-                            folder)
-        rows += membrane_rows(train_args, folder)
+                            folder, unet)
+        if "membranes" in only:
+            rows += membrane_rows(train_args, folder, unet)
     print(f"\n{'model':<58} {'mIoU':>7} {'pixel acc':>10} {'train s':>8} {'epochs':>7} "
           f"{'weights':>9} {'peak MB':>8}")
     for name, result in rows:
@@ -411,9 +391,12 @@ def main() -> None:
         if len(pair) != 2:
             continue
         vit, unet = pair
-        print(f"{data}: mIoU ratio ViT / U-Net {vit['val_mIoU'] / max(unet['val_mIoU'], 1e-9):.2f}"
-              f", U-Net trained {unet['train_seconds']:.0f} s of its {vit['train_seconds']:.0f} s"
-              f" budget ({unet['epochs']} of {unet['planned_epochs']} planned epochs)")
+        points = 100 * (vit["val_mIoU"] - unet["val_mIoU"])
+        verdict = "within" if points >= -MARGIN_POINTS else "NOT within"
+        print(f"{data}: ViT - U-Net {points:+.1f} mIoU points ({verdict} {MARGIN_POINTS} of "
+              f"the U-Net), ratio {vit['val_mIoU'] / max(unet['val_mIoU'], 1e-9):.2f}; U-Net "
+              f"trained {unet['train_seconds']:.0f} s of its {vit['train_seconds']:.0f} s budget "
+              f"({unet['epochs']} of {unet['planned_epochs']} planned epochs)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ def _images(config, batch=2, size=None, seed=0):
 
 
 @pytest.mark.parametrize("head, blocks", [("linear", None), ("linear", 2),
-                                          ("progressive", None), ("progressive", [0, -1])])
+                                          ("progressive", None), ("progressive", [0, -1]),
+                                          ("skip", None), ("skip", 2)])
 def test_logits_at_the_input_resolution(tiny_config, head, blocks):
     model = ViTSegmenter(tiny_config, head=head, blocks=blocks, head_width=8)
     logits = model(_images(tiny_config))
@@ -36,12 +37,33 @@ def test_every_model_option_segments(tiny_config, options):
     assert tuple(logits.shape) == (2, *config.image_hw, config.num_classes)
 
 
-def test_any_size_model_returns_each_inputs_size(tiny_config):
-    config = dataclasses.replace(tiny_config, dynamic_image_size=True)
-    model = ViTSegmenter(config, head="progressive", head_width=8)
-    for size in ((32, 32), (48, 24)):
+@pytest.mark.parametrize("head", ["progressive", "skip"])
+def test_any_size_model_returns_each_inputs_size(tiny_config, head):
+    config = dataclasses.replace(tiny_config, dynamic_image_size=True, dynamic_image_pad=True)
+    model = ViTSegmenter(config, head=head, head_width=8, head_stages=3)
+    for size in ((32, 32), (48, 24), (37, 53)):  # the skip head's levels fit odd sizes too
         assert tuple(model.predict(_images(config, 1, size), verbose=0).shape) == \
             (1, *size, config.num_classes)
+
+
+def test_the_skip_head_joins_the_grid_to_a_conv_path_at_every_level(tiny_config):
+    """8 px patches: the image's conv path at 32, 16 and 8 px, each joined by the grid brought
+    up to it, the last at full resolution (where 1-3 px structures survive)."""
+    model = ViTSegmenter(tiny_config, head="skip", head_width=32, head_stages=3)
+    for level, (side, width) in enumerate([(32, 16), (16, 16), (8, 32)]):
+        path = model.get_layer(f"seg_path_{level}_relu_1").output
+        joined = model.get_layer(f"seg_join_{level}").output
+        assert tuple(path.shape[1:]) == (side, side, width)
+        assert tuple(joined.shape[1:3]) == (side, side)
+    assert tuple(model.get_layer("seg_grid_projection").output.shape[1:3]) == (4, 4)
+
+
+def test_skip_widths_halve_towards_full_resolution():
+    from vit_keras.segmentation import skip_widths
+
+    assert skip_widths(64, 3) == [16, 32, 64]
+    assert skip_widths(256, 4) == [32, 64, 128, 256]
+    assert skip_widths(16, 2) == [16, 16]
 
 
 def test_the_head_reads_the_patch_grid_in_place(tiny_config):
@@ -60,15 +82,16 @@ def test_the_head_reads_the_patch_grid_in_place(tiny_config):
     assert not np.allclose(first, second)
 
 
-def test_config_round_trips_through_a_keras_file(tiny_config, tmp_path):
-    model = ViTSegmenter(tiny_config, head="progressive", blocks=[0, 1], head_width=8,
+@pytest.mark.parametrize("head", ["progressive", "skip"])
+def test_config_round_trips_through_a_keras_file(tiny_config, tmp_path, head):
+    model = ViTSegmenter(tiny_config, head=head, blocks=[0, 1], head_width=8,
                          head_stages=1)
     path = str(tmp_path / "seg.keras")
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
     assert isinstance(loaded, ViTSegmenter) and loaded.config == tiny_config
     assert (loaded.head, loaded.blocks, loaded.head_width, loaded.head_stages) == \
-        ("progressive", [0, 1], 8, 1)
+        (head, [0, 1], 8, 1)
     images = _images(tiny_config)
     np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0),
                                atol=1e-5)
@@ -90,13 +113,15 @@ def test_quantized_segmenter_saves_and_stays_close(tiny_config, tmp_path):
                                atol=1e-5)
 
 
-def test_lora_trains_adapters_and_the_head(tiny_config):
-    model = ViTSegmenter(tiny_config, head="progressive", head_width=8)
+@pytest.mark.parametrize("head, head_conv", [("progressive", "seg_conv_0"),
+                                             ("skip", "seg_path_0_conv_0")])
+def test_lora_trains_adapters_and_the_head(tiny_config, head, head_conv):
+    model = ViTSegmenter(tiny_config, head=head, head_width=8)
     model.enable_lora(2)
     trainable = {weight.path for weight in model.trainable_weights}
     assert any("lora_kernel" in path for path in trainable)
     assert any(path.startswith("seg_classifier") for path in trainable)
-    assert any(path.startswith("seg_conv_0") for path in trainable)
+    assert any(path.startswith(head_conv) for path in trainable)
     assert not any("encoderblock_0/MlpBlock" in path and "lora" not in path
                    for path in trainable)
 
@@ -127,6 +152,8 @@ def test_bad_options_and_mismatched_backbones_are_named(tiny_config):
         ViTSegmenter(tiny_config, head="fpn")
     with pytest.raises(ValueError, match="head_width"):
         ViTSegmenter(tiny_config, head_width=0)
+    with pytest.raises(ValueError, match="skip head needs head_stages >= 1"):
+        ViTSegmenter(tiny_config, head="skip", head_stages=0)
     with pytest.raises(ValueError, match="at least 2 classes"):
         ViTSegmenter(dataclasses.replace(tiny_config, num_classes=1))
     with pytest.raises(ValueError, match="out of range"):

@@ -214,8 +214,10 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
     data = _folder(tmp_path / "data", count=12, size=16)
     output = tmp_path / "out"
     # a 2-epoch model's logits are near ties: its fp16 and int8 files are held to the default
-    # bars in test_segmentation_deploy, on a fitted model
+    # bars in test_segmentation_deploy, on fitted models (the skip head's near ties move the
+    # int8 mIoU of these 3 held-out scenes past its margin, hence the progressive head here)
     status = _train_tiny_segmenter(data, output, "--epochs", "2", "--set", "model.image_size=16",
+                                   "--set", "objective.segment_head=progressive",
                                    "--set", "optim.layer_decay=0.75",  # encoder by name
                                    "--min-agreement", "tflite_fp16=0.99,int8=0.9")
     assert status == 0

@@ -21,6 +21,7 @@ RANKS = (
     # The library: what a model is, then how it computes, then how weights reach it.
     ("vit_keras.preprocessing", "vit_keras.atomic", "vit_keras.timing", "vit_keras.names",
      "vit_keras._after_import", "vit_keras._lazy", "vit_keras.segmentation_scores",
+     "vit_keras.segmentation_windows",
      "vit_keras.tasks"),
     ("vit_keras.config",),
     ("vit_keras.keras_compat", "vit_keras.families", "vit_keras.legacy"),

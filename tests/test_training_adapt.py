@@ -68,7 +68,7 @@ def test_the_segmentation_rule_leaves_digits_segment_for_the_digit_scenes():
 
 
 @pytest.mark.parametrize("native, count, size, patch, stages, epochs", [
-    ((375, 500), 300, (48, 64), 8, 3, 60),    # VOC-like photos: 8x8 patches, a third stage
+    ((96, 120), 300, (48, 64), 8, 3, 60),     # small photos: 8x8 patches, a third level
     ((64, 64), 4000, 64, 8, 3, 15),           # many scenes: the epochs' floor
     ((16, 16), 120, 16, 4, 2, 100),           # a handful: the epochs' ceiling
 ])
@@ -183,9 +183,31 @@ def test_the_digits_are_not_photographs_so_the_default_job_is_unchanged():
 
 def test_segmentation_keeps_its_rule_for_photographs():
     preset = get_preset("digits_segment")
-    adapted, _ = adapt.adapt(preset, (375, 500), 300, photos=(True, 0.02, 0.9),
+    adapted, _ = adapt.adapt(preset, (96, 120), 300, photos=(True, 0.02, 0.9),
                              task_rule=SEGMENT_RULE)
     assert adapted.augment == preset.augment and adapted.loop == preset.loop
+
+
+@pytest.mark.parametrize("native, count, epochs", [
+    ((512, 512), 24, 12),     # a microscopy folder: 16 crops an image, 12 epochs of 384
+    ((375, 500), 300, 5),     # VOC-like photos: 11 crops an image, the floor of 5 epochs
+])
+def test_large_images_train_as_crops_at_their_own_resolution(native, count, epochs):
+    """From 128 px up, the segmenter takes any size and trains on 128 px native crops (with
+    flips, no rescale), about 4,800 in all; the recipe line says why."""
+    preset, message = adapt.adapt(get_preset("digits_segment"), native, count,
+                                  task_rule=SEGMENT_RULE)
+    model, objective = preset.model, preset.objective
+    assert (model.image_size, model.patch_size, model.dynamic_image_size,
+            model.dynamic_image_pad) == (128, 8, True, True)
+    assert objective.segment_native and objective.segment_stages == 3
+    assert (objective.segment_scale_min, objective.segment_scale_max) == (1.0, 1.0)
+    assert preset.augment.flip and preset.schedule.epochs == epochs
+    crops = round(native[0] * native[1] / 128 ** 2)
+    assert f"\n  why: images of {native[0]}x{native[1]} px keep their resolution: {crops} " \
+        "random 128 px crops per image per epoch" in message
+    pinned = apply_overrides(get_preset("digits_segment"), ["model.image_size=64"])
+    assert adapt.adapt(pinned, native, count, task_rule=SEGMENT_RULE)[0].model.image_size == 64
 
 
 def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):

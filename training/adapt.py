@@ -29,8 +29,9 @@ A task's objective adapts the rule by its `TaskRule` (`Objective.small_data_rule
 images its epochs see, whether photographs get their recipe, and choices of its own. The
 segment task's (`training.segmentation`): about 18,000 images in all (the digit scenes' 15
 epochs of 1,200), at least 15 and at most 100 epochs, since every pixel of an image is a
-training signal; and the progressive head gets one 2x stage per halving the patch size calls
-for (2 for 4x4 patches, 3 for 8x8), so that its last stage is back at the image's size. The
+training signal; the head gets one level per halving the patch size calls for (2 for 4x4
+patches, 3 for 8x8), so that its last level is back at the image's size; and images of 128 px
+or more train as 128 px crops at their own resolution, segmented whole at their size. The
 digit scenes are the data `digits_segment` was made for: the rule gives that preset unchanged.
 """
 
@@ -84,13 +85,17 @@ class TaskRule:
         images_seen: the images an adapted run sees in all (`IMAGES_SEEN`: a classifier's).
         min_epochs: the fewest epochs it gives.
         photo_recipe: photographs get `PHOTO_RECIPE` (and `PHOTO_CROPS` where large).
-        own_choices: patch size -> the task's own {'SECTION.FIELD': value}, or None.
+        own_choices: (typical (height, width), number of images, patch size) -> the task's
+            own {'SECTION.FIELD': value} (they may replace the rule's), or None.
+        own_reason: the same arguments -> why the task chose so, for the recipe line ('' when
+            there is nothing to add), or None.
     """
 
     images_seen: int = IMAGES_SEEN
     min_epochs: int = MIN_EPOCHS
     photo_recipe: bool = True
-    own_choices: Callable[[int], dict] | None = None
+    own_choices: Callable[[tuple, int, int], dict] | None = None
+    own_reason: Callable[[tuple, int, int], str] | None = None
 
 
 CLASSIFY_RULE = TaskRule()
@@ -122,7 +127,7 @@ def rule(native_hw: tuple[int, int], num_examples: int, preset_batch: int = 64,
                "schedule.batch_size": batch_size(num_examples, preset_batch),
                "augment.flip": False}
     if task_rule.own_choices is not None:
-        choices.update(task_rule.own_choices(patch))
+        choices.update(task_rule.own_choices(native_hw, num_examples, patch))
     return choices
 
 
@@ -195,8 +200,11 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
     kind = (f"photographs of {size} px (natural images: {100 * photos[1]:.0f}% of neighbouring "
             f"pixels equal, correlation {photos[2]:.2f})" if is_photos
             else f"images of {size} px")
+    reason = task_rule.own_reason(native_hw, num_examples, image_size(native_hw)[1]) \
+        if task_rule.own_reason is not None else ""
     return adapted, (f"recipe: {preset.name} adapted to {num_examples} {kind}: "
-                     f"{listing} (the small-data rule, docs/training.md; --set pins a field)")
+                     f"{listing} (the small-data rule, docs/training.md; --set pins a field)"
+                     + (f"\n  why: {reason}" if reason else ""))
 
 
 

@@ -65,6 +65,14 @@ class Objective:
         """Refuses training data this objective cannot learn from."""
         raise NotImplementedError
 
+    def model_preprocessing(self, preprocessing):
+        """The `Preprocessing` the model records, from the data's (`data.preprocessing`)."""
+        return preprocessing
+
+    def epoch_examples(self, source, num_examples: int) -> int:
+        """Training examples an epoch draws from `source` (its `num_examples`, once each)."""
+        return num_examples
+
     def train_batches(self, source, image_size, batch_size: int, **options):
         """The augmented training batches."""
         raise NotImplementedError

@@ -124,7 +124,7 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
 
 
 def epoch_batches(source: Source, prepare, shuffle_seed: int, shuffle_buffer: int,
-                  batch_size: int, drop_remainder: bool, steps_per_epoch):
+                  batch_size: int, drop_remainder: bool, steps_per_epoch, passes: int = 1):
     """The per-epoch stream both training pipelines (classes, masks) `flat_map` over.
 
     Args:
@@ -132,13 +132,20 @@ def epoch_batches(source: Source, prepare, shuffle_seed: int, shuffle_buffer: in
         prepare: (index, record, label, epoch) -> one training example.
         shuffle_seed: with the epoch, seeds that epoch's order (stateless).
         shuffle_buffer, batch_size, drop_remainder, steps_per_epoch: as `train_dataset`.
+        passes: shuffled passes over the source per epoch (each example's index, hence its
+            random augmentation, differs between passes).
 
     Returns:
         epoch -> a dataset of that epoch's `(epoch, step, batch)`.
     """
 
     def one_epoch(epoch):
-        dataset = shuffled(source, shuffle_buffer, tf.stack([shuffle_seed, epoch]))
+        def one_pass(index):
+            return shuffled(source, shuffle_buffer,
+                            tf.stack([shuffle_seed + index * 7_919, epoch]))
+
+        dataset = one_pass(tf.constant(0, tf.int64)) if passes == 1 else \
+            tf.data.Dataset.range(passes).flat_map(one_pass)
         dataset = dataset.enumerate().map(lambda i, element: prepare(i, *element, epoch),
                                           num_parallel_calls=tf.data.AUTOTUNE)
         if source.ignore_errors:

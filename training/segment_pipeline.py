@@ -1,10 +1,13 @@
 """The segmentation input pipeline: (image, mask) pairs -> the same random geometry for both ->
 batches `(model inputs, int32 masks)`; photometric changes touch the image only.
 
-Per pair: a random rescale of both to `scale_min..scale_max` times the model's size (bilinear
-for the image, nearest for the mask, so class ids stay ids), padding to at least the model's
-size (image 0, mask 255 = ignore), one random crop and, with `augment.flip`, one horizontal
-flip, each drawn once for the image and mask stacked together, so they cannot drift apart.
+Per pair: a random rescale of both to `scale_min..scale_max` times the model's size (with
+`objective.segment_native`, times the image's own size; bilinear for the image, nearest for the
+mask, so class ids stay ids), padding to at least the model's size (image 0, mask 255 =
+ignore), one random crop of the model's size and, with `augment.flip`, one horizontal flip,
+each drawn once for the image and mask stacked together, so they cannot drift apart. Native
+crops make an epoch of several passes over the images, as many as the crops that cover a
+typical image once (`native_passes`).
 Like `training.pipeline`, a batch is a pure function of (seed, epoch, step): a resumed run sees
 the batches the uninterrupted one would have seen.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from training.adapt import typical_image_size
 from training.pipeline import epoch_batches
 from vit_app.data.evaluation import with_options
 from vit_app.data.segmentation import mask_to_size
@@ -24,7 +28,7 @@ from vit_keras.segmentation_scores import IGNORE
 BRIGHTNESS, CONTRAST = 0.1 * 255, (0.8, 1.25)
 
 
-def paired_geometry(image, mask, size, objective, flip: bool, seed):
+def paired_geometry(image, mask, size, objective, flip: bool, seed, native: bool = False):
     """The random rescale, pad, crop and flip of one pair (see the module docstring).
 
     Args:
@@ -34,6 +38,8 @@ def paired_geometry(image, mask, size, objective, flip: bool, seed):
         objective: the preset's `objective` section (`segment_scale_min/max`).
         flip: random horizontal flips.
         seed: a stateless [2] seed.
+        native: rescale relative to the image's own size (a crop at its resolution), not to
+            the model's (the whole image shrunk to about the model's size).
 
     Returns:
         (float32 [height, width, 3], int32 [height, width]).
@@ -41,7 +47,9 @@ def paired_geometry(image, mask, size, objective, flip: bool, seed):
     height, width = size
     factor = tf.random.stateless_uniform([], seed, objective.segment_scale_min,
                                          objective.segment_scale_max)
-    scaled = tf.cast(tf.round(tf.constant([height, width], tf.float32) * factor), tf.int32)
+    base = tf.cast(tf.shape(image)[:2], tf.float32) if native else \
+        tf.constant([height, width], tf.float32)
+    scaled = tf.cast(tf.round(base * factor), tf.int32)
     scaled = tf.maximum(scaled, 1)
     image = tf.image.resize(image, scaled, method="bilinear", antialias=True)
     mask = mask_to_size(mask, scaled)
@@ -63,6 +71,16 @@ def photometric(image, seed):
     return tf.clip_by_value(image, 0.0, 255.0)
 
 
+def crops_to_cover(native_hw, size) -> int:
+    """Crops of `size` (height, width) that cover an image of `native_hw` once (at least 1)."""
+    return max(1, round(native_hw[0] * native_hw[1] / (size[0] * size[1])))
+
+
+def native_passes(source: Source, size) -> int:
+    """Native crops per image in an epoch: as many as cover a typical training image once."""
+    return crops_to_cover(typical_image_size(source), size)
+
+
 def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_epoch: int = 0,
                   start_step: int = 0, steps_per_epoch: int | None = None,
                   preprocessing=OFFICIAL) -> tf.data.Dataset:
@@ -79,13 +97,14 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
         element_seed = tf.cast(tf.stack([seed * 1_000_003 + epoch, 2 * index]), tf.int64)
         image = tf.cast(source.decode(record), tf.float32)
         image, mask = paired_geometry(image, source.decode_mask(label), size, objective, flip,
-                                      element_seed)
+                                      element_seed, objective.segment_native)
         if objective.segment_photometric:
             image = photometric(image, element_seed)
         return scale(image, preprocessing), mask
 
+    passes = native_passes(source, size) if objective.segment_native else 1
     batches = epoch_batches(source, prepare, seed * 1_000_003 + 999_983, shuffle_buffer,
-                            batch_size, True, steps_per_epoch)
+                            batch_size, True, steps_per_epoch, passes)
     dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(batches).skip(start_step)
     dataset = dataset.map(lambda epoch, step, batch: batch)
     return with_options(dataset.prefetch(tf.data.AUTOTUNE))

@@ -92,7 +92,7 @@ class Setup:
     def preprocessing(self):
         """How images become the model's inputs (`data.preprocessing`): the data pipelines
         prepare them so, and the trained model carries it."""
-        return self.preset.data.preprocessing
+        return self.objective.model_preprocessing(self.preset.data.preprocessing)
 
 
 def make_plan(preset: presets.Preset, num_examples: int, replicas: int) -> Plan:
@@ -223,7 +223,8 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
         preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(shapes),
                                          num_examples, photos=adapt.looks_like_photos(crops),
                                          task_rule=task_objective.small_data_rule)
-    preset, batch_note = fit_batch_to_data(preset, num_examples, placement.replicas)
+    epoch_examples = objectives.get_objective(preset).epoch_examples(data.train, num_examples)
+    preset, batch_note = fit_batch_to_data(preset, epoch_examples, placement.replicas)
     adaptation = "\n".join(line for line in (adaptation, batch_note) if line)
     objective = objectives.get_objective(preset)
     config = objective.model_config(data.train.num_classes)
@@ -231,6 +232,6 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
         jax_distribution.check_model_parallel(config, options.model_parallel)
     return Setup(preset=preset, objective=objective, backend=backend, placement=placement,
                  policy=policy, data=data, num_examples=num_examples,
-                 plan=make_plan(preset, num_examples, placement.replicas), config=config,
+                 plan=make_plan(preset, epoch_examples, placement.replicas), config=config,
                  folders=make_folders(output, placement), adaptation=adaptation or "",
                  start=start, started=started)

@@ -258,6 +258,14 @@ def decode_checked(files, size, channels: int = 3, names=None,
     return np.stack(images).astype(np.float32)
 
 
+def decode_native(data: bytes) -> np.ndarray:
+    """One checked file -> float32 [height, width, 3] in 0..255 at its own size (RGB)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image.convert("RGB"), np.float32)
+
+
 def _decode_with_pil(data: bytes, size: tuple[int, int], preprocessing) -> np.ndarray:
     """One checked file -> float32 [height, width, 3], decoded, resized and cropped by PIL as
     timm's eval transform does (`torchvision`'s Resize and CenterCrop on a PIL image)."""

@@ -11,6 +11,10 @@ The resize rule of each crop mode, for a model input of (height, width):
 - 'center' (timm's evaluation transform): the shorter side is resized to
   floor(side / crop_fraction), the longer one keeping the aspect ratio, then the centre
   (height, width) is cut out.
+- 'native' (a segmenter trained on crops at the images' own resolution, taking any size):
+  images keep their own size; `vit predict`, `vit evaluate` and `vit serve` segment them whole
+  or in overlapping windows (`vit_keras.segmentation_windows`). Where a fixed size is needed
+  all the same (an export's sample images), the whole image is resized, as 'squash'.
 Means and standard deviations apply to pixels scaled to [0, 1].
 """
 
@@ -25,7 +29,7 @@ INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 # predict`, `vit serve` and a SavedModel's serve_bytes. A few-kB PNG can declare 20000x20000
 # pixels, which would take 1.2 GB to decode.
 MAX_IMAGE_PIXELS = 89_478_485
-CROP_MODES = ("squash", "center")
+CROP_MODES = ("squash", "center", "native")
 
 
 def _triple(name: str, values) -> tuple[float, float, float]:
@@ -52,8 +56,9 @@ class Preprocessing:
             Downscaling is antialiased, as PIL does.
         crop_fraction: 'center' mode: the fraction of the resized shorter side kept (timm's
             `crop_pct`, e.g. 0.875); 1.0 keeps all of it.
-        crop_mode: 'squash' (resize the whole image to the model's size) or 'center' (resize
-            the shorter side, then cut out the centre); see the module docstring.
+        crop_mode: 'squash' (resize the whole image to the model's size), 'center' (resize
+            the shorter side, then cut out the centre) or 'native' (images at their own
+            size); see the module docstring.
     """
 
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -110,17 +115,34 @@ class Preprocessing:
                              f"{sorted(fields)}")
         return cls(**data)
 
-    def check_channels(self, channels: int) -> "Preprocessing":
-        """This rule, checked against a model of `channels` input channels.
+    def check_for(self, config) -> "Preprocessing":
+        """This rule, checked against the model it prepares images for (a `ViTConfig`).
 
         Raises:
-            ValueError: per-channel (R, G, B) statistics for a model that is not RGB.
+            ValueError: per-channel values on a model that is not RGB, or images kept at
+                their own size ('native') for a model of one fixed size.
         """
+        channels = config.channels
         if channels != 3 and (len(set(self.mean)) > 1 or len(set(self.std)) > 1):
             raise ValueError(f"a {channels}-channel model needs one preprocessing mean and "
                              f"std for every channel, got mean={self.mean}, std={self.std} "
                              "(per-channel values are for RGB)")
+        if self.native and not config.dynamic_image_size:
+            raise ValueError("preprocessing crop 'native' keeps images at their own size, which "
+                             "needs a model taking any size (dynamic_image_size=True); got a "
+                             f"model of {config.image_hw[0]}x{config.image_hw[1]} only")
         return self
+
+    @property
+    def resizes_whole(self) -> bool:
+        """Whether an image resized to a fixed size keeps all of it ('squash', and 'native'
+        where a fixed size is needed)."""
+        return self.crop_mode != "center"
+
+    @property
+    def native(self) -> bool:
+        """Whether images keep their own size (a segmenter trained at their resolution)."""
+        return self.crop_mode == "native"
 
     def describe(self) -> str:
         """A short human-readable summary, e.g. 'mean 0.5, std 0.5, bilinear, squash'."""
@@ -129,7 +151,7 @@ class Preprocessing:
                     else "(" + ", ".join(f"{value:g}" for value in values) + ")")
 
         crop = (f"centre crop {self.crop_fraction:g}" if self.crop_mode == "center"
-                else "squash")
+                else self.crop_mode)
         return f"mean {numbers_of(self.mean)}, std {numbers_of(self.std)}, " \
                f"{self.interpolation}, {crop}"
 
@@ -306,7 +328,7 @@ def resize_image(image, size, preprocessing: Preprocessing = OFFICIAL):
 
     out_h, out_w = size
     image = tf.cast(image, tf.float32)
-    cropped = not (preprocessing.crop_mode == "squash" and preprocessing.crop_fraction == 1.0)
+    cropped = not (preprocessing.resizes_whole and preprocessing.crop_fraction == 1.0)
     resized_hw, offsets = (out_h, out_w), None
     if cropped:
         resized_hw, offsets = _dynamic_plan(tf.shape(image)[0], tf.shape(image)[1], size,

@@ -12,6 +12,13 @@ their NHWC grid (`vit_keras.intermediates.SplitTokens`); a head turns that grid 
 - `progressive`: `head_stages` times (3x3 conv, BatchNorm, ReLU, 2x bilinear upsampling), then
   the 1x1 classifier and the upsampling to the image: SETR's progressive upsampling (PUP),
   the head of the Keras tutorial this project follows.
+- `skip`: a U-Net's decoder with the ViT as its bottleneck. A light conv path keeps the
+  image's own detail (two 3x3 conv-BN-ReLU per level at full, 1/2, ... resolution, down to
+  twice the patch grid's), and the grid climbs back up in 2x steps, each concatenating the
+  path's maps at its scale: the input-level skips of UNETR (Hatamizadeh et al. 2022) and
+  TransUNet's cascaded upsampler. `head_stages` levels (log2 of the patch size gives full
+  resolution), `head_width` channels at the coarsest level, halved per finer level (at least
+  16). Edges and 1-3 px structures survive the patch grid this way (see docs/segmentation.md).
 
 Intermediate blocks are normed by the encoder's final LayerNorm, as DINOv2's
 `get_intermediate_layers(norm=True)` (none for a model with `pooled_norm`, as timm).
@@ -30,7 +37,11 @@ from vit_keras.core.model import (ConfiguredModel, VisionTransformer, config_and
 from vit_keras.intermediates import SplitTokens, block_indices
 from vit_keras.weights import load_weights
 
-HEADS = ("linear", "progressive")
+HEADS = ("linear", "progressive", "skip")
+# Runs of a few hundred steps leave the default 0.99 momentum's moving statistics far from the
+# data's, and inference then uses them (the conv stem uses 0.9 for the same reason).
+SKIP_NORM_MOMENTUM = 0.9
+SKIP_MIN_WIDTH = 16
 HEAD_PREFIX = "seg_"  # every layer of a segmentation head; the rest is the ViT's encoder
 CLASSIFIER = "seg_classifier"
 
@@ -92,6 +103,9 @@ def _check_head(config: ViTConfig, head: str, head_width: int, head_stages: int)
     for name, value, least in (("head_width", head_width, 1), ("head_stages", head_stages, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if head == "skip" and head_stages < 1:
+        raise ValueError("the skip head needs head_stages >= 1 (its conv path's levels; log2 "
+                         f"of the patch size reaches full resolution), got {head_stages}")
     if config.num_classes < 2:
         raise ValueError(f"a segmenter needs at least 2 classes (background counts as one), got "
                          f"num_classes={config.num_classes}")
@@ -128,10 +142,54 @@ def block_grids(config: ViTConfig, images, blocks, dtype=None) -> list:
     return grids
 
 
-def _head(features, head: str, num_classes: int, head_width: int, head_stages: int,
+def _conv_block(features, width: int, name: str, dtype=None):
+    """Two 3x3 conv-BN-ReLU (a U-Net's level), layers named `{name}_conv_0` ... ."""
+    for index in range(2):
+        features = keras.layers.Conv2D(width, 3, padding="same", use_bias=False,
+                                       name=f"{name}_conv_{index}", dtype=dtype)(features)
+        features = keras.layers.BatchNormalization(momentum=SKIP_NORM_MOMENTUM,
+                                                   name=f"{name}_norm_{index}",
+                                                   dtype=dtype)(features)
+        features = keras.layers.ReLU(name=f"{name}_relu_{index}", dtype=dtype)(features)
+    return features
+
+
+def skip_widths(head_width: int, levels: int) -> list[int]:
+    """The skip head's channels per level, full resolution first: `head_width` at the
+    coarsest, halved per finer level, at least 16 (64, 3 levels -> [16, 32, 64])."""
+    return [max(SKIP_MIN_WIDTH, head_width // 2 ** (levels - 1 - level))
+            for level in range(levels)]
+
+
+def _skip_decoder(grid, images, head_width: int, levels: int, dtype=None):
+    """The `skip` head up to its last features: the image's conv path, then the grid brought
+    up level by level beside it (resized to each level's exact size, so any input size fits)."""
+    widths = skip_widths(head_width, levels)
+    path, features = [], images
+    for level, width in enumerate(widths):
+        if level:
+            features = keras.layers.MaxPooling2D(padding="same", dtype=dtype,
+                                                 name=f"{HEAD_PREFIX}pool_{level}")(features)
+        features = _conv_block(features, width, f"{HEAD_PREFIX}path_{level}", dtype)
+        path.append(features)
+    features = keras.layers.Conv2D(widths[-1], 1, name=f"{HEAD_PREFIX}grid_projection",
+                                   dtype=dtype)(grid)
+    for level in reversed(range(levels)):
+        features = ResizeToImage(name=f"{HEAD_PREFIX}up_{level}", dtype=dtype)(
+            [features, path[level]])
+        features = keras.layers.Concatenate(name=f"{HEAD_PREFIX}join_{level}", dtype=dtype)(
+            [features, path[level]])
+        features = _conv_block(features, widths[level], f"{HEAD_PREFIX}up_{level}", dtype)
+    return features
+
+
+def _head(features, images, head: str, num_classes: int, head_width: int, head_stages: int,
           dtype=None):
-    """Patch grid -> logits on the grid (linear) or on a grid 2**head_stages finer."""
-    if head == "progressive":
+    """Patch grid -> logits on the grid (linear), on a grid 2**head_stages finer
+    (progressive) or at the image's size over `head_stages` levels (skip)."""
+    if head == "skip":
+        features = _skip_decoder(features, images, head_width, head_stages, dtype)
+    elif head == "progressive":
         for stage in range(head_stages):
             features = keras.layers.Conv2D(head_width, 3, padding="same", use_bias=False,
                                            name=f"{HEAD_PREFIX}conv_{stage}",
@@ -161,11 +219,13 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
     Args:
         config: a `ViTConfig` (or its `to_dict()`); `num_classes` counts every class the masks
             hold, background included.
-        head: 'linear' (default) or 'progressive' (see the module docstring).
+        head: 'linear' (default), 'progressive' or 'skip' (see the module docstring).
         blocks: which blocks' patch tokens the head reads: None (default) the last block, an
             int n the last n blocks (DINOv2's 'ms' head reads 4), or a list of indices.
-        head_width: channels of the progressive head's convolutions (default 256).
-        head_stages: the progressive head's 2x upsampling stages (default 2).
+        head_width: channels of the progressive head's convolutions, or of the skip head's
+            coarsest level (default 256).
+        head_stages: the progressive head's 2x upsampling stages, or the skip head's levels
+            (default 2; log2 of the patch size brings either back to the image's size).
         name: model name; default 'vit_segmenter'.
         dtype: dtype policy of the layers (None: the global policy).
         preprocessing: as for `VisionTransformer` (default: the official [-1, 1]).
@@ -184,7 +244,7 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
         grids = block_grids(config, images, indices, dtype)
         features = grids[0] if len(grids) == 1 else keras.layers.Concatenate(
             name=f"{HEAD_PREFIX}concat", dtype=dtype)(grids)
-        logits = _head(features, head, config.num_classes, head_width, head_stages, dtype)
+        logits = _head(features, images, head, config.num_classes, head_width, head_stages, dtype)
         logits = ResizeToImage(name=f"{HEAD_PREFIX}resize", dtype="float32")([logits, images])
         super().__init__(images, logits, name=name or "vit_segmenter", dtype=dtype, **kwargs)
         self._vit_config = config

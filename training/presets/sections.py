@@ -18,7 +18,7 @@ CROPS = ("resize", "inception", "pad_crop")
 # (`vit_keras.tasks.TASKS`), with what their data labels images with and the fewest classes.
 CLASSIFY_VARIANTS = {"mpp": ("classes", 1), "distill": ("classes", 2),
                      "multilabel": ("classes", 1)}
-SEGMENT_HEADS = ("linear", "progressive")  # vit_keras.segmentation.HEADS, read without Keras
+SEGMENT_HEADS = ("linear", "progressive", "skip")  # vit_keras.segmentation.HEADS, read without Keras
 DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
 MIXED_PRECISIONS = ("", "auto", "mixed_bfloat16", "mixed_float16")
@@ -234,13 +234,21 @@ class Objective(Section):
             divergence at `distill_temperature`, scaled by its square).
         distill_temperature: 'soft' distillation temperature (> 0).
         segment_head: 'segment' only: 'linear' (BatchNorm + 1x1 classifier on the patch grid,
-            DINOv2's linear head) or 'progressive' (conv-BN-ReLU + 2x upsampling stages, SETR's
-            PUP).
+            DINOv2's linear head), 'progressive' (conv-BN-ReLU + 2x upsampling stages, SETR's
+            PUP) or 'skip' (a U-Net decoder on the patch grid with a conv path from the image:
+            UNETR's skips).
         segment_blocks: 'segment': the head reads the last this many blocks' patch tokens.
-        segment_width: 'segment', progressive head: channels of its convolutions.
-        segment_stages: 'segment', progressive head: its 2x upsampling stages.
+        segment_width: 'segment', progressive head: channels of its convolutions (skip head:
+            of its coarsest level).
+        segment_stages: 'segment', progressive head: its 2x upsampling stages (skip head: its
+            levels).
         segment_scale_min, segment_scale_max: 'segment': the random rescale of image and
-            mask before the crop (1 = the model's size).
+            mask before the crop (1 = the model's size; with `segment_native`, the image's own).
+        segment_native: 'segment': train on random crops of the model's size cut from the
+            images at their own resolution (many per image each epoch, covering its area
+            once), and segment whole images at their size; the model must take any size
+            (`model.dynamic_image_size`). Off: each image is resized whole to the model's
+            size.
         segment_photometric: 'segment': random brightness and contrast (image only).
         segment_dice: 'segment': the weight of a soft Dice loss added to the pixel
             cross-entropy (0: cross-entropy alone; mmsegmentation's DiceLoss, smooth 1).
@@ -265,6 +273,7 @@ class Objective(Section):
     segment_scale_max: float = 2.0
     segment_photometric: bool = True
     segment_dice: float = 0.0
+    segment_native: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

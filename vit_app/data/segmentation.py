@@ -194,6 +194,48 @@ def take_pairs(source: Source, image_size, count: int) -> tuple[np.ndarray, np.n
             np.stack([mask for _, mask in taken]))
 
 
+def native_tiles(source: Source, image_size) -> tf.data.Dataset:
+    """Unbatched (image float32 0..255, uint8 mask) tiles of `image_size` cut side by side
+    from each image at its own resolution, in source order; an image is padded to whole tiles
+    (pixels 0, mask 255 = ignored). What a model trained on native crops is validated on."""
+    rows, cols = images.image_hw(image_size)
+
+    def tiles(record, label):
+        image, mask = tf.cast(source.decode(record), tf.float32), source.decode_mask(label)
+        height, width, channels = tf.unstack(tf.shape(image))
+        pad_rows, pad_cols = (rows - height % rows) % rows, (cols - width % cols) % cols
+        image = tf.pad(image, [[0, pad_rows], [0, pad_cols], [0, 0]])
+        mask = tf.pad(mask, [[0, pad_rows], [0, pad_cols]], constant_values=masks.IGNORE)
+        grid = [(height + pad_rows) // rows, rows, (width + pad_cols) // cols, cols]
+        image = tf.reshape(tf.transpose(tf.reshape(image, grid + [channels]), [0, 2, 1, 3, 4]),
+                           [-1, rows, cols, channels])
+        mask = tf.reshape(tf.transpose(tf.reshape(mask, grid), [0, 2, 1, 3]), [-1, rows, cols])
+        return tf.data.Dataset.from_tensor_slices((image, mask))
+
+    return source.records().flat_map(tiles)
+
+
+def take_tiles(source: Source, image_size, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """`take_pairs` for a model trained on native crops: the first `count` `native_tiles`."""
+    size = images.image_hw(image_size)
+    taken = list(native_tiles(source, size).take(count).as_numpy_iterator())
+    if not taken:
+        return np.zeros((0, *size, 3), np.float32), np.zeros((0, *size), np.uint8)
+    return (np.stack([image for image, _ in taken]).astype(np.float32),
+            np.stack([mask for _, mask in taken]))
+
+
+def native_eval_dataset(source: Source, image_size, batch_size: int,
+                        preprocessing=OFFICIAL) -> tf.data.Dataset:
+    """`eval_dataset` for a model trained on native crops: batches of `native_tiles`, their
+    number counted once (Keras takes a stream of unknown length for one that ran short)."""
+    tiles = native_tiles(source, image_size)
+    count = int(tiles.reduce(tf.constant(0, tf.int64), lambda total, _: total + 1))
+    dataset = tiles.apply(tf.data.experimental.assert_cardinality(count)).map(
+        lambda image, mask: (images.scale(image, preprocessing), tf.cast(mask, tf.int32)))
+    return with_options(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE))
+
+
 def eval_dataset(source: Source, image_size, batch_size: int, drop_remainder: bool = False,
                  max_examples: int | None = None, preprocessing=OFFICIAL) -> tf.data.Dataset:
     """Validation batches `(model inputs, int32 masks at the model's size)`, no augmentation.

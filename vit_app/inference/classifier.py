@@ -23,13 +23,14 @@ import tensorflow as tf
 
 import vit_keras
 from vit_app import console
-from vit_app.images import decode_checked, prepare_decoder
+from vit_app.images import decode_checked, decode_native, prepare_decoder
 from vit_app.inference import tasks
 from vit_app.inference.model_files import (ACTIVATIONS, activation_beside, check_model_path,
                                        labels_beside, load_model, patch_size_beside,
                                        preprocessing_beside, task_beside)
 from vit_app.outputs import read_labels
-from vit_keras import analysis, families, pretrained, preprocess_input
+from vit_keras import (analysis, families, pretrained, preprocess_input,
+                       segmentation_windows)
 from vit_keras import tasks as library_tasks
 from vit_keras.checkpoints import keras_hub_config
 from vit_keras.core.model import config_from_model, input_image_size, preprocessing_of
@@ -95,6 +96,13 @@ class Classifier:
         """Whether encoded files go to the model itself (a SavedModel's `serve_bytes`)."""
         return self.run_encoded is not None
 
+    @property
+    def takes_files(self) -> bool:
+        """Whether encoded files go whole to `predict_encoded`, not decoded to the model's
+        size first: a SavedModel decoding them in its graph, or a model fed each image at its
+        own size (`preprocessing.native`)."""
+        return self.decodes_in_graph or self.preprocessing.native
+
     def predict(self, images) -> dict[str, np.ndarray]:
         """float32 [batch, H, W, 3] pixels in 0..255 -> {'probabilities', 'logits'} [batch, C]."""
         return self.run_outputs(np.asarray(images, dtype=np.float32))
@@ -117,7 +125,7 @@ class Classifier:
     def resize_rule(self) -> Preprocessing:
         """How encoded files are resized for it: the weights' rule, except for a task that
         sees each image whole (never centre-cropped: a segmenter's mask covers all of it)."""
-        if not tasks.whole_image(self.task) or self.preprocessing.crop_mode == "squash":
+        if not tasks.whole_image(self.task) or self.preprocessing.resizes_whole:
             return self.preprocessing
         return dataclasses.replace(self.preprocessing, crop_mode="squash", crop_fraction=1.0)
 
@@ -138,11 +146,34 @@ class Classifier:
                 prepare_decoder(self.image_size, preprocessing=self.resize_rule)
 
     def predict_encoded(self, files) -> dict[str, np.ndarray]:
-        """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`."""
+        """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`; for a
+        model fed at the images' own size (`preprocessing.native`), lists of one array per
+        file at its size (`predict_native`)."""
+        if self.preprocessing.native:
+            per_file = [self.predict_native(decode_native(data)) for data in files]
+            return {key: [outputs[key] for outputs in per_file]
+                    for key in ("probabilities", "logits")}
         if self.run_encoded is not None:
             return self.run_encoded(np.asarray(files, dtype=object))
         return self.predict(decode_checked(files, self.image_size,
                                            preprocessing=self.resize_rule))
+
+    def predict_native(self, image) -> dict[str, np.ndarray]:
+        """One image's per-pixel outputs at its own size: whole for a model taking any size
+        (windows where it is large), in windows of its size for a fixed-size file
+        (`vit_keras.segmentation_windows`).
+
+        Args:
+            image: float32 [height, width, 3] pixels in 0..255.
+
+        Returns:
+            {'probabilities', 'logits'}, each [height, width, classes].
+        """
+        logits = segmentation_windows.segment_scores(
+            lambda pixels: self.predict(pixels)["logits"], np.asarray(image, np.float32),
+            None if self.takes_any_size else self.image_size, self.patch_size)
+        return {"probabilities": scores_from_logits(logits, self.activation).astype(np.float32),
+                "logits": logits}
 
     def attention_rollout(self, images) -> np.ndarray:
         """Where the model looks: [batch, grid rows, grid cols] rollout weights in [0, 1].

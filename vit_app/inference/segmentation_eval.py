@@ -1,7 +1,9 @@
 """Exact segmentation scores of a model on a segmentation `Source`, at the masks' own
 resolution: each image goes through the model at its size, the class scores are resized
 bilinearly to the image's original size, and every labelled pixel of the original mask counts
-once in one confusion matrix (`vit_keras.segmentation_scores`)."""
+once in one confusion matrix (`vit_keras.segmentation_scores`). A model fed at the images' own
+size (`Preprocessing.native`) segments each image there, whole or in windows
+(`native_confusion`)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import tensorflow as tf
 from vit_app.data.segmentation import eval_pairs
 from vit_app.data.source import Source
 from vit_app.images import scale
-from vit_keras import segmentation_scores
+from vit_keras import segmentation_scores, segmentation_windows
+from vit_keras.core.model import config_from_model
 from vit_keras.preprocessing import OFFICIAL
 
 
@@ -59,6 +62,42 @@ def confusion(predict: Callable, source: Source, image_size, num_classes: int,
     return total
 
 
+def native_confusion(segment: Callable, source: Source, num_classes: int,
+                     max_examples: int | None = None) -> np.ndarray:
+    """`confusion` of a model fed each image at its own size.
+
+    Args:
+        segment: float32 [height, width, 3] pixels in 0..255 -> class scores [height, width,
+            classes] at that size.
+        source: a segmentation `Source`.
+        num_classes: the model's classes.
+        max_examples: only the first examples (None: all).
+
+    Returns:
+        [num_classes, num_classes] int64 counts (rows: the masks' classes).
+    """
+    pairs = source.records().map(
+        lambda record, label: (tf.cast(source.decode(record), tf.float32),
+                               source.decode_mask(label)), num_parallel_calls=tf.data.AUTOTUNE)
+    if max_examples is not None:
+        pairs = pairs.take(max_examples)
+    total = np.zeros((num_classes, num_classes), np.int64)
+    for image, mask in pairs.as_numpy_iterator():
+        predicted = np.argmax(segment(image), axis=-1)
+        total += segmentation_scores.confusion_matrix(mask, predicted, num_classes)
+    return total
+
+
+def keras_native(model, preprocessing=OFFICIAL) -> Callable:
+    """`segment` for `native_confusion` from a Keras segmenter: whole images where the model
+    takes any size (windows where they are large), else windows of its size."""
+    config = config_from_model(model)
+    fixed = None if config.dynamic_image_size else config.image_hw
+    return lambda pixels: segmentation_windows.segment_scores(
+        model.predict_on_batch, np.asarray(scale(pixels, preprocessing), np.float32), fixed,
+        config.patch_step)
+
+
 def keras_predict(model) -> Callable:
     """`predict` for `confusion` from a Keras segmenter (its logits)."""
     return lambda inputs: model.predict_on_batch(inputs)
@@ -83,7 +122,8 @@ def evaluate(model, source: Source, batch_size: int = 32, image_size=None) -> di
         model: a `vit_app.inference.classifier.Classifier` whose logits are per pixel.
         source: a segmentation `Source`.
         batch_size: images per call.
-        image_size: (height, width) for a model taking any size (default: its own size).
+        image_size: (height, width) for a model taking any size (default: its own size; a
+            model fed at the images' own size segments them there, 'native' in the result).
 
     Returns:
         {'examples', 'mIoU', 'pixel_accuracy', 'mean_accuracy', 'per_class': [{'class',
@@ -94,16 +134,22 @@ def evaluate(model, source: Source, batch_size: int = 32, image_size=None) -> di
         ValueError: the model's size is unknown.
     """
     size = tuple(image_size or model.image_size or ())
-    if len(size) != 2:
+    if model.preprocessing.native and not image_size:
+        size = "native"
+        matrix = native_confusion(lambda pixels: model.predict_native(pixels)["logits"], source,
+                                  model.num_classes)
+    elif len(size) != 2:
         raise ValueError(f"{model.path} takes any size: pass --image-size HEIGHT WIDTH")
-    matrix = confusion(lambda pixels: model.predict(pixels)["logits"], source, size,
-                       model.num_classes, batch_size, preprocessing=None)
+    else:
+        matrix = confusion(lambda pixels: model.predict(pixels)["logits"], source, size,
+                           model.num_classes, batch_size, preprocessing=None)
     found = segmentation_scores.scores(matrix)
     recall = np.diag(matrix) / np.maximum(matrix.sum(axis=1), 1)
     per_class = [{"class": index, "iou": _number(iou),
                   "accuracy": _number(recall[index]) if pixels else None, "pixels": int(pixels)}
                  for index, (iou, pixels) in enumerate(zip(found["iou"], found["pixels"]))]
-    return {"examples": int(source.num_examples or 0), "image_size": list(size),
+    return {"examples": int(source.num_examples or 0),
+            "image_size": size if size == "native" else list(size),
             "mIoU": _number(found["mIoU"]), "pixel_accuracy": _number(found["pixel_accuracy"]),
             "mean_accuracy": _number(found["mean_accuracy"]), "per_class": per_class}
 

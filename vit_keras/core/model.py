@@ -202,7 +202,7 @@ def config_and_preprocessing(config, preprocessing=None) -> tuple[ViTConfig, Pre
     if not isinstance(config, ViTConfig):
         raise ValueError(f"config must be a ViTConfig or its to_dict(), got {config!r}")
     rule = OFFICIAL if preprocessing is None else Preprocessing.from_dict(preprocessing)
-    return config, rule.check_channels(config.channels)
+    return config, rule.check_for(config)
 
 
 class ConfiguredModel:
@@ -226,8 +226,7 @@ class ConfiguredModel:
         """Records how the model's weights expect images prepared, when the weights file did
         not say (a bare checkpoint): `preprocess_input`, `vit` and the exports read it from
         `model.preprocessing`, and `.keras` files keep it. The computation is unchanged."""
-        self.vit_preprocessing = Preprocessing.from_dict(preprocessing).check_channels(
-            self.config.channels)
+        self.vit_preprocessing = Preprocessing.from_dict(preprocessing).check_for(self.config)
 
     # Keras traces `predict` and the other loops again with relaxed shapes when the input size
     # changes, and a relaxed (None, None) image reaches the patch embedding unchecked: so the

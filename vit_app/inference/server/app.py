@@ -246,7 +246,8 @@ class _Service:
             body = await read_body(request, self.options.max_request_bytes)
             kind, inputs, columnar = await self._decode_in_time(self._read_predict, body, ticket)
             outputs = await self._submit(kind, inputs, ticket)
-        if sum(value.size for value in outputs.values()) <= INLINE_ANSWER_VALUES:
+        if sum(np.size(one) for value in outputs.values() for one in value) <= \
+                INLINE_ANSWER_VALUES:
             return JSONResponse(tf_serving.predict_response(outputs, columnar))
         return await run_in_threadpool(
             lambda: JSONResponse(tf_serving.predict_response(outputs, columnar)))
@@ -268,7 +269,7 @@ class _Service:
         parsed = self._parse_predict(body)
         if parsed.files is None:
             return "images", parsed.images, parsed.columnar
-        if self.model.decodes_in_graph:
+        if self.model.takes_files:
             return "encoded", np.array(parsed.files, dtype=object), parsed.columnar
         return "images", self._decode(parsed.files), parsed.columnar
 
@@ -331,7 +332,7 @@ class _Service:
     def _read_explain(self, data: bytes) -> tuple[str, np.ndarray]:
         """The page's image file -> (batcher kind, inputs), on a worker thread."""
         check_encoded(data, "the image")
-        if self.model.decodes_in_graph:
+        if self.model.takes_files:
             return "encoded", np.array([data], dtype=object)
         explains = self.task.explains(self.model)
         return "explain" if explains else "images", self._decode([data])

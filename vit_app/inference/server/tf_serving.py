@@ -136,14 +136,17 @@ def predict_response(outputs: dict[str, np.ndarray], columnar: bool) -> dict:
 
     Args:
         outputs: the task's answer: {'probabilities', 'logits'} arrays [batch, classes], or a
-            segmenter's {'class_ids'} [batch, height, width].
+            segmenter's {'class_ids'} [batch, height, width] (or a list of [height, width]
+            arrays, one per image at its own size).
         columnar: answer in the columnar format.
 
     Returns:
         {"predictions": [one object per instance]}, or {"outputs": {name: [per instance]}}.
     """
     names = list(outputs)
-    outputs = {name: np.asarray(outputs[name]).tolist() for name in names}
+    outputs = {name: [np.asarray(one).tolist() for one in outputs[name]]
+               if isinstance(outputs[name], list) else np.asarray(outputs[name]).tolist()
+               for name in names}
     if columnar:
         return {"outputs": outputs}
     count = len(outputs[names[0]])

@@ -62,9 +62,10 @@ class Segment(InferenceTask):
                                              args.image_size)
         evaluation.name_classes(results, evaluation.class_names_for(
             args.model, args.labels, source.class_names))
-        height, width = results["image_size"]
-        where = (f"{args.model} on {args.data}: {results['examples']} images at "
-                 f"{height}x{width}, scored at the masks' own size")
+        size = results["image_size"]
+        at = ("their own size" if size == "native" else f"{size[0]}x{size[1]}")
+        where = (f"{args.model} on {args.data}: {results['examples']} images at {at}, scored "
+                 "at the masks' own size")
         return results, segmentation_eval.report_lines(results, where)
 
     def label_scores(self, logits, labels) -> dict:
@@ -118,8 +119,12 @@ class Segment(InferenceTask):
                 "surer of its pixels")
 
     def answer(self, model, kind: str, inputs, outputs: dict) -> dict:
-        """Class ids per pixel: the per-pixel scores would be `classes` times larger."""
-        return {"class_ids": np.argmax(outputs["logits"], axis=-1).astype(np.int32)}
+        """Class ids per pixel: the per-pixel scores would be `classes` times larger (a list
+        of one array per image where the model segments each at its own size)."""
+        logits = outputs["logits"]
+        if isinstance(logits, list):
+            return {"class_ids": [np.argmax(one, axis=-1).astype(np.int32) for one in logits]}
+        return {"class_ids": np.argmax(logits, axis=-1).astype(np.int32)}
 
     def page_answer(self, name: str, model, outputs: dict) -> dict:
         """The classes by pixel share, and the mask at the model's size with a colour per
