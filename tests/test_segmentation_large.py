@@ -1,9 +1,12 @@
 """A user's microscopy folder as it comes: 24 grayscale slices of 512x512 px whose class is the
 thin membrane between cells (`benchmarks/dense_sets.py`), trained with no flag but the task and
-the folders. The run ends well (exit 0, every file written, none rejected: near-tied membrane
-edges never fail an export) and `vit predict` writes each mask at the slice's own size."""
+the folders. The small-data rule trains them as 128 px crops at their own resolution, and the
+run ends well: the membranes are found on the whole validation slices (92% membrane IoU
+measured), exit 0, every file written, none rejected, and `vit predict` segments a slice at its
+own size."""
 
 import importlib.util
+import json
 import os
 import subprocess
 
@@ -21,7 +24,7 @@ def _dense_sets():
     return module
 
 
-@pytest.mark.slow  # 30 slices made, trained, exported in six formats and predicted: ~90 s
+@pytest.mark.slow  # 30 slices made, trained (about 4,800 crops), exported in six formats: ~5 min
 def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
     dense_sets = _dense_sets()
     train = dense_sets.make_membranes(str(tmp_path / "train"), 24, seed=0)
@@ -34,6 +37,10 @@ def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
                               timeout=600)
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
     assert "recipe: digits_segment adapted to 24 images of 512x512 px" in finished.stdout
+    assert "why: images of 512x512 px keep their resolution: 16 random 128 px crops" in \
+        finished.stdout
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert metrics["val_class_iou"]["membrane"] > 0.8, metrics["val_class_iou"]
     for name in ("model.keras", "saved_model", "model.tflite", "model_fp16.tflite",
                  "model_int8.tflite", "model.onnx", "model_int8.onnx", "export.json"):
         assert (output / name).exists(), name
@@ -46,4 +53,6 @@ def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
                                timeout=300)
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     mask = np.asarray(Image.open(masks / "0000.png"))
-    assert mask.shape[:2] == (512, 512)
+    truth = np.asarray(Image.open(tmp_path / "val" / "masks" / "0000.png"))
+    assert mask.shape == truth.shape == (512, 512)
+    assert (mask == truth).mean() > 0.97  # 99% measured

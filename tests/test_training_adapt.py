@@ -201,6 +201,7 @@ def test_large_images_train_as_crops_at_their_own_resolution(native, count, epoc
     assert (model.image_size, model.patch_size, model.dynamic_image_size,
             model.dynamic_image_pad) == (128, 8, True, True)
     assert objective.segment_native and objective.segment_stages == 3
+    assert objective.segment_width == 64
     assert (objective.segment_scale_min, objective.segment_scale_max) == (1.0, 1.0)
     assert preset.augment.flip and preset.schedule.epochs == epochs
     crops = round(native[0] * native[1] / 128 ** 2)

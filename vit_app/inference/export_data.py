@@ -42,7 +42,8 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
         rule: the model's preprocessing, whose resize rule applies (default: the official
             one).
         masks: the model is a segmenter: `spec` is segmentation data (images resized whole,
-            labels are masks at the model's size), or an .npz whose 'labels' are such masks.
+            labels are masks at the model's size; tiles at the images' own resolution for a
+            `native` rule), or an .npz whose 'labels' are such masks.
 
     Returns:
         The `ExportImages`.
@@ -70,7 +71,9 @@ def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
                  trained_on.get("seed", 0))
     if masks:
         data = segmentation.open_segmentation_data(*arguments)
-        take = segmentation.take_pairs
+        # a model fed images at their own size was trained on crops of them: it is checked
+        # on tiles at that resolution, as `vit train` checks it
+        take = segmentation.take_tiles if rule.native else segmentation.take_pairs
     else:
         data = sources.open_training_data(*arguments)
 
