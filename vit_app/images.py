@@ -259,11 +259,9 @@ def decode_checked(files, size, channels: int = 3, names=None,
 
 
 def decode_native(data: bytes) -> np.ndarray:
-    """One checked file -> float32 [height, width, 3] in 0..255 at its own size (RGB)."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image.convert("RGB"), np.float32)
+    """One checked file -> float32 [height, width, 3] in 0..255 at its own size, by the one
+    reader training uses (`decode`), so a model sees the pixels it was trained on."""
+    return decode(tf.constant(data)).numpy().astype(np.float32)
 
 
 def _decode_with_pil(data: bytes, size: tuple[int, int], preprocessing) -> np.ndarray:
