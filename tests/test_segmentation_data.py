@@ -94,9 +94,9 @@ def test_bad_folders_are_named(tmp_path, damage, message):
 
 
 def test_specs_check_the_segmentation_layout_before_any_framework(tmp_path):
-    specs.check_spec("digit-scenes", segmentation=True)
+    specs.check_spec("digit-scenes", labels="masks")
     with pytest.raises(ValueError, match="expected the folders"):
-        specs.check_spec(f"folder:{tmp_path}", segmentation=True)
+        specs.check_spec(f"folder:{tmp_path}", labels="masks")
     with pytest.raises(ValueError, match="--task segment"):
         specs.check_spec("digit-scenes")
 

@@ -21,7 +21,7 @@ RANKS = (
     # The library: what a model is, then how it computes, then how weights reach it.
     ("vit_keras.preprocessing", "vit_keras.atomic", "vit_keras.timing", "vit_keras.names",
      "vit_keras._after_import", "vit_keras._lazy", "vit_keras.segmentation_scores",
-     "vit_keras.segmentation_windows",
+     "vit_keras.segmentation_windows", "vit_keras.detection_boxes",
      "vit_keras.tasks"),
     ("vit_keras.config",),
     ("vit_keras.keras_compat", "vit_keras.families", "vit_keras.legacy"),
@@ -31,7 +31,8 @@ RANKS = (
     ("vit_keras.core",),
     ("vit_keras.weights",),
     ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates",
-     "vit_keras.hub_presets", "vit_keras.segmentation"),
+     "vit_keras.hub_presets", "vit_keras.segmentation", "vit_keras.detection_loss"),
+    ("vit_keras.detection",),
     ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
     ("vit_keras.__init__",),
     # The application: its base, the inference and deployment commands, training, the CLI.
@@ -319,8 +320,13 @@ TASK_OWN_MODULES = {
                 "vit_app.data.masks",
                 "training.segmentation", "training.segment_pipeline", "training.segment_loss",
                 "training.presets.digits_segment"),
+    "detect": ("vit_keras.detection", "vit_keras.detection_boxes", "vit_keras.detection_loss",
+               "vit_app.inference.tasks.detect", "vit_app.inference.detect_predict",
+               "vit_app.inference.detection_eval", "vit_app.data.detection",
+               "vit_app.data.box_files", "training.detection", "training.detect_pipeline",
+               "training.presets.digits_detect"),
 }
-TASK_MODEL_CLASSES = {"ViTSegmenter": "segment"}  # a task's model, beside the plain encoder
+TASK_MODEL_CLASSES = {"ViTSegmenter": "segment", "ViTDetector": "detect"}  # a task's model, beside the plain encoder
 # Shape checks that are no task's: module -> why
 SHAPE_CHECKS = {"vit_keras.analysis.looking_inside": "few-shot features must be [batch, D], "
                                                      "whatever the model was trained for"}

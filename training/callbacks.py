@@ -302,7 +302,8 @@ class EpochLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         parts = [f"epoch {epoch + 1:>3}/{self.epochs}"]
-        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "val_top5", "val_pr_auc"):
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "val_top5", "val_pr_auc",
+                    "val_box_f1"):
             if key in logs:
                 parts.append(f"{key} {logs[key]:.4f}")
         learning_rate = self.model.optimizer.learning_rate

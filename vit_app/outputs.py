@@ -64,7 +64,7 @@ def plot_curves(history: dict[str, list[float]], path: str) -> str | None:
     import matplotlib.pyplot as plt
 
     epochs = [epoch + 1 for epoch in history["epoch"]]
-    score = next((key for key in ("accuracy", "pr_auc", "mean_iou") if key in history),
+    score = next((key for key in ("accuracy", "pr_auc", "mean_iou", "box_f1") if key in history),
                  "accuracy")
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
     for axis, metric in zip(axes, ("loss", score)):

@@ -111,7 +111,7 @@ def _check_head(config: ViTConfig, head: str, head_width: int, head_stages: int)
                          f"num_classes={config.num_classes}")
 
 
-def block_grids(config: ViTConfig, images, blocks, dtype=None) -> list:
+def block_grids(config: ViTConfig, images, blocks, dtype=None, prefix: str = HEAD_PREFIX) -> list:
     """The encoder on `images` and the patch-token grids of `blocks`, final-normed.
 
     Args:
@@ -119,6 +119,7 @@ def block_grids(config: ViTConfig, images, blocks, dtype=None) -> list:
         images: the [batch, H, W, C] input tensor.
         blocks: block indices (non-negative, see `intermediates.block_indices`).
         dtype: the layers' dtype policy.
+        prefix: of the grid layers' names (the head's, which `load_encoder` leaves alone).
 
     Returns:
         One [batch, rows, cols, D] grid per block, in the order of `blocks`.
@@ -135,7 +136,7 @@ def block_grids(config: ViTConfig, images, blocks, dtype=None) -> list:
             block_tokens = final_norm(block_tokens)
         split = SplitTokens(config.num_prefix_tokens, config.num_register_tokens, True,
                             None if config.dynamic_image_size else config.grid_size,
-                            name=f"{HEAD_PREFIX}grid_{index}", dtype=dtype)
+                            name=f"{prefix}grid_{index}", dtype=dtype)
         grid, _ = split(block_tokens, embedded) if config.dynamic_image_size else \
             split(block_tokens)
         grids.append(grid)
@@ -277,13 +278,21 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
 
 def load_backbone(segmenter: ViTSegmenter, weights) -> None:
     """Fills the segmenter's encoder from a classifier or any weight source; the head is left
-    as it is.
+    as it is (`load_encoder`)."""
+    load_encoder(segmenter, weights, HEAD_PREFIX)
+
+
+def load_encoder(model: keras.Model, weights, head_prefix: str) -> None:
+    """Fills the ViT encoder inside a task's model (a segmenter, a detector) from a classifier
+    or any weight source; the layers named `head_prefix...` (the task's head) are left as they
+    are.
 
     Args:
-        segmenter: a `ViTSegmenter`.
+        model: a model built on the ViT's encoder layers (`block_grids`), carrying its config.
         weights: a Keras model with the ViT's layers (a `VisionTransformer`, e.g. `vit train`'s
             model.keras), or anything `vit_keras.load_weights` takes (a release name, an
             .npz/.safetensors/.h5 file, a preset folder, ...).
+        head_prefix: the names of the head's layers start with it.
 
     Raises:
         ValueError: the source misses one of the encoder's layers, or its shapes differ.
@@ -291,20 +300,20 @@ def load_backbone(segmenter: ViTSegmenter, weights) -> None:
     if isinstance(weights, keras.Model):
         source = weights
     else:
-        source = VisionTransformer(segmenter.config, include_top=False, name="backbone")
+        source = VisionTransformer(model.config, include_top=False, name="backbone")
         load_weights(source, weights, skip_head=True)
     by_name = {layer.name: layer for layer in source.layers}
-    encoder = [layer for layer in segmenter.layers
-               if layer.weights and not layer.name.startswith(HEAD_PREFIX)]
+    encoder = [layer for layer in model.layers
+               if layer.weights and not layer.name.startswith(head_prefix)]
     missing = [layer.name for layer in encoder if layer.name not in by_name]
     if missing:
-        raise ValueError(f"{source.name!r} has no layer {', '.join(missing)} of the segmenter's "
+        raise ValueError(f"{source.name!r} has no layer {', '.join(missing)} of the {model.name!r} "
                          "encoder: expected a ViT of the same config (or its weights)")
     for layer in encoder:
         theirs = [ops.convert_to_numpy(w) for w in by_name[layer.name].weights]
         ours = [tuple(w.shape) for w in layer.weights]
         if [tuple(w.shape) for w in theirs] != ours:
-            raise ValueError(f"layer {layer.name!r}: the segmenter expects weights of shapes "
+            raise ValueError(f"layer {layer.name!r}: {model.name!r} expects weights of shapes "
                              f"{ours}, {source.name!r} has {[tuple(w.shape) for w in theirs]}: "
-                             "build the segmenter from the same ViTConfig")
+                             "build it from the same ViTConfig")
         layer.set_weights(theirs)

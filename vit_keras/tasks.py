@@ -2,7 +2,7 @@
 and each task's library contract.
 
 Every model of this library records its task: `VisionTransformer.vit_task` is 'classify',
-`ViTSegmenter.vit_task` is 'segment', and a view or copy made for export carries the task of
+`ViTSegmenter.vit_task` is 'segment', `ViTDetector.vit_task` is 'detect', and a view or copy made for export carries the task of
 the model it was made from (`vit_keras.core.model.keep_records`). Export, evaluation,
 prediction and serving read the record (`task_of`); nothing infers a task from the shape of a
 model's outputs. A Keras model of another library records nothing and counts as a classifier.
@@ -34,7 +34,7 @@ class TaskParts:
             model, or imports it).
         inference: the `vit_app.inference` module whose `TASK` is its `InferenceTask`.
         objective: 'module:Class' of its training objective (`training.objective.Objective`).
-        labels: what its data labels images with: 'classes' or 'masks'.
+        labels: what its data labels images with: 'classes', 'masks' or 'boxes'.
         fewest_classes: the fewest classes its training data may have.
         preset: the preset `vit train --task NAME` starts from.
     """
@@ -53,6 +53,9 @@ TASKS = {
     "segment": TaskParts("vit_keras.segmentation", "vit_app.inference.tasks.segment",
                          "training.segmentation:Segmentation", labels="masks",
                          fewest_classes=1, preset="digits_segment"),
+    "detect": TaskParts("vit_keras.detection", "vit_app.inference.tasks.detect",
+                        "training.detection:Detection", labels="boxes", fewest_classes=1,
+                        preset="digits_detect"),
 }
 
 

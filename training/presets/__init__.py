@@ -24,7 +24,7 @@ from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
 PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
                 "mpp_digits", "mpp_digits_finetune", "deit_distill", "digits_upstream",
-                "digits_transfer", "digits_segment")
+                "digits_transfer", "digits_segment", "digits_detect")
 DEFAULT_PRESET = "digits_tiny"
 # The flat keys of the presets before they had sections, where the sectioned name differs from
 # `SECTION.<the same name>`. They are no longer accepted: `flat_keys` serves only the error

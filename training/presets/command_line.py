@@ -145,7 +145,6 @@ def check_data_specs(preset: presets.Preset) -> None:
     """The preset's training and validation data specs, as far as they can be checked without
     reading images (`vit_app.data.specs.check_spec`); a classifier needs 2 classes."""
     labels, classes_needed = sections.objective_data(preset.objective.kind)
-    masks = labels == "masks"
-    specs.check_spec(preset.data.train, min_classes=classes_needed, segmentation=masks)
+    specs.check_spec(preset.data.train, min_classes=classes_needed, labels=labels)
     if preset.data.val:
-        specs.check_spec(preset.data.val, segmentation=masks)
+        specs.check_spec(preset.data.val, labels=labels)

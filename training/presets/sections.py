@@ -252,13 +252,24 @@ class Objective(Section):
         segment_photometric: 'segment': random brightness and contrast (image only).
         segment_dice: 'segment': the weight of a soft Dice loss added to the pixel
             cross-entropy (0: cross-entropy alone; mmsegmentation's DiceLoss, smooth 1).
+        detect_queries: 'detect' (DETR on the ViT: `vit_keras.ViTDetector`, Hungarian matching,
+            focal + L1 + GIoU losses, COCO mAP; `vit train --task detect`): object queries,
+            the most objects an image may hold.
+        detect_layers: 'detect': decoder blocks (each with its own class and box heads and
+            auxiliary loss).
+        detect_width: 'detect': the decoder's width (a multiple of 8 and of 4 heads).
+        detect_scale_min: 'detect': the random crop's least area, as a fraction of the
+            image's (1 = no crop).
+        detect_photometric: 'detect': random brightness and contrast (image only).
     """
 
     NAME = "objective"
     RULES = {"kind": objective_kinds, "label_smoothing": "[0,1)", "distill_mode": DISTILL_MODES,
              "distill_temperature": ">0", "segment_head": SEGMENT_HEADS,
              "segment_blocks": ">=1", "segment_width": ">=1", "segment_stages": ">=0",
-             "segment_scale_min": ">0", "segment_scale_max": ">0", "segment_dice": ">=0"}
+             "segment_scale_min": ">0", "segment_scale_max": ">0", "segment_dice": ">=0",
+             "detect_queries": ">=1", "detect_layers": ">=1", "detect_width": ">=1",
+             "detect_scale_min": "(0,1]"}
 
     kind: str = "classify"
     label_smoothing: float = 0.0
@@ -274,6 +285,11 @@ class Objective(Section):
     segment_photometric: bool = True
     segment_dice: float = 0.0
     segment_native: bool = False
+    detect_queries: int = 20
+    detect_layers: int = 3
+    detect_width: int = 128
+    detect_scale_min: float = 0.5
+    detect_photometric: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

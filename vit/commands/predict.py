@@ -10,6 +10,7 @@ Examples:
   vit predict digit.png --model saved_models/digits_tiny/saved_model
   vit predict cat.jpg --weights imagenet21k+imagenet2012 --model B/16
   vit predict scene.png --model saved_models/digits_segment/model.keras --masks masks/
+  vit predict scene.png --model saved_models/digits_detect/model.keras --output boxes.csv
 
 A folder gives its image files and those of its sub-folders; a pattern (quoted, so that
 the shell leaves it alone; `**` spans folders) its image files. Images are checked, decoded and
@@ -21,7 +22,9 @@ objective.kind=multilabel`, recorded as `activation` in the config.json next to 
 ImageNet-21k heads, pre-trained with a sigmoid loss, give independent per-class probabilities;
 other heads show softmax probabilities. A segmenter (`vit train --task segment`) writes a
 class-id mask and an overlay per image into --masks and shows each image's classes by the
-share of pixels they cover.
+share of pixels they cover. A detector (`vit train --task detect`) writes each image's boxes
+(file, class, score, x0 y0 x1 y1 in pixels of the image) and a copy with them drawn into
+--drawn.
 """
 
 from __future__ import annotations
@@ -57,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--masks", default="masks", metavar="DIR",
                         help="a segmenter (vit train --task segment) writes each image's "
                         "class-id mask (palette PNG) and overlay here (default: %(default)s)")
+    parser.add_argument("--drawn", default="drawn", metavar="DIR",
+                        help="a detector (vit train --task detect) writes a copy of each image "
+                        "with its boxes drawn here (default: %(default)s)")
+    parser.add_argument("--min-score", type=float, default=0.5,
+                        help="a detector's boxes scoring below this are left out (default: "
+                        "%(default)s)")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -66,6 +75,8 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if not 0 <= args.min_score <= 1:
+        raise ValueError(f"--min-score must be in [0, 1], got {args.min_score}")
     if args.output and not args.output.lower().endswith((".csv", ".json")):
         raise ValueError(f"--output {args.output!r}: expected a .csv or .json file name")
     if args.weights and (args.tflite or args.onnx):

@@ -32,6 +32,8 @@ class Source:
         decode_mask: for segmentation data, the function mapping one label record (a mask
             file's path, or already a mask) to uint8 [height, width] class ids (255 =
             ignore); None for labels that are class ids.
+        boxes: labels are boxes, float32 [max_objects, 5] per image (x0, y0, x1, y1 in pixels
+            of the stored image, class id; class -1 pads): `vit_app.data.detection`.
     """
 
     spec: str
@@ -43,6 +45,7 @@ class Source:
     arrays: tuple | None = None
     multilabel: bool = False
     decode_mask: Callable[[tf.Tensor], tf.Tensor] | None = None
+    boxes: bool = False
 
     @property
     def num_classes(self) -> int:

@@ -104,7 +104,7 @@ def options_from_arguments(args) -> ExportOptions:
 
 
 def _label_kind(model) -> str:
-    """What the model's task labels images with ('classes', 'masks')."""
+    """What the model's task labels images with ('classes', 'masks', 'boxes')."""
     return tasks.get(library_tasks.task_of(model)).label_kind
 
 
@@ -120,7 +120,7 @@ def _command_images(args, model, options: ExportOptions) -> export_data.ExportIm
                         "model was trained on (from its config.json)")
         return export_data.load(data_spec, image_hw, args.calibration_images, args.eval_images,
                                 trained_on, preprocessing_of(model),
-                                masks=_label_kind(model) == "masks")
+                                labels=_label_kind(model))
     calibrated = ", ".join(name for name in options.formats if name in CALIBRATED_FORMATS)
     if calibrated:
         raise ValueError(f"{calibrated} needs --data to calibrate on (a few hundred training "

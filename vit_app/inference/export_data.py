@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from vit_app.data import evaluation, segmentation, sources
+from vit_app.data import detection, evaluation, segmentation, sources
 from vit_keras.preprocessing import OFFICIAL
 
 
@@ -28,7 +28,7 @@ class ExportImages:
 
 
 def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000,
-         trained_on: dict | None = None, rule=None, masks: bool = False) -> ExportImages:
+         trained_on: dict | None = None, rule=None, labels: str = "classes") -> ExportImages:
     """The calibration and evaluation images of `spec`.
 
     Args:
@@ -41,9 +41,11 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
             split and seed.
         rule: the model's preprocessing, whose resize rule applies (default: the official
             one).
-        masks: the model is a segmenter: `spec` is segmentation data (images resized whole,
-            labels are masks at the model's size; tiles at the images' own resolution for a
-            `native` rule), or an .npz whose 'labels' are such masks.
+        labels: what the model's task labels images with ('classes'; 'masks': `spec` is
+            segmentation data, images resized whole, labels are masks at the model's size,
+            tiles at the images' own resolution for a `native` rule; 'boxes': detection data,
+            images resized whole, labels are targets in fractions of them), or what an .npz's
+            'labels' are.
 
     Returns:
         The `ExportImages`.
@@ -51,7 +53,7 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
 
     if not spec.endswith(".npz"):
         return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {},
-                                 rule or OFFICIAL, masks)
+                                 rule or OFFICIAL, labels)
     with np.load(spec, allow_pickle=False) as arrays:
         if "images" not in arrays:
             raise ValueError(f"{spec}: expected an array 'images' (N, H, W, 3), found "
@@ -63,13 +65,16 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
 
 
 def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
-                      rule, masks: bool) -> ExportImages:
+                      rule, labels: str) -> ExportImages:
     """Calibration images from the training data, evaluation images + labels from its
     validation data as the run chose them (`--val-data`, or the held-out part), resized as
     `vit train` resizes for evaluation."""
     arguments = (spec, trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
                  trained_on.get("seed", 0))
-    if masks:
+    if labels == "boxes":
+        data = detection.open_detection_data(*arguments)
+        take = detection.take_examples
+    elif labels == "masks":
         data = segmentation.open_segmentation_data(*arguments)
         # a model fed images at their own size was trained on crops of them: it is checked
         # on tiles at that resolution, as `vit train` checks it

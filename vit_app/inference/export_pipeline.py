@@ -57,8 +57,9 @@ def export(model, output_dir: str, options: ExportOptions, bars: dict, *,
     _require_calibration(options, representative_images)
     _require_expressible(options, model)
     fixed = graph.at_image_size(model, options.image_size)
-    images, labels = _evaluation_set(fixed, eval_images, eval_labels, representative_images)
     task = tasks.get(library_tasks.task_of(model))
+    images, labels = _evaluation_set(fixed, eval_images, eval_labels, representative_images,
+                                     task)
     evaluation = Evaluation(images, labels, _keras_logits(fixed, images), task)
     report = export_report.header(images, options.latency_runs,
                                   task.label_scores(evaluation.keras_logits, labels), task)
@@ -189,7 +190,7 @@ def _latencies(runners: dict, runs: int, rounds: int = 5) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _evaluation_set(model, images, labels, representative_images):
+def _evaluation_set(model, images, labels, representative_images, task):
     """The images (float32 0..255) and labels every file is compared on: `images`, else the
     representative images (unlabelled), else 8 random images."""
 
@@ -204,24 +205,8 @@ def _evaluation_set(model, images, labels, representative_images):
         raise ValueError(f"eval images must be [N, {height}, {width}, 3] float32 in 0..255, "
                          f"got shape {images.shape}")
     if labels is not None:
-        labels = _checked_labels(np.asarray(labels), images)
+        labels = task.checked_labels(np.asarray(labels), images)
     return images, labels
-
-
-def _checked_labels(labels, images):
-    """Multi-hot [N, classes] float32, masks [N, H, W] int64 (a segmenter's, at the images'
-    size, 255 ignored) or class ids [N] int64, one per image."""
-    if labels.ndim == 3 and labels.shape[1:] != images.shape[1:3]:
-        raise ValueError(f"eval masks must be [N, {images.shape[1]}, {images.shape[2]}] (the eval "
-                         f"images' size), got shape {labels.shape}")
-    if labels.ndim == 2:
-        labels = labels.astype(np.float32)
-    else:
-        labels = labels.astype(np.int64) if labels.ndim == 3 else \
-            labels.astype(np.int64).reshape(-1)
-    if len(labels) != len(images):
-        raise ValueError(f"got {len(labels)} eval labels for {len(images)} eval images")
-    return labels
 
 
 def _keras_logits(model, images):

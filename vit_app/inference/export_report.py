@@ -90,8 +90,9 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
         score = _score(entry)
         prefix = "mIoU " if "mIoU" in entry else "" if entry.get("mAP") is not None else \
             "top-1 "
+        kind = {"pixels": "pixel ", "boxes": "box "}.get(report.get("agreement"), "")
         rows.append((entry.get("rejected_file") or entry["file"],
-                     f"{'pixel ' if report.get('agreement') == 'pixels' else ''}agreement "
+                     f"{kind}agreement "
                      f"{_agreement(entry)}"
                      f"{', ' + prefix + score if score else ''}, {check_label(entry)}"))
     return rows
@@ -139,7 +140,9 @@ def report_failures(report: dict, command: str = "vit export") -> int:
 
 def _agreement(entry: dict) -> str:
     """The agreement cell: argmax agreement, and that of the decisive pixels where the task
-    judges by them."""
+    judges by them; a detector's: the share of Keras' confident boxes the file repeats."""
+    if entry.get("box_agreement") is not None:
+        return f"{_percent(entry['box_agreement'])} of {entry['keras_boxes']} boxes"
     decisive = entry.get("decisive_agreement")
     return _percent(entry["top1_agreement"]) + (
         "" if decisive is None else f" (decisive {_percent(decisive)})")

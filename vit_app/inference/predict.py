@@ -71,25 +71,20 @@ def table(rows: list[dict], score: str = "score") -> str:
                      for line in lines)
 
 
-def write_predictions(path: str, rows: list[dict], skipped) -> None:
-    """`rows` as CSV (file, class_1, score_1, ...; skipped files apart, in the JSON only) or
-    JSON ({'predictions': [{'file', 'top': [{'class', 'score'}]}], 'skipped': [...]}),
-    written whole or not at all."""
+def write_predictions(path: str, rows: list[dict], skipped, task) -> None:
+    """`rows` as CSV (the task's columns, `InferenceTask.output_records`; skipped files apart,
+    in the JSON only) or JSON ({'predictions': [...], 'skipped': [...]}), written whole or not
+    at all."""
+    header, csv_rows, predictions = task.output_records(rows)
     if path.lower().endswith(".json"):
-        data = {"predictions": [{"file": row["file"],
-                                 "top": [{"class": name, "score": score}
-                                         for name, score in row["top"]]} for row in rows],
+        data = {"predictions": predictions,
                 "skipped": [{"file": file, "error": why} for file, why in skipped]}
         text = json.dumps(data, indent=2) + "\n"
     else:
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        top_k = max(len(row["top"]) for row in rows)
-        writer.writerow(["file"] + [f"{field}_{rank}" for rank in range(1, top_k + 1)
-                                    for field in ("class", "score")])
-        for row in rows:
-            writer.writerow([row["file"]] + [value for name, score in row["top"]
-                                             for value in (name, f"{score:.6f}")])
+        writer.writerow(header)
+        writer.writerows(csv_rows)
         text = buffer.getvalue()
     atomic.write_bytes(path, text.encode())
 
@@ -101,12 +96,13 @@ def run(args: argparse.Namespace) -> int:
     if not readable:
         raise ValueError(f"none of the {len(args.images)} files is a usable image: "
                          + "; ".join(why for _, why in skipped))
-    rows, printed = tasks.get(model.task).predict(model, readable, args)
+    task = tasks.get(model.task)
+    rows, printed = task.predict(model, readable, args)
     console.say(printed)
     for warning in small_images(readable, model.patch_size):
         console.say(warning, error=True)
     if args.output:
-        write_predictions(args.output, rows, skipped)
+        write_predictions(args.output, rows, skipped, task)
     summary = f"{len(rows)} images predicted" + (f" (written to {args.output})"
                                                  if args.output else "")
     if skipped:

@@ -75,7 +75,7 @@ def segment_files(model, readable, top_k: int, batch_size: int, folder: str) -> 
         for (path, data), scores in zip(batch, probabilities):
             width, height = pixel_size(data)
             mask = class_mask(np.asarray(scores), height, width)
-            stem = _unique_stem(path, stems)
+            stem = unique_stem(path, stems)
             mask_path, overlay_path = write_mask_files(folder, stem, data, mask, colours)
             shares = np.bincount(mask.ravel(), minlength=len(names)) / mask.size
             order = [index for index in np.argsort(-shares, kind="stable") if shares[index]]
@@ -85,7 +85,7 @@ def segment_files(model, readable, top_k: int, batch_size: int, folder: str) -> 
     return rows
 
 
-def _unique_stem(path: str, taken: set) -> str:
+def unique_stem(path: str, taken: set) -> str:
     """The file's stem, numbered when two images of the run share it."""
     stem = os.path.splitext(os.path.basename(path))[0]
     candidate, number = stem, 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from vit_keras import tasks as library_tasks
 
 
@@ -42,10 +44,29 @@ class InferenceTask:
         """`vit predict`: (a row per image for `--output`, the text printed)."""
         raise NotImplementedError
 
+    def output_records(self, rows: list[dict]) -> tuple[list[str], list[list], list[dict]]:
+        """`vit predict --output`'s records of `predict`'s rows: (the CSV header, its rows, the
+        JSON predictions). Here one CSV row per image, its top-k classes and scores."""
+        top_k = max(len(row["top"]) for row in rows)
+        header = ["file"] + [f"{field}_{rank}" for rank in range(1, top_k + 1)
+                             for field in ("class", "score")]
+        csv_rows = [[row["file"]] + [value for name, score in row["top"]
+                                     for value in (name, f"{score:.6f}")] for row in rows]
+        predictions = [{"file": row["file"], "top": [{"class": name, "score": score}
+                                                     for name, score in row["top"]]}
+                       for row in rows]
+        return header, csv_rows, predictions
+
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         """`vit evaluate`: scores `model` on `args.data`; (the results `--output` gets, the
         report's lines)."""
         raise NotImplementedError
+
+    def checked_labels(self, labels: np.ndarray, images: np.ndarray) -> np.ndarray:
+        """The labels of `vit export`'s evaluation images, checked against them: class ids
+        [N] int64, multi-hot [N, classes] float32 or masks [N, H, W] int64 at the images' size
+        (`checked_labels`)."""
+        return checked_labels(labels, images)
 
     def label_scores(self, logits, labels) -> dict:
         """export.json's scores of logits against labels (`{'accuracy': None}` without)."""
@@ -101,6 +122,22 @@ class InferenceTask:
     def serving_outputs(self, height: int, width: int, num_classes: int) -> dict:
         """{output name: (TF dtype name, shape)} of the REST predict answer (`-1`: any)."""
         return {name: ("DT_FLOAT", [-1, num_classes]) for name in ("probabilities", "logits")}
+
+
+def checked_labels(labels, images):
+    """Multi-hot [N, classes] float32, masks [N, H, W] int64 (a segmenter's, at the images'
+    size, 255 ignored) or class ids [N] int64, one per image."""
+    if labels.ndim == 3 and labels.shape[1:] != images.shape[1:3]:
+        raise ValueError(f"eval masks must be [N, {images.shape[1]}, {images.shape[2]}] (the eval "
+                         f"images' size), got shape {labels.shape}")
+    if labels.ndim == 2:
+        labels = labels.astype(np.float32)
+    else:
+        labels = labels.astype(np.int64) if labels.ndim == 3 else \
+            labels.astype(np.int64).reshape(-1)
+    if len(labels) != len(images):
+        raise ValueError(f"got {len(labels)} eval labels for {len(images)} eval images")
+    return labels
 
 
 def percent(value) -> str:

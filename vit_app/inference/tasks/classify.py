@@ -30,10 +30,12 @@ class Classify(InferenceTask):
         return rows, table(rows)
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
-        if specs.is_segmentation_spec(args.data):
-            raise ValueError(f"{args.data} is segmentation data (images with masks); "
-                             f"{args.model} is a classifier: evaluate it on data labelled by "
-                             "class (folder:DIR with a folder per class, csv:, tfds:, digits)")
+        labels = specs.spec_labels(args.data)
+        if labels != "classes":
+            raise ValueError(f"{args.data} is {'segmentation' if labels == 'masks' else 'detection'}"
+                             f" data (images with {labels}); {args.model} is a classifier: "
+                             "evaluate it on data labelled by class (folder:DIR with a folder "
+                             "per class, csv:, tfds:, digits)")
         source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                      args.data_dir, val_split=0.0)
         scored = model.keras_model if model.keras_model is not None else model

@@ -1,6 +1,6 @@
 // The `vit serve` page: send an image to /api/explain, draw it with the attention-rollout
-// heatmap on top (a segmenter: its class mask), and list the top classes (a segmenter: by pixel
-// share). No framework, no build step, nothing from a CDN.
+// heatmap on top (a segmenter: its class mask; a detector: its boxes), and list the top classes
+// (a segmenter: by pixel share; a detector: its boxes by score). No framework, no build step, nothing from a CDN.
 "use strict";
 
 const page = {
@@ -68,6 +68,8 @@ async function classify(file) {
   drawPhoto(image);
   if (result.mask) {
     drawMask(result.mask);
+  } else if (result.boxes) {
+    drawBoxes(result.boxes);
   } else {
     drawHeatmap(result.heatmap);
   }
@@ -75,9 +77,14 @@ async function classify(file) {
   document.getElementById("result").hidden = false;
   document.getElementById("heatmap-caption").textContent = result.mask ?
     "Each pixel's class, one colour per class (the first class, background, left clear)." :
-    result.heatmap ? "Attention rollout: where the model looks, through every block." :
+    result.boxes ? `${result.boxes.length} boxes scoring 50% or more, each with its class ` +
+    "and score." : result.heatmap ? "Attention rollout: where the model looks, through every block." :
     result.heatmap_unavailable;
   const best = result.top[0];
+  if (!best) {
+    setState("done", `${file.name}: no box scores 50% or more.`);
+    return;
+  }
   document.body.dataset.top1 = best.label;
   const what = result.mask ? "of the pixels" : "";
   setState("done", `${file.name}: ${best.label} (${(100 * score(best)).toFixed(1)}%` +
@@ -137,6 +144,29 @@ function drawMask(mask) {
   context.imageSmoothingEnabled = false; // class edges stay sharp
   context.drawImage(grid, 0, 0, page.heatmap.width, page.heatmap.height);
   document.body.dataset.maskClasses = [...new Set(mask.values)].sort((a, b) => a - b).join(",");
+}
+
+// Boxes are fractions of the image (the model saw all of it, resized): x0, y0, x1, y1.
+const BOX_COLOURS = ["#ff4f6d", "#3ec1d3", "#ffb400", "#8fd14f", "#b388ff", "#ff8a3d"];
+function drawBoxes(boxes) {
+  const context = page.heatmap.getContext("2d");
+  const { width, height } = page.heatmap;
+  context.clearRect(0, 0, width, height);
+  context.lineWidth = 3;
+  context.font = "14px sans-serif";
+  const colourOf = {};
+  boxes.forEach(({ label, score: value, box }) => {
+    colourOf[label] ??= BOX_COLOURS[Object.keys(colourOf).length % BOX_COLOURS.length];
+    const [x0, y0, x1, y1] = [box[0] * width, box[1] * height, box[2] * width, box[3] * height];
+    context.strokeStyle = context.fillStyle = colourOf[label];
+    context.strokeRect(x0, y0, x1 - x0, y1 - y0);
+    const text = `${label} ${(100 * value).toFixed(0)}%`;
+    const top = Math.max(0, y0 - 18);
+    context.fillRect(x0, top, context.measureText(text).width + 6, 18);
+    context.fillStyle = "#000";
+    context.fillText(text, x0 + 3, top + 14);
+  });
+  document.body.dataset.boxes = boxes.length;
 }
 
 function showClasses(top) {

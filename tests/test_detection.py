@@ -1,0 +1,231 @@
+"""Object detection's parts: the Hungarian matching against brute force, the set loss and its
+invariance to the queries' order, boxes decoded to pixels, COCO's scores from pycocotools, the
+`ViTDetector` (shapes, `.keras` round trip, LoRA, int8), the crops and flips that move the boxes
+with the pixels, and the export check on boxes."""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from vit_app.inference import detection_eval
+from vit_app.inference.tasks import detect as detect_task
+from vit_keras import ViTConfig, detection_boxes
+from vit_keras.detection import ViTDetector, grid_positions
+from vit_keras.detection_loss import (BoxF1, SetPredictionLoss, corners, generalized_iou,
+                                      hungarian)
+
+TINY = ViTConfig(image_size=16, patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2,
+                 num_layers=1, num_classes=3)
+
+
+# --- matching ------------------------------------------------------------------------------------
+
+def _brute_force(cost, valid):
+    objects = np.flatnonzero(valid)
+    best, choice = np.inf, None
+    for queries in itertools.permutations(range(cost.shape[0]), len(objects)):
+        total = cost[list(queries), objects].sum()
+        if total < best:
+            best, choice = total, queries
+    return best, choice
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_hungarian_finds_the_least_total_cost_and_skips_padding(seed):
+    rng = np.random.default_rng(seed)
+    cost = rng.normal(size=(2, 5, 3))
+    valid = np.array([[True, False, True], [True, True, True]])
+    matched = hungarian(cost, valid)
+    assert matched.shape == (2, 5) and matched.dtype == np.int32
+    for image in range(2):
+        best, _ = _brute_force(cost[image], valid[image])
+        queries = np.flatnonzero(matched[image] >= 0)
+        assert sorted(matched[image][queries]) == sorted(np.flatnonzero(valid[image]))
+        assert np.isclose(cost[image][queries, matched[image][queries]].sum(), best)
+
+
+def test_an_image_without_objects_matches_no_query():
+    assert (hungarian(np.zeros((1, 4, 2)), np.zeros((1, 2), bool)) == -1).all()
+
+
+# --- the loss ------------------------------------------------------------------------------------
+
+def _targets():
+    """Two images: two objects, and one (the second row pads)."""
+    return np.array([[[0, 0.3, 0.3, 0.2, 0.2], [2, 0.7, 0.6, 0.3, 0.4]],
+                     [[1, 0.5, 0.5, 0.4, 0.4], [-1, 0, 0, 0, 0]]], np.float32)
+
+
+def _outputs_for(targets, queries=4, classes=3, sure=6.0):
+    """Outputs whose queries 1 and 3 name the targets' objects exactly, the rest nothing."""
+    outputs = np.full((len(targets), queries, classes + 4), -sure, np.float32)
+    for image, rows in enumerate(targets):
+        for query, row in zip((3, 1), rows):
+            if row[0] >= 0:
+                outputs[image, query, int(row[0])] = sure
+                outputs[image, query, classes:] = np.log(row[1:] / (1 - row[1:]))
+    return outputs
+
+
+def test_the_loss_is_least_for_the_right_boxes_and_ignores_the_queries_order():
+    loss = SetPredictionLoss(3)
+    targets = _targets()
+    right = _outputs_for(targets)
+    found = float(loss(targets, right))
+    shuffled = float(loss(targets, right[:, ::-1]))
+    assert found == pytest.approx(shuffled, rel=1e-5)
+    wrong = right.copy()
+    wrong[..., 3:] += 1.0   # every box moved
+    assert float(loss(targets, wrong)) > found + 1.0
+    noise = np.random.default_rng(0).normal(size=right.shape).astype(np.float32)
+    assert float(loss(targets, noise)) > found + 1.0
+
+
+def test_every_decoder_block_adds_its_loss():
+    loss = SetPredictionLoss(3)
+    targets = _targets()
+    one = _outputs_for(targets, sure=1.0)
+    stacked = np.stack([one, one], axis=1)
+    assert float(loss(targets, stacked)) == pytest.approx(2 * float(loss(targets, one)),
+                                                          rel=1e-5)
+
+
+def test_the_loss_gives_gradients_to_the_classes_and_boxes():
+    outputs = tf.Variable(np.random.default_rng(1).normal(size=(2, 4, 7)).astype(np.float32))
+    with tf.GradientTape() as tape:
+        value = SetPredictionLoss(3)(_targets(), outputs)
+    gradient = tape.gradient(value, outputs).numpy()
+    assert np.isfinite(gradient).all()
+    assert np.abs(gradient[..., :3]).sum() > 0 and np.abs(gradient[..., 3:]).sum() > 0
+
+
+def test_generalized_iou_is_iou_for_nested_boxes_and_negative_apart():
+    inner = np.array([0.2, 0.2, 0.4, 0.4], np.float32)
+    outer = np.array([0.0, 0.0, 1.0, 1.0], np.float32)
+    assert float(generalized_iou(inner, outer)) == pytest.approx(0.04, abs=1e-6)
+    apart = np.array([0.6, 0.6, 0.8, 0.8], np.float32)
+    assert float(generalized_iou(inner, apart)) < 0
+    centre = np.array([0.5, 0.5, 0.2, 0.4], np.float32)
+    np.testing.assert_allclose(corners(centre), [0.4, 0.3, 0.6, 0.7], atol=1e-6)
+
+
+def test_box_f1_is_one_for_the_right_boxes_and_zero_for_none():
+    metric = BoxF1(3)
+    metric.update_state(_targets(), _outputs_for(_targets()))
+    assert float(metric.result()) == pytest.approx(1.0)
+    metric.reset_state()
+    metric.update_state(_targets(), np.full((2, 4, 7), -8.0, np.float32))
+    assert float(metric.result()) == 0.0
+
+
+# --- boxes and scores ----------------------------------------------------------------------------
+
+def test_decode_gives_the_best_boxes_in_pixels_of_each_image():
+    outputs = _outputs_for(_targets())
+    found = detection_boxes.decode(outputs, [(100, 200), (50, 50)], min_score=0.5)
+    np.testing.assert_allclose(found[0]["boxes"][np.argsort(found[0]["classes"])],
+                               [[40, 20, 80, 40], [110, 40, 170, 80]], atol=1e-3)
+    assert list(found[1]["classes"]) == [1] and found[1]["scores"][0] > 0.99
+    np.testing.assert_allclose(found[1]["boxes"], [[15, 15, 35, 35]], atol=1e-3)
+
+
+def test_coco_scores_of_the_truth_itself_are_perfect_and_of_nothing_zero():
+    truth = [np.array([[10, 10, 30, 40, 0], [50, 50, 90, 80, 1]], np.float32),
+             np.zeros((0, 5), np.float32)]
+    detections = [{"boxes": truth[0][:, :4], "scores": np.array([0.9, 0.8]),
+                   "classes": np.array([0, 1])},
+                  {"boxes": np.zeros((0, 4)), "scores": np.zeros(0), "classes": np.zeros(0)}]
+    scores = detection_eval.coco_scores(truth, detections, [(100, 100)] * 2, ["a", "b"])
+    assert scores["mAP"] == pytest.approx(1.0) and scores["mAP50"] == pytest.approx(1.0)
+    assert scores["class_ap"] == {"a": pytest.approx(1.0), "b": pytest.approx(1.0)}
+    assert scores["objects"] == 2 and scores["AP_large"] is None
+    empty = [{"boxes": np.zeros((0, 4)), "scores": np.zeros(0), "classes": np.zeros(0)}] * 2
+    assert detection_eval.coco_scores(truth, empty, [(100, 100)] * 2, ["a", "b"])["mAP"] == 0
+
+
+# --- the model -----------------------------------------------------------------------------------
+
+def test_the_detector_gives_queries_classes_and_boxes_and_every_block_in_training():
+    model = ViTDetector(TINY, num_queries=5, decoder_layers=2, decoder_width=16,
+                        decoder_heads=2)
+    images = np.random.default_rng(0).normal(size=(2, 16, 16, 3)).astype(np.float32)
+    assert model.predict(images, verbose=0).shape == (2, 5, 3 + 4)
+    training = ViTDetector(TINY, num_queries=5, decoder_layers=2, decoder_width=16,
+                           decoder_heads=2, all_layers=True)
+    assert training.predict(images, verbose=0).shape == (2, 2, 5, 7)
+    # the same weights in the same order: the saved model is the trained one's last block
+    model.set_weights(training.get_weights())
+    np.testing.assert_allclose(model.predict(images, verbose=0),
+                               training.predict(images, verbose=0)[:, -1], atol=1e-5)
+
+
+def test_the_detector_round_trips_through_keras_files_under_safe_mode(tmp_path):
+    model = ViTDetector(TINY, num_queries=4, decoder_layers=1, decoder_width=16,
+                        decoder_heads=2)
+    path = tmp_path / "detector.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    images = np.random.default_rng(0).normal(size=(1, 16, 16, 3)).astype(np.float32)
+    assert isinstance(loaded, ViTDetector) and loaded.vit_task == "detect"
+    np.testing.assert_allclose(loaded.predict(images, verbose=0),
+                               model.predict(images, verbose=0), atol=1e-6)
+    assert loaded.get_config() == model.get_config()
+
+
+def test_lora_freezes_the_encoder_and_trains_the_head():
+    model = ViTDetector(TINY, num_queries=4, decoder_layers=1, decoder_width=16,
+                        decoder_heads=2)
+    model.enable_lora(2)
+    trainable = {weight.path.split("/")[0] for weight in model.trainable_weights}
+    assert trainable and all(name.startswith("det_") or "lora" in name or name in
+                             {layer.name for layer in model.layers if not layer.name.startswith(
+                                 "det_")} for name in trainable)
+    assert any(name.startswith("det_decoder") for name in trainable)
+    frozen = [weight for weight in model.weights if not weight.trainable]
+    assert any("encoderblock" in weight.path.lower() for weight in frozen)
+
+
+def test_the_detector_checks_its_options():
+    with pytest.raises(ValueError, match="num_queries must be an int >= 1"):
+        ViTDetector(TINY, num_queries=0)
+    with pytest.raises(ValueError, match="decoder_width must be a multiple of 8"):
+        ViTDetector(TINY, decoder_width=20, decoder_heads=2)
+
+
+def test_the_memory_positions_are_sines_of_the_patch_centres():
+    positions = grid_positions(2, 3, 16)
+    assert positions.shape == (1, 6, 16)
+    # the first frequency of y: sin(2 pi (row + 0.5) / rows), cos after the sines
+    np.testing.assert_allclose(positions[0, :, 0], np.sin(2 * np.pi * np.repeat(
+        [0.25, 0.75], 3)), atol=1e-6)
+    np.testing.assert_allclose(positions[0, :, 8], np.sin(2 * np.pi * np.tile(
+        [1 / 6, 0.5, 5 / 6], 2)), atol=1e-6)
+
+
+# --- the export check ----------------------------------------------------------------------------
+
+def test_the_export_check_wants_keras_boxes_repeated_with_the_same_class():
+    task = detect_task.TASK
+    keras_outputs = _outputs_for(_targets())
+    same = task.file_agreement(keras_outputs, keras_outputs, _targets())
+    assert same["box_agreement"] == 1.0 and same["keras_boxes"] == 3
+    assert same["mAP_delta"] == 0.0
+    assert task.check({"top1_agreement": 1.0, **same}, 0.98, "int8") == (None, False)
+    moved = keras_outputs.copy()
+    moved[0, 3, 3] += 0.8   # one box's centre moves: IoU < 0.9
+    found = task.file_agreement(moved, keras_outputs, None)
+    assert found["box_agreement"] == pytest.approx(2 / 3)
+    failure, computes_otherwise = task.check(found, 0.98, "int8")
+    assert "box agreement with the Keras model 66.67% < 98.00%" in failure and computes_otherwise
+    renamed = keras_outputs.copy()
+    renamed[1, 3, [0, 1]] = renamed[1, 3, [1, 0]]   # the same box, another class
+    assert task.file_agreement(renamed, keras_outputs, None)["box_agreement"] == \
+        pytest.approx(2 / 3)
+
+
+def test_export_labels_must_be_targets_per_image():
+    with pytest.raises(ValueError, match=r"eval labels must be \[2, max_objects, 5\]"):
+        detect_task.TASK.checked_labels(np.zeros((2, 16, 16)), np.zeros((2, 16, 16, 3)))

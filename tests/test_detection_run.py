@@ -1,0 +1,183 @@
+"""`vit train --task detect` on a folder of the user's boxes (YOLO labels to train on, Pascal
+VOC XML to validate on), and its model in use: `vit predict` writes boxes and drawn images,
+`vit evaluate` gives COCO's mAP, `vit serve` answers boxes and its page gets them to draw.
+The slow tier exports every format and checks each file's boxes against Keras'."""
+
+import base64
+import contextlib
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SIDE = 32
+CLASSES = ["red", "green"]
+COLOURS = [(230, 40, 40), (40, 220, 60)]
+
+
+def _scene(rng):
+    """A dark 32x32 image with one or two squares (red or green, 9-14 px), apart; their boxes
+    (x0, y0, x1, y1, class)."""
+    image = np.full((SIDE, SIDE, 3), 30, np.uint8)
+    boxes = []
+    for _ in range(int(rng.integers(1, 3))):
+        side = int(rng.integers(9, 15))
+        x0, y0 = (int(value) for value in rng.integers(0, SIDE - side + 1, size=2))
+        if any(x0 < b[2] + 1 and b[0] < x0 + side + 1 and y0 < b[3] + 1 and b[1] < y0 + side + 1
+               for b in boxes):
+            continue
+        class_id = int(rng.integers(0, 2))
+        image[y0:y0 + side, x0:x0 + side] = COLOURS[class_id]
+        boxes.append((x0, y0, x0 + side, y0 + side, class_id))
+    return image, boxes
+
+
+def write_yolo_squares(root, count, seed):
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    (root / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    for index in range(count):
+        image, boxes = _scene(rng)
+        Image.fromarray(image).save(root / "images" / f"{index}.png")
+        (root / "labels" / f"{index}.txt").write_text("".join(
+            f"{c} {(x0 + x1) / 2 / SIDE} {(y0 + y1) / 2 / SIDE} {(x1 - x0) / SIDE} "
+            f"{(y1 - y0) / SIDE}\n" for x0, y0, x1, y1, c in boxes))
+    return root
+
+
+def write_voc_squares(root, count, seed):
+    rng = np.random.default_rng(seed)
+    (root / "JPEGImages").mkdir(parents=True)
+    (root / "Annotations").mkdir()
+    (root / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    for index in range(count):
+        image, boxes = _scene(rng)
+        Image.fromarray(image).save(root / "JPEGImages" / f"{index}.png")
+        objects = "".join(f"<object><name>{CLASSES[c]}</name><bndbox><xmin>{x0 + 1}</xmin>"
+                          f"<ymin>{y0 + 1}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox>"
+                          "</object>" for x0, y0, x1, y1, c in boxes)
+        (root / "Annotations" / f"{index}.xml").write_text(f"<annotation>{objects}</annotation>")
+    return root
+
+
+TINY = ["--set", "model.num_layers=2", "--set", "model.hidden_size=32", "--set",
+        "model.mlp_dim=64", "--set", "objective.detect_width=32", "--set",
+        "objective.detect_layers=2", "--set", "objective.detect_queries=6"]
+
+
+def _train(root, export: bool):
+    from vit import cli
+
+    train = write_yolo_squares(root / "train", 96, seed=0)
+    val = write_voc_squares(root / "val", 16, seed=1)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = cli.main(["train", "--task", "detect", "--data", f"folder:{train}",
+                           "--val-data", f"folder:{val}", "--epochs", "40", *TINY,
+                           *([] if export else ["--no-export"]), "--no-inspect",
+                           "--output", str(root / "run")])
+    (root / "printed.txt").write_text(printed.getvalue())
+    assert status == 0, printed.getvalue()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def squares_run():
+    from artifacts import shared
+
+    return shared("detector-squares", {"images": 96, "epochs": 40, "tiny": TINY},
+                  lambda root: _train(root, export=False))
+
+
+def test_a_folder_of_yolo_boxes_trains_a_detector_scored_by_coco_map(squares_run):
+    printed = (squares_run / "printed.txt").read_text()
+    assert "objective detect" in printed and "| mAP (val/test)" in printed
+    config = json.loads((squares_run / "run" / "config.json").read_text())
+    assert config["task"] == "detect"
+    metrics = json.loads((squares_run / "run" / "metrics.json").read_text())
+    # 40 epochs of 96 squares: the squares are found (mAP@0.5 0.9 measured)
+    assert metrics["val_mAP50"] > 0.6 and metrics["val_mAP"] > 0.3, metrics
+    assert set(metrics["val_class_ap"]) == set(CLASSES) and metrics["val_objects"] > 16
+
+
+def test_predict_writes_boxes_in_pixels_and_drawn_images(squares_run, tmp_path, capsys):
+    from vit import cli
+
+    image, boxes = _scene(np.random.default_rng(5))
+    big = tmp_path / "big.png"   # four times the training size: boxes scale with it
+    Image.fromarray(image).resize((4 * SIDE, 4 * SIDE), Image.NEAREST).save(big)
+    output = tmp_path / "boxes.csv"
+    capsys.readouterr()
+    assert cli.main(["predict", str(big), "--model", str(squares_run / "run" / "model.keras"),
+                     "--output", str(output), "--drawn", str(tmp_path / "drawn")]) == 0
+    printed = capsys.readouterr().out
+    assert str(big) in printed and "boxes drawn:" in printed
+    rows = list(csv.DictReader(output.open()))
+    assert list(rows[0]) == ["file", "class", "score", "x0", "y0", "x1", "y1"]
+    found = [row for row in rows if row["class"]]
+    assert found, rows
+    best = max(found, key=lambda row: float(row["score"]))
+    truth = [box for box in boxes if CLASSES[box[4]] == best["class"]]
+    corners = np.array([float(best[key]) for key in ("x0", "y0", "x1", "y1")])
+    assert any(np.abs(corners - 4 * np.array(box[:4])).max() < 4 * 3 for box in truth), (
+        best, boxes)
+    drawn = Image.open(tmp_path / "drawn" / "big_boxes.png")
+    assert drawn.size == (4 * SIDE, 4 * SIDE)
+    assert (np.asarray(drawn) != np.asarray(Image.open(big).convert("RGB"))).any()
+
+
+def test_evaluate_scores_a_folder_of_voc_boxes(squares_run, tmp_path, capsys):
+    from vit import cli
+
+    val = write_voc_squares(tmp_path / "more", 8, seed=9)
+    capsys.readouterr()
+    output = tmp_path / "scores.json"
+    assert cli.main(["evaluate", "--model", str(squares_run / "run" / "model.keras"),
+                     "--data", f"folder:{val}", "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "mAP@0.5" in printed and "red" in printed and "green" in printed
+    scores = json.loads(output.read_text())
+    assert scores["images"] == 8 and 0 <= scores["mAP"] <= 1
+
+
+def test_serve_answers_boxes_and_the_page_gets_them_to_draw(squares_run):
+    import httpx
+    from localhost import served
+
+    from vit_app.inference import classifier
+    from vit_app.inference.server import create_app
+
+    model = classifier.load(str(squares_run / "run" / "model.keras"))
+    image, _ = _scene(np.random.default_rng(3))
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "PNG")
+    with served(create_app(model, "squares")) as url, \
+            httpx.Client(base_url=url, timeout=60) as client:
+        assert client.get("/api/model").json()["task"] == "detect"
+        answer = client.post("/v1/models/squares:predict", json={
+            "signature_name": "serve_bytes",
+            "instances": [{"b64": base64.b64encode(buffer.getvalue()).decode()}]})
+        assert answer.status_code == 200, answer.text
+        prediction = answer.json()["predictions"][0]
+        explained = client.post("/api/explain", content=buffer.getvalue(),
+                                headers={"content-type": "image/png"}).json()
+    assert np.asarray(prediction["scores"]).shape == (6, 2)
+    assert np.asarray(prediction["boxes"]).shape == (6, 4)
+    assert explained["boxes"] and {"label", "score", "box"} <= set(explained["boxes"][0])
+    assert all(0 <= value <= 1 for value in explained["boxes"][0]["box"])
+
+
+@pytest.mark.slow
+def test_every_exported_detector_repeats_keras_boxes(tmp_path):
+    """The run's export of all six formats: each file repeats Keras' boxes and its mAP."""
+    _train(tmp_path, export=True)
+    report = json.loads((tmp_path / "run" / "export.json").read_text())
+    assert report["agreement"] == "boxes" and not report["failed"], report
+    for name, entry in report["formats"].items():
+        assert entry["keras_boxes"] >= 16, (name, entry)   # each image's best at least
+        assert entry["box_agreement"] >= entry["min_agreement"], (name, entry)
