@@ -17,7 +17,7 @@ from vit_keras.detection import ViTDetector, grid_positions
 from vit_keras.detection_loss import (BoxF1, SetPredictionLoss, corners, generalized_iou,
                                       hungarian)
 
-TINY = ViTConfig(image_size=16, patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2,
+TINY = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
                  num_layers=1, num_classes=3)
 
 
@@ -155,7 +155,8 @@ def test_the_detector_gives_queries_classes_and_boxes_and_every_block_in_trainin
     assert model.predict(images, verbose=0).shape == (2, 5, 3 + 4)
     training = ViTDetector(TINY, num_queries=5, decoder_layers=2, decoder_width=16,
                            decoder_heads=2, all_layers=True)
-    assert training.predict(images, verbose=0).shape == (2, 2, 5, 7)
+    # the chosen proposals' outputs, then each block's
+    assert training.predict(images, verbose=0).shape == (2, 3, 5, 7)
     # the same weights in the same order: the saved model is the trained one's last block
     model.set_weights(training.get_weights())
     np.testing.assert_allclose(model.predict(images, verbose=0),
@@ -188,9 +189,19 @@ def test_lora_freezes_the_encoder_and_trains_the_head():
     assert any("encoderblock" in weight.path.lower() for weight in frozen)
 
 
+def test_learned_queries_are_the_alternative_to_proposals():
+    model = ViTDetector(TINY, num_queries=20, decoder_layers=1, decoder_width=16,
+                        decoder_heads=2, query_selection=False, all_layers=True)
+    images = np.zeros((1, 16, 16, 3), np.float32)
+    assert model.predict(images, verbose=0).shape == (1, 1, 20, 7)
+
+
 def test_the_detector_checks_its_options():
     with pytest.raises(ValueError, match="num_queries must be an int >= 1"):
         ViTDetector(TINY, num_queries=0)
+    with pytest.raises(ValueError, match=r"num_queries=20 are chosen among the 16 patches "
+                                         r"\(4x4\)"):
+        ViTDetector(TINY, num_queries=20, decoder_width=16, decoder_heads=2)
     with pytest.raises(ValueError, match="decoder_width must be a multiple of 8"):
         ViTDetector(TINY, decoder_width=20, decoder_heads=2)
 
@@ -229,3 +240,33 @@ def test_the_export_check_wants_keras_boxes_repeated_with_the_same_class():
 def test_export_labels_must_be_targets_per_image():
     with pytest.raises(ValueError, match=r"eval labels must be \[2, max_objects, 5\]"):
         detect_task.TASK.checked_labels(np.zeros((2, 16, 16)), np.zeros((2, 16, 16, 3)))
+
+
+def test_the_full_integer_top_k_picks_what_top_k_picks():
+    from vit_keras.fast_paths import export_forms, top_k_indices
+
+    scores = np.random.default_rng(0).uniform(0.01, 1, size=(3, 40)).astype(np.float32)
+    scores[0, 5] = scores[0, 9]   # a tie: the lower index first, as top_k
+    expected = np.asarray(top_k_indices(scores, 7))
+    with export_forms.tflite_form(integer=True):
+        found = np.asarray(top_k_indices(scores, 7))
+    np.testing.assert_array_equal(found, expected)
+    np.testing.assert_array_equal(expected, np.argsort(-scores, axis=-1, kind="stable")[:, :7])
+
+
+def test_a_small_box_moved_by_a_fraction_of_a_pixel_still_counts():
+    """At IoU 0.9 alone, half a pixel fails a 4 px box; within a pixel of the model's input it
+    is the same box."""
+    outputs = np.full((1, 2, 1 + 4), -8.0, np.float32)
+    outputs[0, 0, 0] = 5.0
+    box = np.array([0.5, 0.5, 0.125, 0.125])   # 4 px in a 32 px input
+    outputs[0, 0, 1:] = np.log(box / (1 - box))
+    moved = outputs.copy()
+    shifted = box + [0.5 / 32, 0, 0, 0]           # half a pixel to the right
+    moved[0, 0, 1:] = np.log(shifted / (1 - shifted))
+    task = detect_task.TASK
+    assert task.file_agreement(moved, outputs, None)["box_agreement"] == 0.0
+    assert task.file_agreement(moved, outputs, None, (32, 32))["box_agreement"] == 1.0
+    farther = box + [1.5 / 32, 0, 0, 0]
+    moved[0, 0, 1:] = np.log(farther / (1 - farther))
+    assert task.file_agreement(moved, outputs, None, (32, 32))["box_agreement"] == 0.0

@@ -39,6 +39,7 @@ _HOMES = {
     "vit_keras.intermediates": ("features", "features_model"),
     "vit_keras.preprocessing": ("Preprocessing",),
     "vit_keras.segmentation": ("ViTSegmenter",),
+    "vit_keras.detection": ("ViTDetector",),
     "vit_keras.lora": ("load_lora_weights", "merge_lora", "save_lora_weights"),
     "vit_keras.pretrained": ("decode_predictions",),
     "vit_keras.weight_decay": ("no_weight_decay",),

@@ -4,21 +4,25 @@ al. 2020) as a functional Keras model images -> [batch, queries, classes + 4].
 The encoder is the `VisionTransformer`'s, layer for layer and under the same names, so every
 weight source the classifier loads fills it (`load_backbone`). Its last block's patch tokens,
 final-normed, become the decoder's memory (projected to the decoder's width, with fixed 2-D sine
-positions). A set of learned object queries then goes through `decoder_layers` blocks, each:
+positions). Every patch proposes an object (a class and a box round it), and the
+`num_queries` best proposals become the object queries (RT-DETR's query selection; learned
+queries with learned anchor boxes instead, DETR's and DAB-DETR's, with
+`query_selection=False`). The queries then go through `decoder_layers` blocks, each:
 
 - self-attention among the queries (they agree who takes which object), cross-attention to the
   memory, an MLP (pre-LN, as the encoder's blocks);
 - a class head and a box head of its own. The box head refines the query's box: every query
-  carries a learned anchor box (DAB-DETR, Liu et al. 2022), each block predicts a correction
-  to it in logit space, and the corrected box, gradient stopped, is the next block's anchor
+  carries an anchor box (its proposal's; DAB-DETR, Liu et al. 2022), each block predicts a
+  correction to it in logit space, and the corrected box, gradient stopped, is the next block's anchor
   (Deformable DETR's iterative refinement). The anchor, through a small MLP, is the query's
   position in both attentions (DAB-DETR embeds its sines; a plain MLP keeps SIN and COS out of
   full-integer exports).
 
 Each block's outputs are [class logits (sigmoid, focal loss: no 'no object' class), box logits
-(cx, cy, w, h before a sigmoid, in fractions of the input's size)]. Training reads every
-block's (`all_layers=True`: [batch, blocks, queries, classes + 4], the auxiliary losses of
-`vit_keras.detection_loss`); the model that is saved and exported gives the last block's.
+(cx, cy, w, h before a sigmoid, in fractions of the input's size)]. Training reads the chosen
+proposals' and every block's (`all_layers=True`: [batch, 1 + blocks, queries, classes + 4],
+the auxiliary losses of `vit_keras.detection_loss`); the model that is saved and exported gives
+the last block's.
 Every output is a logit, so a full-integer export quantizes them on one scale of like range
 (`vit_keras.detection_boxes.decode` turns them into boxes and scores).
 """
@@ -31,7 +35,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from vit_keras import lora, quantization, tasks
+from vit_keras import fast_paths, lora, quantization, tasks
 from vit_keras.config import ViTConfig
 from vit_keras.core.attention import MultiHeadSelfAttention
 from vit_keras.core.initializers import PACKAGE
@@ -46,6 +50,7 @@ BOX_CHANNELS = 4
 # (RetinaNet's prior, which keeps the focal loss from drowning in easy negatives at first).
 PRIOR_PROBABILITY = 0.01
 SINE_TEMPERATURE = 10_000.0
+PATCH_ANCHOR_SPAN = 2.0   # a patch's proposal starts as a box two patches wide (RT-DETR's 0.05)
 
 
 def _split_outputs(outputs) -> dict:
@@ -74,6 +79,19 @@ def grid_positions(rows: int, cols: int, width: int) -> np.ndarray:
     return np.concatenate(features, axis=-1)[None].astype(np.float32)
 
 
+def patch_anchors(rows, cols):
+    """[1, rows * cols, 4] box logits of each patch's anchor: its centre, and a side of
+    `PATCH_ANCHOR_SPAN` patches (what the proposal head corrects)."""
+    ys = (ops.cast(ops.arange(rows), "float32") + 0.5) / ops.cast(rows, "float32")
+    xs = (ops.cast(ops.arange(cols), "float32") + 0.5) / ops.cast(cols, "float32")
+    count = ops.shape(ys)[0] * ops.shape(xs)[0]
+    sides = ops.stack([ops.full((count,), PATCH_ANCHOR_SPAN / ops.cast(cols, "float32")),
+                       ops.full((count,), PATCH_ANCHOR_SPAN / ops.cast(rows, "float32"))], -1)
+    boxes = ops.concatenate([ops.stack([ops.tile(xs, [rows]), ops.repeat(ys, cols)], -1),
+                             ops.minimum(sides, 0.99)], axis=-1)
+    return ops.log(boxes / (1 - boxes))[None]
+
+
 def _traced_grid_positions(rows, cols, width: int):
     """`grid_positions` in `keras.ops`, for a grid known only at run time."""
     quarter = width // 4
@@ -90,7 +108,8 @@ def _traced_grid_positions(rows, cols, width: int):
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class DecoderMemory(keras.layers.Layer):
     """The encoder's patch grid [batch, rows, cols, D] -> the decoder's memory [batch, rows *
-    cols, width] (a Dense projection, LayerNorm) and its sine positions [1, rows * cols, width].
+    cols, width] (a Dense projection, LayerNorm), its sine positions [1, rows * cols, width]
+    and each patch's anchor box [1, rows * cols, 4] (`patch_anchors`).
 
     Args:
         width: the decoder's width.
@@ -112,19 +131,92 @@ class DecoderMemory(keras.layers.Layer):
         memory = self.norm(self.projection(grid))
         memory = ops.reshape(memory, (ops.shape(grid)[0], -1, self.width))
         if rows is None or cols is None:  # a graph traced for any size: computed per call
-            positions = _traced_grid_positions(ops.shape(grid)[1], ops.shape(grid)[2],
-                                               self.width)
+            rows, cols = ops.shape(grid)[1], ops.shape(grid)[2]
+            positions = _traced_grid_positions(rows, cols, self.width)
         else:
             positions = grid_positions(rows, cols, self.width)
-        return memory, ops.cast(positions, memory.dtype)
+        return memory, ops.cast(positions, memory.dtype), patch_anchors(rows, cols)
 
     def compute_output_shape(self, input_shape):
         batch, rows, cols, _ = input_shape
         tokens = None if rows is None or cols is None else rows * cols
-        return (batch, tokens, self.width), (1, tokens, self.width)
+        return (batch, tokens, self.width), (1, tokens, self.width), (1, tokens, BOX_CHANNELS)
 
     def get_config(self):
         return {**super().get_config(), "width": self.width}
+
+
+def _box_head(width: int, policy) -> list:
+    """A 3-layer MLP giving a box correction; its last layer starts at zero (no correction)."""
+    return [keras.layers.Dense(width, name="box_0", dtype=policy),
+            keras.layers.Dense(width, name="box_1", dtype=policy),
+            keras.layers.Dense(BOX_CHANNELS, kernel_initializer="zeros", name="box_2",
+                               dtype=policy)]
+
+
+def _class_head(num_classes: int, policy) -> keras.layers.Dense:
+    prior = -math.log((1 - PRIOR_PROBABILITY) / PRIOR_PROBABILITY)
+    return keras.layers.Dense(num_classes, bias_initializer=keras.initializers.Constant(prior),
+                              name="class_logits",
+                              dtype=quantization.float32_policy(policy, "class_logits"))
+
+
+def _apply_box_head(layers, features):
+    return layers[2](ops.relu(layers[1](ops.relu(layers[0](features)))))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ProposalQueries(keras.layers.Layer):
+    """The decoder's first queries chosen among the patches (RT-DETR's query selection, Deformable
+    DETR's two-stage): [memory, patch anchors] -> [content [batch, queries, width], anchors
+    [batch, queries, 4], the chosen proposals' outputs [batch, queries, classes + 4]].
+
+    Every patch proposes an object: class logits (`class_logits`) and a box, its patch anchor
+    corrected by a 3-layer MLP (`box_0..2`). The `num_queries` patches whose best class scores
+    highest become the queries: their memory as content, their proposed box as anchor (both
+    gradient-stopped); their proposals are trained as one more set of outputs. The decoder
+    starts from boxes already near the objects, which is what makes DETR learn from a few
+    thousand images in minutes.
+
+    Args:
+        num_queries: queries chosen.
+        num_classes: object classes.
+        width: the decoder's width.
+    """
+
+    def __init__(self, num_queries: int, num_classes: int, width: int, **kwargs):
+        kwargs["autocast"] = False  # the anchors stay float32 (see `DecoderLayer`)
+        super().__init__(**kwargs)
+        self.num_queries = num_queries
+        self.num_classes = num_classes
+        self.width = width
+        self.box = _box_head(width, self.dtype_policy)
+        self.class_logits = _class_head(num_classes, self.dtype_policy)
+
+    def build(self, input_shape):
+        for layer in (*self.box, self.class_logits):
+            layer.build((None, self.width))
+
+    def call(self, inputs):
+        memory = ops.cast(inputs[0], self.compute_dtype)
+        logits = ops.cast(self.class_logits(memory), "float32")
+        boxes = ops.cast(inputs[1], "float32") + ops.cast(_apply_box_head(self.box, memory),
+                                                          "float32")
+        chosen = fast_paths.top_k_indices(ops.sigmoid(ops.max(logits, axis=-1)),
+                                          self.num_queries)
+        pick = lambda values: ops.take_along_axis(values, chosen[..., None], axis=1)
+        chosen_logits, chosen_boxes = pick(logits), pick(boxes)
+        return (ops.stop_gradient(pick(memory)), ops.stop_gradient(chosen_boxes),
+                ops.concatenate([chosen_logits, chosen_boxes], axis=-1))
+
+    def compute_output_shape(self, input_shape):
+        batch = input_shape[0][0]
+        return ((batch, self.num_queries, self.width), (batch, self.num_queries, BOX_CHANNELS),
+                (batch, self.num_queries, self.num_classes + BOX_CHANNELS))
+
+    def get_config(self):
+        return {**super().get_config(), "num_queries": self.num_queries,
+                "num_classes": self.num_classes, "width": self.width}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -233,14 +325,8 @@ class DecoderLayer(keras.layers.Layer):
         self.out_norm = LayerNorm(name="out_norm", **norm)
         self.position = [keras.layers.Dense(width, name=f"position_{i}", dtype=policy)
                          for i in range(2)]
-        self.box = [keras.layers.Dense(width, name="box_0", dtype=policy),
-                    keras.layers.Dense(width, name="box_1", dtype=policy),
-                    keras.layers.Dense(BOX_CHANNELS, kernel_initializer="zeros", name="box_2",
-                                       dtype=policy)]
-        prior = -math.log((1 - PRIOR_PROBABILITY) / PRIOR_PROBABILITY)
-        self.class_logits = keras.layers.Dense(
-            num_classes, bias_initializer=keras.initializers.Constant(prior),
-            name="class_logits", dtype=quantization.float32_policy(policy, "class_logits"))
+        self.box = _box_head(width, policy)
+        self.class_logits = _class_head(num_classes, policy)
 
     def build(self, input_shape):
         width = self.width
@@ -269,8 +355,7 @@ class DecoderLayer(keras.layers.Layer):
         queries = queries + self.dropout(attended, training=training)
         queries = queries + self.mlp(self.mlp_norm(queries), training=training)
         features = self.out_norm(queries)
-        hidden = ops.relu(self.box[1](ops.relu(self.box[0](features))))
-        boxes = anchors + ops.cast(self.box[2](hidden), "float32")
+        boxes = anchors + ops.cast(_apply_box_head(self.box, features), "float32")
         logits = ops.cast(self.class_logits(features), "float32")
         return queries, ops.stop_gradient(boxes), ops.concatenate([logits, boxes], axis=-1)
 
@@ -298,7 +383,7 @@ class StackLayers(keras.layers.Layer):
 
 
 def _check_head(config: ViTConfig, num_queries, decoder_layers, decoder_width,
-                decoder_heads) -> None:
+                decoder_heads, query_selection) -> None:
     for name, value in (("num_queries", num_queries), ("decoder_layers", decoder_layers),
                         ("decoder_width", decoder_width), ("decoder_heads", decoder_heads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -309,6 +394,12 @@ def _check_head(config: ViTConfig, num_queries, decoder_layers, decoder_width,
     if config.num_classes < 1:
         raise ValueError(f"a detector needs at least 1 object class, got "
                          f"num_classes={config.num_classes}")
+    if query_selection and not config.dynamic_image_size and \
+            num_queries > config.grid_size[0] * config.grid_size[1]:
+        raise ValueError(f"num_queries={num_queries} are chosen among the "
+                         f"{config.grid_size[0] * config.grid_size[1]} patches "
+                         f"({config.grid_size[0]}x{config.grid_size[1]}): give at most that many, "
+                         "smaller patches, or query_selection=False")
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -329,8 +420,11 @@ class ViTDetector(ConfiguredModel, keras.Model):
         decoder_width: the decoder's width (default 128; a multiple of 8 and of the heads).
         decoder_heads: its attention heads (default 4).
         decoder_mlp_dim: its MLPs' hidden width (default: 4 x `decoder_width`).
-        all_layers: give every block's outputs (training's auxiliary losses) instead of the
-            last block's (default False).
+        query_selection: the queries start as the best-scoring patches' proposals
+            (`ProposalQueries`; default True), or as learned queries with learned anchors
+            (`ObjectQueries`, DETR's and DAB-DETR's).
+        all_layers: give every block's outputs (training's auxiliary losses), the proposals'
+            first with `query_selection`, instead of the last block's (default False).
         name: model name; default 'vit_detector'.
         dtype: dtype policy of the layers (None: the global policy).
         preprocessing: as for `VisionTransformer` (default: the official [-1, 1]).
@@ -340,20 +434,28 @@ class ViTDetector(ConfiguredModel, keras.Model):
 
     def __init__(self, config, num_queries: int = 20, decoder_layers: int = 3,
                  decoder_width: int = 128, decoder_heads: int = 4,
-                 decoder_mlp_dim: int | None = None, all_layers: bool = False,
-                 name: str | None = None, dtype=None, preprocessing=None, **kwargs):
+                 decoder_mlp_dim: int | None = None, query_selection: bool = True,
+                 all_layers: bool = False, name: str | None = None, dtype=None,
+                 preprocessing=None, **kwargs):
         config, preprocessing = config_and_preprocessing(config, preprocessing)
-        _check_head(config, num_queries, decoder_layers, decoder_width, decoder_heads)
+        _check_head(config, num_queries, decoder_layers, decoder_width, decoder_heads,
+                    query_selection)
         mlp_dim = decoder_mlp_dim or 4 * decoder_width
         height, width = (None, None) if config.dynamic_image_size else config.image_hw
         images = keras.Input((height, width, config.channels), name="images")
         grid = block_grids(config, images, [config.num_layers - 1], dtype,
                            prefix=HEAD_PREFIX)[0]
-        memory, positions = DecoderMemory(decoder_width, name=f"{HEAD_PREFIX}memory",
-                                          dtype=dtype)(grid)
-        queries, anchors = ObjectQueries(num_queries, decoder_width,
-                                         name=f"{HEAD_PREFIX}queries", dtype=dtype)(memory)
+        memory, positions, anchors = DecoderMemory(decoder_width, name=f"{HEAD_PREFIX}memory",
+                                                   dtype=dtype)(grid)
         per_layer = []
+        if query_selection:
+            queries, anchors, proposals = ProposalQueries(
+                num_queries, config.num_classes, decoder_width, name=f"{HEAD_PREFIX}proposals",
+                dtype=dtype)([memory, anchors])
+            per_layer.append(proposals)
+        else:
+            queries, anchors = ObjectQueries(num_queries, decoder_width,
+                                             name=f"{HEAD_PREFIX}queries", dtype=dtype)(memory)
         for index in range(decoder_layers):
             queries, anchors, outputs = DecoderLayer(
                 config.num_classes, decoder_width, decoder_heads, mlp_dim, name=f"{HEAD_PREFIX}decoder_{index}",
@@ -369,6 +471,7 @@ class ViTDetector(ConfiguredModel, keras.Model):
         self.decoder_width = decoder_width
         self.decoder_heads = decoder_heads
         self.decoder_mlp_dim = decoder_mlp_dim
+        self.query_selection = query_selection
         self.all_layers = all_layers
 
     def get_config(self):
@@ -376,7 +479,8 @@ class ViTDetector(ConfiguredModel, keras.Model):
                 "preprocessing": self.preprocessing.to_dict(),
                 "num_queries": self.num_queries, "decoder_layers": self.decoder_layers,
                 "decoder_width": self.decoder_width, "decoder_heads": self.decoder_heads,
-                "decoder_mlp_dim": self.decoder_mlp_dim, "all_layers": self.all_layers,
+                "decoder_mlp_dim": self.decoder_mlp_dim,
+                "query_selection": self.query_selection, "all_layers": self.all_layers,
                 "name": self.name, "trainable": self.trainable,
                 "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}
 

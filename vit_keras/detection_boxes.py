@@ -79,13 +79,18 @@ def decode(outputs: np.ndarray, image_hw, max_detections: int = 100,
     return found
 
 
-def matched_pairs(first: dict, second: dict, min_iou: float) -> tuple[int, int]:
+def matched_pairs(first: dict, second: dict, min_iou: float,
+                  pixels: float = 0.0) -> tuple[int, int]:
     """How many of `first`'s detections `second` repeats: greedily, best score first, a box of
-    the same class at IoU >= `min_iou` not taken yet; (matched, len(first))."""
+    the same class not taken yet, at IoU >= `min_iou` or with every side within `pixels` of
+    the first's; (matched, len(first))."""
     if not len(first["boxes"]):
         return 0, 0
     overlaps = iou_matrix(first["boxes"], second["boxes"]) if len(second["boxes"]) else \
         np.zeros((len(first["boxes"]), 0))
+    if pixels > 0 and len(second["boxes"]):
+        moved = np.abs(first["boxes"][:, None] - second["boxes"][None]).max(axis=-1)
+        overlaps = np.where(moved <= pixels, np.maximum(overlaps, min_iou), overlaps)
     same_class = first["classes"][:, None] == second["classes"][None, :]
     overlaps = np.where(same_class, overlaps, 0.0)
     taken = np.zeros(overlaps.shape[1], bool)

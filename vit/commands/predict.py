@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drawn", default="drawn", metavar="DIR",
                         help="a detector (vit train --task detect) writes a copy of each image "
                         "with its boxes drawn here (default: %(default)s)")
-    parser.add_argument("--min-score", type=float, default=0.5,
+    parser.add_argument("--min-score", type=float, default=0.3,
                         help="a detector's boxes scoring below this are left out (default: "
                         "%(default)s)")
 

@@ -133,7 +133,8 @@ def _write_checked(export_format, job: WriteJob, folders, evaluation: Evaluation
         logits = export_writers.file_logits(export_format, staged, evaluation.images)
     entry = {"file": export_format.file, "size_bytes": _size(staged),
              **export_report.agreement_columns(logits, evaluation.keras_logits,
-                                               evaluation.labels, evaluation.task),
+                                               evaluation.labels, evaluation.task,
+                                               evaluation.images.shape[1:3]),
              **entry}
     entry.update(_check(export_format, entry, bar, evaluation.task))
     path = _publish(staged, output_dir, export_format.file, entry["passed"])

@@ -53,12 +53,12 @@ def model_contract(model, image_size, activation) -> dict:
             "preprocessing": preprocessing_of(model).to_dict()}
 
 
-def agreement_columns(logits, keras_logits, labels, task) -> dict:
+def agreement_columns(logits, keras_logits, labels, task, image_hw=None) -> dict:
     """An exported file's logits against Keras': max |difference|, top-1 (or pixel)
     agreement, its scores on `labels` by its `task` (accuracy, mAP or mIoU) and what else the
-    task judges a file by (`InferenceTask.file_agreement`)."""
+    task judges a file by (`InferenceTask.file_agreement`; `image_hw`: the images' size)."""
     return {**logit_agreement(logits, keras_logits), **task.label_scores(logits, labels),
-            **task.file_agreement(logits, keras_logits, labels)}
+            **task.file_agreement(logits, keras_logits, labels, image_hw)}
 
 
 def write(report: dict, output_dir: str) -> None:

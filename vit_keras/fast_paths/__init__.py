@@ -153,6 +153,15 @@ def attention(query, key, value, scale, dropout, training, dropout_rate=0.0):
     return None
 
 
+def top_k_indices(scores, k: int):
+    """int32 [batch, k]: the indices of the k highest of `scores` [batch, n] (values in (0, 1],
+    e.g. sigmoid probabilities), best first. `ops.top_k`, or in a full-integer TFLite export,
+    which has no int8 TOPK_V2, k ARG_MAX steps (`export_forms.argmax_top_k`)."""
+    if export_forms.integer():
+        return export_forms.argmax_top_k(scores, k)
+    return ops.cast(ops.top_k(scores, k)[1], "int32")
+
+
 def _half_pixel_matrix(old: int, new: int) -> np.ndarray:
     """float32 [new, old]: linear interpolation with half-pixel centres, clamped at the edges
     (TensorFlow's bilinear resize without antialiasing, PyTorch's `align_corners=False`)."""

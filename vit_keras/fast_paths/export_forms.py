@@ -145,3 +145,21 @@ def per_head_attention(query, key, value, scale):
             per_head.append(tf.matmul(probs, value_t[b, h], transpose_b=True))
         per_example.append(tf.stack(per_head, axis=1))
     return tf.stack(per_example)
+
+
+def argmax_top_k(scores, k: int):
+    """[batch, n] scores in (0, 1] -> int32 [batch, k]: the indices of the k largest, best
+    first, as k ARG_MAX steps, each chosen score then set to zero (SELECT_V2). Full-integer TFLite
+    has no int8 TOPK_V2; these operators all have int8 kernels. Ties go to the lower index,
+    as `top_k`'s."""
+    import tensorflow as tf  # only TFLite exports trace this form
+
+    count = scores.shape[-1]
+    positions = ops.arange(count, dtype="int32")[None]
+    chosen = []
+    for _ in range(k):
+        # TensorFlow's own ArgMax: Keras' adds a BitwiseAnd for -0.0, which TFLite lacks
+        index = tf.math.argmax(scores, axis=-1, output_type=tf.int32)
+        chosen.append(index)
+        scores = ops.where(ops.equal(positions, index[:, None]), ops.zeros_like(scores), scores)
+    return ops.stack(chosen, axis=-1)

@@ -72,9 +72,10 @@ class InferenceTask:
         """export.json's scores of logits against labels (`{'accuracy': None}` without)."""
         raise NotImplementedError
 
-    def file_agreement(self, logits, keras_logits, labels) -> dict:
+    def file_agreement(self, logits, keras_logits, labels, image_hw=None) -> dict:
         """export.json's columns of an exported file beyond its argmax agreement with Keras
-        (`top1_agreement`) and its `label_scores`, for `check` to judge (none)."""
+        (`top1_agreement`) and its `label_scores`, for `check` to judge (none); `image_hw`:
+        the (height, width) of the images compared on."""
         return {}
 
     def check(self, entry: dict, bar: float, quantization: str | None) -> tuple[str | None, bool]:

@@ -77,7 +77,7 @@ class Segment(InferenceTask):
         return {"accuracy": None, "mIoU": _number(found["mIoU"]),
                 "pixel_accuracy": _number(found["pixel_accuracy"])}
 
-    def file_agreement(self, logits, keras_logits, labels) -> dict:
+    def file_agreement(self, logits, keras_logits, labels, image_hw=None) -> dict:
         """The decisive pixels' agreement (`decisive_agreement`, and their share of all
         pixels, `decisive_pixels`); on labelled images, how far the file's mIoU and its
         farthest class IoU are from Keras' (`mIoU_delta`, `class_iou_delta`: file - Keras)."""

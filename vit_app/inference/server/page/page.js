@@ -77,12 +77,12 @@ async function classify(file) {
   document.getElementById("result").hidden = false;
   document.getElementById("heatmap-caption").textContent = result.mask ?
     "Each pixel's class, one colour per class (the first class, background, left clear)." :
-    result.boxes ? `${result.boxes.length} boxes scoring 50% or more, each with its class ` +
-    "and score." : result.heatmap ? "Attention rollout: where the model looks, through every block." :
+    result.boxes ? `${result.boxes.length} boxes scoring ${result.min_score_percent}% or more, ` +
+    "each with its class and score." : result.heatmap ? "Attention rollout: where the model looks, through every block." :
     result.heatmap_unavailable;
   const best = result.top[0];
   if (!best) {
-    setState("done", `${file.name}: no box scores 50% or more.`);
+    setState("done", `${file.name}: no box scores ${result.min_score_percent}% or more.`);
     return;
   }
   document.body.dataset.top1 = best.label;
