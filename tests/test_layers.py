@@ -12,6 +12,7 @@ from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding, Visi
 from vit_keras.core import (deit, heads, layers, masked_patch, normalization, posemb, resnet,
                             stems)
 from vit_keras.intermediates import ClassTokenOf, SplitTokens
+from vit_keras import detection
 from vit_keras.segmentation import ResizeToImage, Upsample, ViTSegmenter
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
@@ -182,10 +183,35 @@ LAYER_CASES = [
     # Root (conv_root, gn_root: 3 weights), then one 64-wide unit with a projection (12).
     pytest.param(resnet.ResNetStem, dict(block_counts=(1,)), random_images(16), (2, 4, 4, 256),
                  15, {}, id="ResNetStem"),
+    # The detection head: the memory (projection + LayerNorm), its constant sine positions and
+    # patch anchors; learned queries (content, anchors); proposals chosen among the tokens
+    # (box MLP 6, class logits 2); a decoder block (4 LayerNorms, 2 attentions, MLP, the
+    # anchor MLP 4, box MLP 6, class logits 2). Anchors and box outputs stay float32.
+    pytest.param(detection.DecoderMemory, dict(width=8), FEATURES,
+                 [(2, 16, 8), (2, 16, 8), (2, 16, 4)], 4,
+                 dict(expected_mixed_output_dtype=["bfloat16", "bfloat16", "float32"]),
+                 id="DecoderMemory"),
+    # Its input gives only the batch size (no gradient flows back to it).
+    pytest.param(detection.ObjectQueries, dict(num_queries=3, width=8), TOKENS,
+                 [(2, 3, 8), (2, 3, 4)], 2,
+                 dict(expected_mixed_output_dtype=["bfloat16", "float32"],
+                      run_training_check=False), id="ObjectQueries"),
+    pytest.param(detection.ProposalQueries, dict(num_queries=3, num_classes=2, width=8),
+                 [TOKENS, np.zeros((2, 5, 4), "float32")], [(2, 3, 8), (2, 3, 4), (2, 3, 6)], 8,
+                 dict(expected_mixed_output_dtype=["bfloat16", "float32", "float32"]),
+                 id="ProposalQueries"),
+    pytest.param(detection.DecoderLayer, dict(num_classes=2, width=8, num_heads=2, mlp_dim=16),
+                 [TOKENS[:, :3], np.zeros((2, 3, 4), "float32"), TOKENS,
+                  np.zeros((2, 5, 8), "float32")], [(2, 3, 8), (2, 3, 4), (2, 3, 6)], 40,
+                 dict(expected_mixed_output_dtype=["bfloat16", "float32", "float32"]),
+                 id="DecoderLayer"),
+    pytest.param(detection.StackLayers, {}, [TOKENS, TOKENS], (2, 2, 5, 8), 0, {},
+                 id="StackLayers"),
 ]
 
 # Being rewritten elsewhere; their owners add their run_layer_test cases.
-NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer, ViTSegmenter}
+NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer, ViTSegmenter,
+                    detection.ViTDetector}
 
 
 @pytest.mark.parametrize("layer_cls,init_kwargs,input_data,output_shape,trainable,extra",

@@ -178,7 +178,7 @@ def test_sections_validate_their_own_fields_when_created():
             (sections.Optim, dict(optimizer="lamb"), "optim.optimizer must be one of"),
             (sections.Schedule, dict(decay="step"), "schedule.decay must be one of"),
             (sections.Augment, dict(crop="center"), "augment.crop must be one of"),
-            (sections.Objective, dict(kind="detect"), "objective.kind must be one of"),
+            (sections.Objective, dict(kind="panoptic"), "objective.kind must be one of"),
             (sections.Loop, dict(mixed_precision="fp8"), "loop.mixed_precision must be one of"),
             (sections.Data, dict(val_split=1.0), r"data.val_split must be in \[0, 1\)")]:
         with pytest.raises(ValueError, match=message):

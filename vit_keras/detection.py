@@ -108,8 +108,9 @@ def _traced_grid_positions(rows, cols, width: int):
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class DecoderMemory(keras.layers.Layer):
     """The encoder's patch grid [batch, rows, cols, D] -> the decoder's memory [batch, rows *
-    cols, width] (a Dense projection, LayerNorm), its sine positions [1, rows * cols, width]
-    and each patch's anchor box [1, rows * cols, 4] (`patch_anchors`).
+    cols, width] (a Dense projection, LayerNorm), its sine positions [batch, rows * cols,
+    width] and each patch's anchor box [batch, rows * cols, 4] (`patch_anchors`), the same for
+    every image.
 
     Args:
         width: the decoder's width.
@@ -135,12 +136,16 @@ class DecoderMemory(keras.layers.Layer):
             positions = _traced_grid_positions(rows, cols, self.width)
         else:
             positions = grid_positions(rows, cols, self.width)
-        return memory, ops.cast(positions, memory.dtype), patch_anchors(rows, cols)
+        batch, tokens = ops.shape(memory)[0], ops.shape(memory)[1]
+        return (memory, ops.broadcast_to(ops.cast(positions, memory.dtype),
+                                         (batch, tokens, self.width)),
+                ops.broadcast_to(patch_anchors(rows, cols), (batch, tokens, BOX_CHANNELS)))
 
     def compute_output_shape(self, input_shape):
         batch, rows, cols, _ = input_shape
         tokens = None if rows is None or cols is None else rows * cols
-        return (batch, tokens, self.width), (1, tokens, self.width), (1, tokens, BOX_CHANNELS)
+        return ((batch, tokens, self.width), (batch, tokens, self.width),
+                (batch, tokens, BOX_CHANNELS))
 
     def get_config(self):
         return {**super().get_config(), "width": self.width}
@@ -155,10 +160,11 @@ def _box_head(width: int, policy) -> list:
 
 
 def _class_head(num_classes: int, policy) -> keras.layers.Dense:
+    """Class logits (cast to float32 by the caller), each class's score starting at
+    `PRIOR_PROBABILITY`."""
     prior = -math.log((1 - PRIOR_PROBABILITY) / PRIOR_PROBABILITY)
     return keras.layers.Dense(num_classes, bias_initializer=keras.initializers.Constant(prior),
-                              name="class_logits",
-                              dtype=quantization.float32_policy(policy, "class_logits"))
+                              name="class_logits", dtype=policy)
 
 
 def _apply_box_head(layers, features):
