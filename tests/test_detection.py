@@ -4,6 +4,9 @@ invariance to the queries' order, boxes decoded to pixels, COCO's scores from py
 with the pixels, and the export check on boxes."""
 
 import itertools
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -270,3 +273,28 @@ def test_a_small_box_moved_by_a_fraction_of_a_pixel_still_counts():
     farther = box + [1.5 / 32, 0, 0, 0]
     moved[0, 0, 1:] = np.log(farther / (1 - farther))
     assert task.file_agreement(moved, outputs, None, (32, 32))["box_agreement"] == 0.0
+
+
+@pytest.mark.slow
+def test_the_set_loss_trains_on_jax_through_a_host_callback(tmp_path):
+    """JAX compiles the step whole and calls SciPy's matching through `pure_callback`."""
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import numpy as np, keras\n"
+        "from vit_keras import ViTConfig\n"
+        "from vit_keras.detection import ViTDetector\n"
+        "from vit_keras.detection_loss import BoxF1, SetPredictionLoss\n"
+        "config = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32,"
+        " num_heads=2, num_layers=1, num_classes=3)\n"
+        "model = ViTDetector(config, num_queries=4, decoder_layers=1, decoder_width=16,"
+        " decoder_heads=2, all_layers=True)\n"
+        "model.compile(keras.optimizers.Adam(1e-2), loss=SetPredictionLoss(3),"
+        " metrics=[BoxF1(3)])\n"
+        "x = np.random.default_rng(0).normal(size=(8, 16, 16, 3)).astype('float32')\n"
+        "y = np.array([[[0, .3, .3, .2, .2], [-1, 0, 0, 0, 0]]] * 8, 'float32')\n"
+        "losses = model.fit(x, y, epochs=5, batch_size=4, verbose=0).history['loss']\n"
+        "assert keras.backend.backend() == 'jax' and losses[-1] < losses[0], losses\n"
+        "print('trained', losses[0], losses[-1])\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
