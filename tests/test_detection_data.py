@@ -165,6 +165,13 @@ def test_a_folder_without_boxes_names_the_layouts(tmp_path):
         specs.check_spec("digit-boxes")
 
 
+def test_evaluating_on_the_digit_boxes_reads_their_validation_scenes():
+    from vit_app.data import sources
+
+    assert sources.evaluation_subset("digit-boxes") == "val"
+    assert detection.load_detection_source("digit-boxes", "val").num_examples == 400
+
+
 def test_the_built_in_digit_boxes_bound_their_ink():
     scenes, boxes = detection.digit_box_arrays("test")
     assert scenes.shape == (400, 64, 64, 3) and boxes.shape == (400, 4, 5)

@@ -241,3 +241,18 @@ def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):
     assert saved["preprocessing"]["mean"] == [0.485, 0.456, 0.406]  # the flag, kept
     assert "model.image_size = 24  (small-data rule)" in saved["preset"]["resolution"]
     assert "schedule.epochs = 1  (--epochs)" in saved["preset"]["resolution"]
+
+
+def test_the_detection_rule_leaves_digits_detect_for_the_digit_boxes_and_fits_others():
+    from training.detection import SMALL_DATA_RULE as DETECT_RULE
+
+    preset = get_preset("digits_detect")
+    assert adapt.adapt(preset, (64, 64), 1600, task_rule=DETECT_RULE) == (preset, None)
+    # 300 photographs of 150x200 px: 48x64 px, 100 epochs (48,000 images seen), flips
+    fitted, message = adapt.adapt(preset, (150, 200), 300, photos=(True, 0.09, 0.94),
+                                  task_rule=DETECT_RULE)
+    assert fitted.model.image_size == (48, 64) and fitted.schedule.epochs == 100
+    assert fitted.augment.flip and fitted.objective.detect_queries == 20
+    # 16x16 px images: a 4x4 grid of 4 px patches holds 16 queries at most
+    small, message = adapt.adapt(preset, (16, 16), 300, task_rule=DETECT_RULE)
+    assert small.objective.detect_queries == 16 and "detect_queries 20 -> 16" in message

@@ -21,9 +21,19 @@ from vit_keras import ViTConfig
 from vit_keras.detection import ViTDetector, load_backbone
 from vit_keras.detection_loss import BoxF1, SetPredictionLoss
 
+QUERIES = 20  # digits_detect's: the queries are chosen among the patches, so at most one each
+
+
+def _rule_choices(native_hw, num_examples: int, patch: int) -> dict:
+    """Fewer queries than `QUERIES` where the rule's grid has fewer patches."""
+    (height, width), _ = adapt.image_size(native_hw)
+    patches = (height // patch) * (width // patch)
+    return {"objective.detect_queries": patches} if patches < QUERIES else {}
+
+
 # DETR learns slowly: about 48,000 images seen in all (the digit boxes' 30 epochs of 1,600),
 # at least 30 epochs; photographs get the photo recipe (flips).
-SMALL_DATA_RULE = adapt.TaskRule(images_seen=48_000, min_epochs=30)
+SMALL_DATA_RULE = adapt.TaskRule(images_seen=48_000, min_epochs=30, own_choices=_rule_choices)
 
 
 class Detection(Objective):

@@ -137,10 +137,11 @@ def open_training_data(data: str, val_data: str = "", val_split: float = 0.1, se
 
 
 def evaluation_subset(spec: str) -> str:
-    """The subset of `spec` that evaluates: digits, digit-scenes and tfds without a split give
-    their held-out part ('val'); a folder, CSV or TFRecord spec gives all of its examples
-    ('train')."""
-    return "val" if parse_spec(spec)[0] in ("digits", "digit-scenes", "tfds") else "train"
+    """The subset of `spec` that evaluates: digits, digit-scenes, digit-boxes and tfds without a
+    split give their held-out part ('val'); a folder, CSV or TFRecord spec gives all of its
+    examples ('train')."""
+    return "val" if parse_spec(spec)[0] in ("digits", "digit-scenes", "digit-boxes",
+                                            "tfds") else "train"
 
 
 def _held_out_origin(data: str, val_split: float) -> str:
