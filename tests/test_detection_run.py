@@ -184,7 +184,7 @@ def test_every_exported_detector_repeats_keras_boxes(tmp_path):
         assert entry["box_agreement"] >= entry["min_agreement"], (name, entry)
 
 
-# --- a folder of photographs with Pascal VOC boxes, as a new user brings it ------------------------
+# --- a folder of photographs with Pascal VOC boxes, as a new user brings it --------------------
 
 PHOTO_BACKGROUNDS = ("astronaut", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field",
                      "retina")

@@ -13,10 +13,10 @@ queries with learned anchor boxes instead, DETR's and DAB-DETR's, with
   memory, an MLP (pre-LN, as the encoder's blocks);
 - a class head and a box head of its own. The box head refines the query's box: every query
   carries an anchor box (its proposal's; DAB-DETR, Liu et al. 2022), each block predicts a
-  correction to it in logit space, and the corrected box, gradient stopped, is the next block's anchor
-  (Deformable DETR's iterative refinement). The anchor, through a small MLP, is the query's
-  position in both attentions (DAB-DETR embeds its sines; a plain MLP keeps SIN and COS out of
-  full-integer exports).
+  correction to it in logit space, and the corrected box, gradient stopped, is the next
+  block's anchor (Deformable DETR's iterative refinement). The anchor, through a small MLP,
+  is the query's position in both attentions (DAB-DETR embeds its sines; a plain MLP keeps
+  SIN and COS out of full-integer exports).
 
 Each block's outputs are [class logits (sigmoid, focal loss: no 'no object' class), box logits
 (cx, cy, w, h before a sigmoid, in fractions of the input's size)]. Training reads the chosen
@@ -464,7 +464,8 @@ class ViTDetector(ConfiguredModel, keras.Model):
                                              name=f"{HEAD_PREFIX}queries", dtype=dtype)(memory)
         for index in range(decoder_layers):
             queries, anchors, outputs = DecoderLayer(
-                config.num_classes, decoder_width, decoder_heads, mlp_dim, name=f"{HEAD_PREFIX}decoder_{index}",
+                config.num_classes, decoder_width, decoder_heads, mlp_dim,
+                name=f"{HEAD_PREFIX}decoder_{index}",
                 dtype=dtype)([queries, anchors, memory, positions])
             per_layer.append(outputs)
         result = StackLayers(name=f"{HEAD_PREFIX}all_layers", dtype="float32")(per_layer) \

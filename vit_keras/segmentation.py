@@ -111,7 +111,8 @@ def _check_head(config: ViTConfig, head: str, head_width: int, head_stages: int)
                          f"num_classes={config.num_classes}")
 
 
-def block_grids(config: ViTConfig, images, blocks, dtype=None, prefix: str = HEAD_PREFIX) -> list:
+def block_grids(config: ViTConfig, images, blocks, dtype=None,
+                prefix: str = HEAD_PREFIX) -> list:
     """The encoder on `images` and the patch-token grids of `blocks`, final-normed.
 
     Args:

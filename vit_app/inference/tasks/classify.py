@@ -32,8 +32,9 @@ class Classify(InferenceTask):
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         labels = specs.spec_labels(args.data)
         if labels != "classes":
-            raise ValueError(f"{args.data} is {'segmentation' if labels == 'masks' else 'detection'}"
-                             f" data (images with {labels}); {args.model} is a classifier: "
+            kind = "segmentation" if labels == "masks" else "detection"
+            raise ValueError(f"{args.data} is {kind} data (images with {labels}); "
+                             f"{args.model} is a classifier: "
                              "evaluate it on data labelled by class (folder:DIR with a folder "
                              "per class, csv:, tfds:, digits)")
         source = sources.load_source(args.data, sources.evaluation_subset(args.data),
