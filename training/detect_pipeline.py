@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from training.pipeline import epoch_batches
+from training.pipeline import paired_train_dataset
 from training.segment_pipeline import photometric
 from vit_app.data.detection import PAD_CLASS, examples, targets, to_model_size
 from vit_app.data.evaluation import with_options
@@ -80,14 +80,10 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
     """Training batches `(model inputs, targets [batch, max_objects, 5])` for epochs
     start_epoch..epochs-1, as `training.pipeline.train_dataset` makes them for classifiers
     (same arguments; the preset's `objective.detect_*` fields and `augment.flip`)."""
-    seed, epochs = preset.seed, preset.schedule.epochs
     size = image_hw(image_size)
     objective, flip = preset.objective, preset.augment.flip
-    shuffle_buffer = min(preset.data.shuffle_buffer, source.num_examples or
-                         preset.data.shuffle_buffer)
 
-    def prepare(index, record, label, epoch):
-        element_seed = tf.cast(tf.stack([seed * 1_000_003 + epoch, 2 * index]), tf.int64)
+    def prepare(record, label, element_seed):
         image = tf.cast(source.decode(record), tf.float32)
         boxes = tf.cast(label, tf.float32)
         if objective.detect_scale_min < 1:
@@ -98,11 +94,8 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
             image = photometric(image, element_seed)
         return example(image, boxes, size, preprocessing)
 
-    batches = epoch_batches(source, prepare, seed * 1_000_003 + 999_983, shuffle_buffer,
-                            batch_size, True, steps_per_epoch)
-    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(batches).skip(start_step)
-    dataset = dataset.map(lambda epoch, step, batch: batch)
-    return with_options(dataset.prefetch(tf.data.AUTOTUNE))
+    return paired_train_dataset(source, preset, batch_size, prepare, start_epoch=start_epoch,
+                                start_step=start_step, steps_per_epoch=steps_per_epoch)
 
 
 def eval_dataset(source: Source, image_size, batch_size: int,

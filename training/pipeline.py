@@ -158,3 +158,31 @@ def epoch_batches(source: Source, prepare, shuffle_seed: int, shuffle_buffer: in
     return one_epoch
 
 
+
+
+def paired_train_dataset(source: Source, preset, batch_size: int, prepare_pair, *,
+                         start_epoch: int = 0, start_step: int = 0,
+                         steps_per_epoch: int | None = None, passes: int = 1) -> tf.data.Dataset:
+    """Training batches of a task whose labels move with the pixels (masks, boxes), for epochs
+    start_epoch..epochs-1; a batch is a pure function of (seed, epoch, step), as in
+    `train_dataset`.
+
+    Args:
+        source, preset, batch_size, start_epoch, start_step, steps_per_epoch: as
+            `train_dataset`.
+        prepare_pair: (record, label, element seed [2] int64) -> one training example.
+        passes: shuffled passes over the source per epoch (`epoch_batches`).
+    """
+    seed = preset.seed
+    shuffle_buffer = min(preset.data.shuffle_buffer, source.num_examples or
+                         preset.data.shuffle_buffer)
+
+    def prepare(index, record, label, epoch):
+        element_seed = tf.cast(tf.stack([seed * 1_000_003 + epoch, 2 * index]), tf.int64)
+        return prepare_pair(record, label, element_seed)
+
+    batches = epoch_batches(source, prepare, seed * 1_000_003 + 999_983, shuffle_buffer,
+                            batch_size, True, steps_per_epoch, passes)
+    dataset = tf.data.Dataset.range(start_epoch, preset.schedule.epochs).flat_map(batches)
+    dataset = dataset.skip(start_step).map(lambda epoch, step, batch: batch)
+    return with_options(dataset.prefetch(tf.data.AUTOTUNE))

@@ -17,8 +17,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from training.adapt import typical_image_size
-from training.pipeline import epoch_batches
-from vit_app.data.evaluation import with_options
+from training.pipeline import paired_train_dataset
 from vit_app.data.segmentation import mask_to_size
 from vit_app.data.source import Source
 from vit_app.images import image_hw, scale
@@ -87,14 +86,10 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
     """Training batches `(model inputs, int32 masks [batch, height, width])` for epochs
     start_epoch..epochs-1, as `training.pipeline.train_dataset` makes them for classifiers
     (same arguments; the preset's `objective.segment_*` fields and `augment.flip`)."""
-    seed, epochs = preset.seed, preset.schedule.epochs
     size = image_hw(image_size)
     objective, flip = preset.objective, preset.augment.flip
-    shuffle_buffer = min(preset.data.shuffle_buffer, source.num_examples or
-                         preset.data.shuffle_buffer)
 
-    def prepare(index, record, label, epoch):
-        element_seed = tf.cast(tf.stack([seed * 1_000_003 + epoch, 2 * index]), tf.int64)
+    def prepare(record, label, element_seed):
         image = tf.cast(source.decode(record), tf.float32)
         image, mask = paired_geometry(image, source.decode_mask(label), size, objective, flip,
                                       element_seed, objective.segment_native)
@@ -103,8 +98,6 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
         return scale(image, preprocessing), mask
 
     passes = native_passes(source, size) if objective.segment_native else 1
-    batches = epoch_batches(source, prepare, seed * 1_000_003 + 999_983, shuffle_buffer,
-                            batch_size, True, steps_per_epoch, passes)
-    dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(batches).skip(start_step)
-    dataset = dataset.map(lambda epoch, step, batch: batch)
-    return with_options(dataset.prefetch(tf.data.AUTOTUNE))
+    return paired_train_dataset(source, preset, batch_size, prepare, start_epoch=start_epoch,
+                                start_step=start_step, steps_per_epoch=steps_per_epoch,
+                                passes=passes)

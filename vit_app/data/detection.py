@@ -23,7 +23,8 @@ from vit_app import images
 from vit_app.data import box_files
 from vit_app.data.evaluation import with_options
 from vit_app.data.source import Source
-from vit_app.data.sources import TrainingData, digits_arrays, split_indices
+from vit_app.data.sources import (TrainingData, digits_arrays, open_paired_data,
+                                  split_indices)
 from vit_app.data.specs import parse_spec
 
 SCENE_SIZE = 64
@@ -140,25 +141,14 @@ def open_detection_data(data: str, val_data: str = "", val_split: float = 0.1,
     Raises:
         ValueError: the validation data's classes differ from the training data's.
     """
-    built_in = parse_spec(data)[0] == "digit-boxes"
-    if val_data:
-        train = load_detection_source(data, "train", 0.0, seed)
-        val = load_detection_source(val_data, "val" if parse_spec(val_data)[0] == "digit-boxes"
-                                    else "train", 0.0, seed)
-        origin = f"{val_data} (--val-data)"
-    elif built_in or val_split > 0:
-        train = load_detection_source(data, "train", val_split, seed)
-        val = load_detection_source(data, "val", val_split, seed)
-        origin = ("the digit boxes' validation scenes" if built_in
-                  else f"{val_split:.0%} of the training folder held out (val_split, seeded)")
-    else:
-        train, val = load_detection_source(data, "train", 0.0, seed), None
-        origin = "none (give --val-data, or val_split > 0 for a folder)"
+    found = open_paired_data(load_detection_source, data, val_data, val_split, seed,
+                             "digit-boxes", "the digit boxes' validation scenes")
+    train, val = found.train, found.val
     if val is not None and val.class_names != train.class_names:
         raise ValueError(f"validation data has the classes {val.class_names}, training data "
                          f"{train.class_names}: expected the same classes in the same order (a "
                          "classes.txt in each folder fixes the list)")
-    return TrainingData(train, val, origin)
+    return found
 
 
 def labelled_images(source: Source, count: int | None = None):

@@ -21,7 +21,8 @@ from vit_app import images
 from vit_app.data import masks
 from vit_app.data.evaluation import with_options
 from vit_app.data.source import Source
-from vit_app.data.sources import TrainingData, digits_arrays, split_indices
+from vit_app.data.sources import (TrainingData, digits_arrays, open_paired_data,
+                                  split_indices)
 from vit_app.data.specs import parse_spec
 from vit_keras.preprocessing import OFFICIAL
 
@@ -129,24 +130,14 @@ def open_segmentation_data(data: str, val_data: str = "", val_split: float = 0.1
     Raises:
         ValueError: the validation data's classes differ from the training data's.
     """
-    if val_data:
-        train = load_segmentation_source(data, "train", 0.0, seed)
-        val = load_segmentation_source(val_data, "val" if parse_spec(val_data)[0] ==
-                                       "digit-scenes" else "train", 0.0, seed)
-        origin = f"{val_data} (--val-data)"
-    elif parse_spec(data)[0] == "digit-scenes" or val_split > 0:
-        train = load_segmentation_source(data, "train", val_split, seed)
-        val = load_segmentation_source(data, "val", val_split, seed)
-        origin = ("the digit scenes' validation set" if parse_spec(data)[0] == "digit-scenes"
-                  else f"{val_split:.0%} of the training folder held out (val_split, seeded)")
-    else:
-        train, val = load_segmentation_source(data, "train", 0.0, seed), None
-        origin = "none (give --val-data, or val_split > 0 for a folder)"
+    found = open_paired_data(load_segmentation_source, data, val_data, val_split, seed,
+                             "digit-scenes", "the digit scenes' validation set")
+    train, val = found.train, found.val
     if val is not None and val.num_classes != train.num_classes:
         raise ValueError(f"validation data has {val.num_classes} classes, training data "
                          f"{train.num_classes}: expected the same classes (a classes.txt in "
                          "each folder fixes the list)")
-    return TrainingData(train, val, origin)
+    return found
 
 
 # --- evaluation ----------------------------------------------------------------------------------

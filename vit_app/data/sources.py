@@ -136,6 +136,32 @@ def open_training_data(data: str, val_data: str = "", val_split: float = 0.1, se
     return TrainingData(train, val, origin)
 
 
+def open_paired_data(load, data: str, val_data: str, val_split: float, seed: int,
+                     built_in: str, built_in_origin: str) -> TrainingData:
+    """The training and validation sources of a task whose labels are its own (masks, boxes),
+    chosen as `open_training_data` chooses them.
+
+    Args:
+        load: (spec, subset, val_split, seed) -> a `Source`.
+        data, val_data, val_split, seed: as `open_training_data`.
+        built_in: the spec kind of the task's built-in set, whose 'val' subset is its own
+            validation set.
+        built_in_origin: how the run header names that validation set.
+    """
+    if val_data:
+        train = load(data, "train", 0.0, seed)
+        val = load(val_data, "val" if parse_spec(val_data)[0] == built_in else "train", 0.0,
+                   seed)
+        return TrainingData(train, val, f"{val_data} (--val-data)")
+    if parse_spec(data)[0] == built_in or val_split > 0:
+        origin = built_in_origin if parse_spec(data)[0] == built_in else \
+            f"{val_split:.0%} of the training folder held out (val_split, seeded)"
+        return TrainingData(load(data, "train", val_split, seed),
+                            load(data, "val", val_split, seed), origin)
+    return TrainingData(load(data, "train", 0.0, seed), None,
+                        "none (give --val-data, or val_split > 0 for a folder)")
+
+
 def evaluation_subset(spec: str) -> str:
     """The subset of `spec` that evaluates: digits, digit-scenes, digit-boxes and tfds without a
     split give their held-out part ('val'); a folder, CSV or TFRecord spec gives all of its
