@@ -90,12 +90,8 @@ def make_shape_scenes(folder: str, count: int, seed: int, size: int = 32) -> str
     rng = np.random.default_rng(seed)
     for name in ("images", "masks"):
         os.makedirs(os.path.join(folder, name), exist_ok=True)
-    ramp = np.linspace(0, 1, size)
     for index in range(count):
-        start, end = rng.uniform(0, 255, (2, 3))
-        along = ramp[:, None] if rng.random() < 0.5 else ramp[None, :]
-        canvas = start + (end - start) * along[..., None] + rng.normal(0, 8, (size, size, 3))
-        image = Image.fromarray(np.clip(canvas, 0, 255).astype(np.uint8))
+        image = gradient_canvas(rng, size)
         mask = Image.new("L", (size, size), 0)
         for _ in range(rng.integers(2, 5)):
             _draw_shape(ImageDraw.Draw(image), ImageDraw.Draw(mask), rng, size)
@@ -106,24 +102,39 @@ def make_shape_scenes(folder: str, count: int, seed: int, size: int = 32) -> str
     return f"folder:{folder}"
 
 
-def _draw_shape(image, mask, rng, size: int) -> None:
-    """One filled disc, square or triangle, in the image's random colour and the mask's id."""
+def gradient_canvas(rng, size: int):
+    """A `size` x `size` RGB PIL image: a smooth gradient between two random colours, across or
+    down, with pixel noise."""
+    import numpy as np
+    from PIL import Image
+
+    ramp = np.linspace(0, 1, size)
+    start, end = rng.uniform(0, 255, (2, 3))
+    along = ramp[:, None] if rng.random() < 0.5 else ramp[None, :]
+    canvas = start + (end - start) * along[..., None] + rng.normal(0, 8, (size, size, 3))
+    return Image.fromarray(np.clip(canvas, 0, 255).astype(np.uint8))
+
+
+def random_shape(rng, size: int):
+    """A random disc, square or triangle inside a `size` canvas: (class 1-3, the name of the
+    PIL `ImageDraw` method that draws it, its geometry for that method, its box x0 y0 x1 y1)."""
     label = int(rng.integers(1, 4))
     radius = rng.uniform(4, 9)
     x, y = rng.uniform(radius, size - radius, 2)
-    if label == 1:
-        box = [x - radius, y - radius, x + radius, y + radius]
-        draws = [(canvas.ellipse, box) for canvas in (image, mask)]
-    elif label == 2:
-        box = [x - radius, y - radius, x + radius, y + radius]
-        draws = [(canvas.rectangle, box) for canvas in (image, mask)]
+    box = [x - radius, y - radius, x + radius, y + radius]
+    if label == 3:
+        geometry = [(x, y - radius), (x - radius, y + radius), (x + radius, y + radius)]
     else:
-        corners = [(x, y - radius), (x - radius, y + radius), (x + radius, y + radius)]
-        draws = [(canvas.polygon, corners) for canvas in (image, mask)]
+        geometry = box
+    return label, ("ellipse", "rectangle", "polygon")[label - 1], geometry, box
+
+
+def _draw_shape(image, mask, rng, size: int) -> None:
+    """One filled random shape in the image's random colour and the mask's id."""
+    label, method, geometry, _ = random_shape(rng, size)
     colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-    (draw_image, shape), (draw_mask, _) = draws
-    draw_image(shape, fill=colour)
-    draw_mask(shape, fill=label)
+    getattr(image, method)(geometry, fill=colour)
+    getattr(mask, method)(geometry, fill=label)
 
 
 def unet(num_classes: int, size: int | None = 32, widths=(32, 64, 128),
