@@ -51,6 +51,8 @@ OURS = {
     "ours": ({}, {}, None),
     "ours_fused_qkv": ({"fused_qkv": True}, {}, None),
     "ours_attention_kernel": ({"attention_kernel": True}, {}, None),
+    "ours_lean_activations": ({"lean_activations": True}, {}, None),
+    "ours_kernel_and_lean": ({"attention_kernel": True, "lean_activations": True}, {}, None),
     "ours_remat_dots": ({}, {"remat": "dots"}, None),
     "ours_all_forms": ({"fused_qkv": True, "attention_kernel": True}, {"remat": "dots"}, None),
     "ours_float8": ({}, {}, "float8"),

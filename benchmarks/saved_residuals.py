@@ -8,7 +8,9 @@ Traces (does not run) the gradient of the cross-entropy of one batch through
 `vit_keras.fast_paths.training_forms` and both remat settings, and prints the activations each
 keeps: their count, their bytes, and the largest kinds. Weights and images, which every form
 keeps, are counted apart. The analysis is of the traced program, before XLA's fusion, so it
-runs on a CPU and shows the memory traffic a GPU step starts from.
+runs on a CPU and shows the memory traffic a GPU step starts from. The `attention_kernel` row
+is cuDNN's padded kernel on a GPU; on a CPU it is XLA's form, which keeps the probabilities
+(tests/test_jax_kernels.py checks the padded program there instead).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SHAPE = re.compile(r"^(\w+)\[([\d,]*)\]")
 # name: (ViTConfig changes, TrainingForms changes)
 ROWS = {"plain": ({}, {}), "fused_qkv": ({}, {"fused_qkv": True}),
         "attention_kernel": ({}, {"attention_kernel": True}),
+        "lean_activations": ({}, {"lean_activations": True}),
         "remat_dots": ({"remat": "dots"}, {}), "remat_full": ({"remat": True}, {})}
 
 

@@ -155,6 +155,57 @@ def test_attention_kernel_is_not_taken_under_attention_dropout(monkeypatch):
     assert len(kernel_calls) == (1 if fast_paths.dot_product_attention_available() else 0)
 
 
+def test_attention_kernel_on_a_gpu_takes_the_padded_kernel(monkeypatch):
+    """On a JAX GPU, training attention goes to `jax_kernels.padded_attention` (here through
+    XLA's implementation of it, the cuDNN kernel needing the GPU), never to Keras' silent
+    fallback; inference keeps `ops.dot_product_attention`."""
+    from vit_keras.fast_paths import jax_kernels
+
+    layer, inputs = _attention_layer(), _tokens()
+    plain = _outputs_and_gradients(layer, inputs, training=True)
+    padded = jax_kernels.padded_attention
+    monkeypatch.setattr(fast_paths, "_jax_gpu", lambda: True)
+    monkeypatch.setattr(jax_kernels, "padded_attention", lambda *args: padded(
+        *args, implementation="xla"))
+    padded_calls = _count_calls(monkeypatch, jax_kernels, "padded_attention")
+    with training_forms.using(attention_kernel=True):
+        fast = _outputs_and_gradients(layer, inputs, training=True)
+    on_jax = fast_paths.dot_product_attention_available()
+    assert len(padded_calls) == (2 if on_jax else 0), "the path taken is not the one chosen"
+    _assert_close(plain, fast, 1e-5)
+
+
+@pytest.mark.parametrize("policy, tolerance", [("float32", 1e-5), ("mixed_bfloat16", 2e-2)])
+def test_lean_activations_give_the_plain_step(monkeypatch, tiny_config, policy, tolerance):
+    """GELU and LayerNorm keeping only their inputs: a whole model's loss and gradients; the
+    lean kernels are taken on JAX, the only backend they are for."""
+    from vit_keras.fast_paths import jax_kernels
+
+    keras.mixed_precision.set_global_policy(policy)
+    config = tiny_config.replace(classifier="gap", num_layers=1)  # eager JAX grads are slow
+    images = random_images(config, batch=2)
+
+    def run():
+        keras.utils.set_random_seed(0)
+        model = randomize_weights(VisionTransformer(config), stddev=0.1)
+
+        def loss(inputs):
+            return ops.sum(ops.square(ops.cast(model(inputs, training=True), "float32")))
+
+        value, gradients = value_and_gradients(loss, model.trainable_weights, [images])
+        return [np.asarray(value).reshape(1), *gradients]
+
+    plain = run()
+    gelus = _count_calls(monkeypatch, jax_kernels, "gelu")
+    norms = _count_calls(monkeypatch, jax_kernels, "layer_norm")
+    with training_forms.using(lean_activations=True):
+        lean = run()
+    on_jax = keras.backend.backend() == "jax"
+    assert (len(gelus) >= config.num_layers) == on_jax
+    assert (len(norms) >= 2 * config.num_layers) == on_jax
+    _assert_close(plain, lean, tolerance)
+
+
 def test_every_form_together_trains_a_model_as_the_plain_step(monkeypatch, tiny_config):
     """Loss and gradients of a whole model's training call, remat='dots' included; each form
     is taken (the policy on JAX, where it exists)."""
@@ -175,7 +226,7 @@ def test_every_form_together_trains_a_model_as_the_plain_step(monkeypatch, tiny_
     fused = _count_calls(monkeypatch, training_forms, "fused_self_attention_projections")
     policies = _count_calls(monkeypatch, training_forms, "checkpointed")
     kernels = _count_calls(monkeypatch, ops, "dot_product_attention")
-    with training_forms.using(fused_qkv=True, attention_kernel=True):
+    with training_forms.using(fused_qkv=True, attention_kernel=True, lean_activations=True):
         fast = run(config.replace(remat="dots"))
     blocks = config.num_layers
     assert len(fused) >= blocks and len(policies) >= blocks
@@ -194,6 +245,6 @@ def test_forms_are_validated_and_restored():
     with training_forms.using(fused_qkv=True) as forms:
         assert forms == TrainingForms(fused_qkv=True) == training_forms.current()
         with training_forms.using(attention_kernel=True):
-            assert training_forms.current() == TrainingForms(True, True)
+            assert training_forms.current() == TrainingForms(True, True, False)
         assert training_forms.current() == TrainingForms(fused_qkv=True)
     assert training_forms.current() == TrainingForms()

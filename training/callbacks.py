@@ -128,13 +128,18 @@ class ResumableBackup(keras.callbacks.Callback):
         self.step_offset = 0
 
     def on_train_batch_end(self, batch, logs=None):
+        if self.wants_logs(batch):
+            self.save(*self.position(batch))
+
+    def wants_logs(self, batch: int) -> bool:
+        """Whether a mid-epoch backup is due after this batch (the loss is then checked
+        first, so that no backup holds a non-finite step's weights)."""
         if not self.every_steps:
-            return
+            return False
         epoch, step = self.position(batch)
         previous = self._last_saved or 0
-        if step < self.steps_per_epoch and self.global_step(epoch, step) // self.every_steps > \
-                previous // self.every_steps:
-            self.save(epoch, step)
+        return step < self.steps_per_epoch and \
+            self.global_step(epoch, step) // self.every_steps > previous // self.every_steps
 
     def position(self, batch: int) -> tuple[int, int]:
         """Where the run is after a batch.
@@ -202,44 +207,70 @@ class ResumableBackup(keras.callbacks.Callback):
 
 
 class StopOnNonFinite(keras.callbacks.Callback):
-    """Stops the run at the first NaN/Inf loss, before any callback after it saves the weights.
+    """Stops the run at the first check that sees a NaN/Inf loss, before any callback after it
+    saves the weights.
 
-    Put it FIRST in the callback list: the weights after a non-finite step are poisoned, so the
-    backup of that step must not be written; the previous backup stays the resumable state.
-    Raises `NonFiniteLossError`, naming the epoch and step.
+    It checks every `check_every` steps, at every step a callback before a backup asks for the
+    logs (`StepLogCallbacks`) and at each epoch's end: the loss Keras reports is the epoch's
+    running mean, which stays non-finite once a step's loss was, so the first check after that
+    step sees it. Put it FIRST in the callback list: the weights after a non-finite step are
+    poisoned, so no backup after it may be written; the previous backup stays the resumable
+    state. Raises `NonFiniteLossError`, naming the step checked and the last one checked finite.
 
     Args:
         steps_per_epoch: steps of a full epoch.
         step_offset: steps of the current epoch already done before this `fit` (resume).
         backup_dir: where the last good backup lives (named in the message).
+        check_every: steps between checks (1: every step).
     """
 
-    def __init__(self, steps_per_epoch: int, step_offset: int = 0, backup_dir: str = ""):
+    def __init__(self, steps_per_epoch: int, step_offset: int = 0, backup_dir: str = "",
+                 check_every: int = 1):
         super().__init__()
+        if check_every < 1:
+            raise ValueError(f"check_every must be >= 1 step, got {check_every}")
         self.steps_per_epoch = steps_per_epoch
         self.step_offset = step_offset
         self.backup_dir = backup_dir
+        self.check_every = check_every
         self._epoch = 0
+        self._last_finite = None  # global step of the last check that saw a finite loss
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):
+        self._check(self.steps_per_epoch, logs)
         self.step_offset = 0
 
+    def wants_logs(self, batch: int) -> bool:
+        """Whether this batch's loss is to be checked (every `check_every` global steps)."""
+        return self._global_step(self.step_offset + batch + 1) % self.check_every == 0
+
     def on_train_batch_end(self, batch, logs=None):
+        self._check(self.step_offset + batch + 1, logs)
+
+    def _global_step(self, step: int) -> int:
+        return self._epoch * self.steps_per_epoch + step
+
+    def _check(self, step: int, logs) -> None:
         loss = (logs or {}).get("loss")
-        if loss is None or np.isfinite(float(loss)):
+        if loss is None:
             return
-        step = self.step_offset + batch + 1
-        global_step = self._epoch * self.steps_per_epoch + step
+        global_step = self._global_step(step)
+        if np.isfinite(float(loss)):
+            self._last_finite = global_step
+            return
         last = read_backup(self.backup_dir) if self.backup_dir else None
         kept = (f"the last good backup (global step {last['global_step']}) is kept in "
                 f"{self.backup_dir}" if last else "no backup was written yet")
+        since = (f"the loss was finite at the check of global step {self._last_finite}"
+                 if self._last_finite is not None else "no earlier check")
         raise NonFiniteLossError(
             f"non-finite loss ({float(loss)}) at epoch {self._epoch + 1}, step {step} (global "
-            f"step {global_step}); training stopped and these weights were not saved; {kept}. "
-            "Lower the learning rate or fix the data, then run again with --resume")
+            f"step {global_step}; {since}); training stopped and these weights were not "
+            f"saved; {kept}. Lower the learning rate or fix the data, then run again with "
+            "--resume (--set loop.check_every=1 finds the very step)")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -310,3 +341,50 @@ class EpochLog(keras.callbacks.Callback):
         parts.append(f"lr {float(keras.ops.convert_to_numpy(learning_rate)):.2e}")
         parts.append(f"{time.perf_counter() - self._start:.1f}s")
         self.print_fn("  ".join(parts), flush=True)
+
+
+def _wants_logs(callback, batch: int) -> bool:
+    """Whether `callback` needs this batch's logs on the host (see `StepLogCallbacks`)."""
+    if hasattr(callback, "wants_logs"):
+        return callback.wants_logs(batch)
+    if isinstance(callback, keras.callbacks.TensorBoard):
+        return callback.update_freq != "epoch"  # else it logs epochs alone
+    # Keras' own test for a callback that overrides the hook (its async dispatch uses it too).
+    return type(callback).on_train_batch_end is not keras.callbacks.Callback.on_train_batch_end
+
+
+def _on_host(logs: dict) -> dict:
+    return {key: float(np.asarray(value)) if np.ndim(value) == 0 else np.asarray(value)
+            for key, value in logs.items()}
+
+
+class StepLogCallbacks(keras.callbacks.CallbackList):
+    """Keras' `CallbackList` for `fit`, reading a step's logs (loss, metrics) on the host only
+    at the steps a callback asks for them.
+
+    Keras reads every step's logs on the host, which waits for that step to finish before
+    it dispatches the next, unless every callback is marked async-safe; it then runs them on
+    threads, in no fixed order, which a backup after a NaN check cannot have. Here the callbacks
+    run in order on the calling thread every step, and get the step's logs where one of them
+    wants them (`wants_logs(batch)`, or any callback that overrides `on_train_batch_end`
+    without saying, such as a progress bar), else None: only those steps wait.
+
+    Args:
+        callbacks: the callbacks, in the order they run.
+        model: the model being fitted.
+        verbose: `fit`'s verbosity (1 or 2 adds Keras' progress bar, which wants every step).
+        epochs: `fit`'s epochs.
+        steps: steps per epoch of this `fit`.
+    """
+
+    def __init__(self, callbacks, model, verbose: int, epochs: int, steps: int):
+        super().__init__(callbacks, add_history=True, add_progbar=verbose != 0, model=model,
+                         verbose=verbose, epochs=epochs, steps=steps)
+        self._async_train = False  # run in order here; Keras' threads would not
+
+    def on_train_batch_end(self, batch, logs=None):
+        wanted = logs is not None and any(_wants_logs(callback, batch)
+                                          for callback in self.callbacks)
+        logs = _on_host(logs) if wanted else None
+        for callback in self.callbacks:
+            callback.on_train_batch_end(batch, logs)

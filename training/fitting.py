@@ -128,7 +128,8 @@ def make_callbacks(setup: Setup, state: dict | None, signals, verbose: int) -> F
                                        step_offset=start_step, best_model=best)
     finite = callbacks.StopOnNonFinite(
         steps, step_offset=start_step,
-        backup_dir=folders.backup_dir if setup.placement.chief else "")
+        backup_dir=folders.backup_dir if setup.placement.chief else "",
+        check_every=setup.preset.loop.check_every)
     history = keras.callbacks.CSVLogger(os.path.join(folders.write_dir, "history.csv"),
                                         append=bool(state))
     # `finite` first: a NaN step is never backed up. The backup last: an epoch's history row
@@ -152,20 +153,27 @@ def fit(setup: Setup, model: keras.Model, state: dict | None, signals,
     epochs = preset.schedule.epochs
     start_epoch, start_step = (state["epoch"], state["step"]) if state else (0, 0)
     val_dataset, val_examples = validation_stream(setup)
-    common = dict(validation_data=val_dataset, callbacks=fit_callbacks.chosen, verbose=verbose,
-                  shuffle=False)
+    common = dict(validation_data=val_dataset, verbose=verbose, shuffle=False)
+
+    def step_callbacks(last_epoch: int, steps: int):
+        return callbacks.StepLogCallbacks(fit_callbacks.chosen, model, verbose, last_epoch,
+                                          steps)
+
     started, epoch = time.perf_counter(), start_epoch
     signals.phase = "training"
     with signals.deferred(setup.placement.any_process):
         if start_step and epoch < epochs:
+            steps = plan.steps_per_epoch - start_step
             model.fit(train_stream(setup, epoch, start_step), epochs=epoch + 1,
-                      initial_epoch=epoch, steps_per_epoch=plan.steps_per_epoch - start_step,
-                      validation_freq=validation_epochs(preset, epoch, epoch + 1), **common)
+                      initial_epoch=epoch, steps_per_epoch=steps,
+                      validation_freq=validation_epochs(preset, epoch, epoch + 1),
+                      callbacks=step_callbacks(epoch + 1, steps), **common)
             epoch += 1
         if epoch < epochs:
             model.fit(train_stream(setup, epoch, 0), epochs=epochs, initial_epoch=epoch,
                       steps_per_epoch=plan.steps_per_epoch,
-                      validation_freq=validation_epochs(preset, epoch), **common)
+                      validation_freq=validation_epochs(preset, epoch),
+                      callbacks=step_callbacks(epochs, plan.steps_per_epoch), **common)
     train_seconds = time.perf_counter() - started
     done_before = start_epoch * plan.steps_per_epoch + start_step
     return Fitted(model=model, best=fit_callbacks.best, train_seconds=train_seconds,

@@ -226,6 +226,10 @@ class StopOnSignal(keras.callbacks.Callback):
         self.watch, self.backup, self.any_process = watch, backup, any_process
         self.backup_dir = backup_dir
 
+    def wants_logs(self, batch: int) -> bool:
+        """False: a signal is a host flag (`training.callbacks.StepLogCallbacks`)."""
+        return False
+
     def on_train_batch_end(self, batch, logs=None):
         epoch, step = self.backup.position(batch)
         if step >= self.backup.steps_per_epoch:

@@ -118,7 +118,8 @@ def step_forms(loop, backend: str) -> dict:
     Raises:
         ValueError: forms asked for on a backend other than JAX.
     """
-    forms = {name: getattr(loop, name) for name in ("fused_qkv", "attention_kernel")}
+    forms = {name: getattr(loop, name)
+             for name in ("fused_qkv", "attention_kernel", "lean_activations")}
     chosen = [f"loop.{name}" for name, value in forms.items() if value]
     if chosen and backend != "jax":
         raise ValueError(f"{' and '.join(chosen)} shape the JAX training step: train with "

@@ -1,4 +1,6 @@
-"""A NaN loss stops `vit train` cleanly at the step it appears; the last good backup resumes."""
+"""A NaN loss stops `vit train` cleanly at the first check after the step it appears (every
+`loop.check_every` steps, every backup and every epoch end; with check_every=1 at that very
+step), before any backup of a later step; the last good backup resumes."""
 
 import json
 import math
@@ -12,7 +14,7 @@ from training import callbacks, pipeline, run
 from training.presets import get_preset
 
 POISONED_STEP = 7  # 1-based global step whose batch holds NaN pixels
-# digits on a 1-block, 8 px ViT: 2 epochs of 8 steps run in a few seconds.
+# digits on a 1-block, 8 px ViT: 2 epochs of 9 steps run in a few seconds.
 PRESET = get_preset("digits_tiny").replace(
     schedule={"epochs": 2, "batch_size": 128},
     augment={"translate": 0.0, "rotate": 0.0, "zoom": 0.0},
@@ -38,11 +40,15 @@ def _poisoned(train_dataset, step):
     return poisoned_dataset
 
 
-def test_nan_batch_stops_at_its_step_keeps_backup_and_resumes(tmp_path, monkeypatch):
+def test_nan_batch_stops_at_the_next_check_keeps_backup_and_resumes(tmp_path, monkeypatch):
     output = str(tmp_path)
     monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, POISONED_STEP))
-    with pytest.raises(callbacks.NonFiniteLossError, match=rf"global step {POISONED_STEP}\)") \
-            as stopped:
+    # Checked before the backups (3, 6) and at the epoch's end (step 9, where the epoch's
+    # backup would be): the NaN of step 7 is seen there, before that backup.
+    assert PRESET.loop.check_every > 9
+    with pytest.raises(callbacks.NonFiniteLossError,
+                       match=r"epoch 1, step 9 \(global step 9; the loss was finite at the check "
+                             r"of global step 6\)") as stopped:
         run.train(PRESET, output=output, strategy="default", export=False, inspect=False)
     assert "last good backup (global step 6)" in str(stopped.value)
     assert not (tmp_path / "model.keras").exists()
@@ -69,8 +75,10 @@ def test_cli_reports_the_step_and_exits_1(tmp_path, monkeypatch, capsys):
     from training import train
 
     monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, 2))
-    monkeypatch.setattr(train, "resolve_preset", lambda args: PRESET)
+    every_step = PRESET.replace(loop={"check_every": 1})
+    monkeypatch.setattr(train, "resolve_preset", lambda args: every_step)
     status = cli.main(["train", "--output", str(tmp_path), "--no-export", "--no-inspect",
                        "--strategy", "default"])
     assert status == 1
-    assert "non-finite loss (nan) at epoch 1, step 2 (global step 2)" in capsys.readouterr().err
+    assert ("non-finite loss (nan) at epoch 1, step 2 (global step 2; the loss was finite at "
+            "the check of global step 1)") in capsys.readouterr().err

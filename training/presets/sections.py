@@ -337,23 +337,31 @@ class Loop(Section):
             the validated epoch with the best validation score (the latest of ties), or
             'last', the last epoch's. Without validation data both are the last epoch's.
         backup_every: steps between resumable backups (0 = at each epoch end only).
+        check_every: steps between checks that the loss is finite (also at every backup and
+            epoch end). Only a checked step's loss is read on the host, which waits for that
+            step to finish; 1 checks every step, the host then never runs a step ahead.
         fused_qkv: on JAX, the attention's query, key and value as one matrix product
             (`vit_keras.fast_paths.training_forms`; same numbers, same weights).
-        attention_kernel: on JAX, training attention as one `dot_product_attention` (cuDNN
-            flash attention where the GPU allows); not with attention dropout.
+        attention_kernel: on JAX, training attention as one fused kernel: on a GPU cuDNN's
+            flash attention at padded lengths, an error where it refuses; not with attention
+            dropout.
+        lean_activations: on JAX, GELU and LayerNorm keep only their inputs for the backward
+            pass (`vit_keras.fast_paths.jax_kernels`; same numbers, less memory).
     """
 
     NAME = "loop"
     RULES = {"mixed_precision": MIXED_PRECISIONS, "steps_per_execution": ">=1",
-             "eval_every": ">=1", "backup_every": ">=0", "keep": KEEPS}
+             "eval_every": ">=1", "backup_every": ">=0", "check_every": ">=1", "keep": KEEPS}
 
     mixed_precision: str = ""
     steps_per_execution: int = 1
     eval_every: int = 1
     keep: str = "best"
     backup_every: int = 0
+    check_every: int = 20
     fused_qkv: bool = False
     attention_kernel: bool = False
+    lean_activations: bool = False
 
 
 SECTIONS = {section.NAME: section

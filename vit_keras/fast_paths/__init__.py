@@ -12,7 +12,9 @@ tests/test_attention.py).
 - JAX, inference: attention as one `keras.ops.dot_product_attention` (cuDNN flash attention on
   recent NVIDIA GPUs, Splash attention on TPUs where shapes allow, XLA's own otherwise).
 - JAX, opt-in (`training_forms`): one matrix product for query, key and value, the attention
-  kernel in training too, and a checkpoint policy for `ViTConfig.remat='dots'`.
+  kernel in training too (cuDNN's, at padded lengths, on GPUs: `jax_kernels`), GELU and
+  LayerNorm keeping only their inputs for the backward pass, and a checkpoint policy for
+  `ViTConfig.remat='dots'`.
 - TensorFlow, float projections: the attention's `EinsumDense` layers as one 2-D MatMul +
   BiasAdd (Keras' TensorFlow einsum makes a broadcast BatchMatMul of them, 1.1-1.5x slower
   forward + backward on CPU, and TFLite's slow int8 BATCH_MATMUL), the patch embedding as one
@@ -35,12 +37,23 @@ import keras
 import numpy as np
 from keras import ops
 
-from vit_keras.fast_paths import export_forms, training_forms
+from vit_keras.fast_paths import export_forms, jax_kernels, training_forms
 from vit_keras.fast_paths import tensorflow as tensorflow_kernels
 
 
 def _tensorflow() -> bool:
     return keras.backend.backend() == "tensorflow"
+
+
+def _lean_on_jax(training) -> bool:
+    return bool(training) and keras.backend.backend() == "jax" and \
+        training_forms.current().lean_activations
+
+
+def _jax_gpu() -> bool:
+    import jax
+
+    return jax.default_backend() == "gpu"
 
 
 def fused_training_available() -> bool:
@@ -89,20 +102,25 @@ def patch_projection(layer, images, patch_size):
 
 
 def gelu(inputs, approximate, training):
-    """The fused GELU when training on TensorFlow; the exact GELU's Erf form while an ONNX
-    export traces; else None."""
+    """The fused GELU when training on TensorFlow, the lean one when training on JAX with
+    `lean_activations`; the exact GELU's Erf form while an ONNX export traces; else None."""
     if training and _tensorflow():
         return tensorflow_kernels.gelu(inputs, approximate=approximate)
+    if _lean_on_jax(training):
+        return jax_kernels.gelu(inputs, approximate=approximate)
     if not approximate and export_forms.onnx():
         return export_forms.exact_gelu(inputs)
     return None
 
 
 def layer_norm(inputs, gamma, beta, epsilon, training):
-    """LayerNorm over the last axis: fused when training on TensorFlow, the centred float32
-    form while an export traces; else None. Returns the float32 or input-dtype result."""
+    """LayerNorm over the last axis: fused when training on TensorFlow, lean when training on
+    JAX with `lean_activations`, the centred float32 form while an export traces; else None.
+    Returns the float32 or input-dtype result."""
     if training and _tensorflow():
         return tensorflow_kernels.layer_norm(inputs, gamma, beta, epsilon=epsilon)
+    if _lean_on_jax(training):
+        return jax_kernels.layer_norm(inputs, gamma, beta, epsilon=epsilon)
     if export_forms.active():
         return export_forms.centred_layer_norm(ops.cast(inputs, "float32"), gamma, beta, epsilon)
     return None
@@ -142,8 +160,10 @@ def attention(query, key, value, scale, dropout, training, dropout_rate=0.0):
     """
     if export_forms.unroll_heads(query, key):
         return export_forms.per_head_attention(query, key, value, scale)
-    one_op = not training or training_forms.training_attention_kernel(dropout_rate)
-    if dot_product_attention_available() and one_op:
+    kernel_in_training = training and training_forms.training_attention_kernel(dropout_rate)
+    if dot_product_attention_available() and kernel_in_training and _jax_gpu():
+        return jax_kernels.padded_attention(query, key, value, scale)
+    if dot_product_attention_available() and (kernel_in_training or not training):
         return ops.dot_product_attention(query, key, value, scale=scale)
     # Fused only in half precision: it saves two casts there, but in float32 one XLA thread is
     # slower than TensorFlow's multi-threaded softmax (benchmarks/fused_kernels.py).

@@ -9,11 +9,16 @@ names:
   their kernels and biases stacked behind the heads axis at call time. XLA's DotMerger
   merges such products by itself only below `--xla_gpu_dot_merger_threshold_mb` (32 MB by
   default), which ViT-B/16's at batch 128 exceed. Training and inference.
-- `attention_kernel`: training attention as one `keras.ops.dot_product_attention` (cuDNN
-  flash attention where the GPU and shapes allow, XLA's own form otherwise) instead of the
-  einsum form, whose float32 probabilities autodiff keeps for the backward pass. On JAX
-  (`fast_paths.dot_product_attention_available`), and only where no dropout acts on the
-  probabilities; inference takes this kernel there already.
+- `attention_kernel`: training attention as one fused kernel instead of the einsum form,
+  whose float32 probabilities autodiff keeps for the backward pass. On a GPU, cuDNN's flash
+  attention with the tokens padded to lengths it trains at (`jax_kernels.padded_attention`),
+  and an error where it refuses, never a silent fallback; on other devices
+  `keras.ops.dot_product_attention` (Splash attention on TPUs where shapes allow, XLA's own
+  form otherwise). On JAX (`fast_paths.dot_product_attention_available`), and only where no
+  dropout acts on the probabilities; inference takes `ops.dot_product_attention` there
+  already.
+- `lean_activations`: GELU and LayerNorm whose backward pass keeps only their inputs, in
+  their own dtype (`jax_kernels`), instead of the float32 intermediates autodiff keeps.
 - `ViTConfig.remat='dots'` (the checkpoint policy below): each block keeps its projections'
   and MLP's matrix products for the backward pass and recomputes the elementwise chains
   between them (LayerNorm, GELU, the attention logits and softmax).
@@ -38,11 +43,13 @@ class TrainingForms:
 
     Attributes:
         fused_qkv: one matrix product for the self-attention's query, key and value.
-        attention_kernel: training attention through `keras.ops.dot_product_attention`.
+        attention_kernel: training attention as one fused kernel.
+        lean_activations: GELU and LayerNorm keeping only their inputs for the backward.
     """
 
     fused_qkv: bool = False
     attention_kernel: bool = False
+    lean_activations: bool = False
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
