@@ -23,15 +23,21 @@ def _script(name, args, tmp_path, timeout):
 @pytest.mark.slow  # a JAX process tracing B/16-sized steps (about 20 s): the slow tier, in CI
 def test_saved_residuals_show_what_the_dots_policy_keeps(tmp_path):
     """On JAX (a dependency, so always here), the checkpoint policy keeps the matrix products
-    and drops the float32 attention probabilities; full remat keeps less still."""
+    and drops the float32 attention probabilities; full remat keeps less still; the lean
+    GELU and LayerNorm keep no float32 token tensor."""
     output = tmp_path / "residuals.json"
     printed = _script("saved_residuals.py", ["--model", "Ti/16", "--image-size", "32",
                                              "--batch", "2", "--json", str(output)],
                       tmp_path, timeout=300)
     rows = {row["name"]: row for row in json.loads(output.read_text())["rows"]}
-    assert set(rows) == {"plain", "fused_qkv", "attention_kernel", "remat_dots", "remat_full"}
+    assert set(rows) == {"plain", "fused_qkv", "attention_kernel", "lean_activations",
+                         "remat_dots", "remat_full"}
     plain, dots, full = rows["plain"], rows["remat_dots"], rows["remat_full"]
     assert full["activation_bytes"] < dots["activation_bytes"] < plain["activation_bytes"]
+    lean = rows["lean_activations"]
+    assert lean["activation_bytes"] < plain["activation_bytes"]
+    tokens = "f32[2,5,192]"  # a float32 LayerNorm tensor of Ti/16's width
+    assert tokens in plain["shapes"] and tokens not in lean["shapes"]
     probabilities = "f32[2,3,5,5]"  # batch 2, 3 heads, 5 tokens (4 patches and the class)
     assert probabilities in plain["shapes"] and probabilities not in dots["shapes"]
     assert "| remat_dots |" in printed
