@@ -34,12 +34,12 @@ def vit_train_callbacks(folder: str, steps: int, check_every: int) -> list:
 
     best = callbacks.BestModel(os.path.join(folder, "best.weights.h5"))
     backup = callbacks.ResumableBackup(os.path.join(folder, "backup"), steps, 0)
-    return [callbacks.StopOnNonFinite(steps, check_every=check_every), best,
-            keras.callbacks.CSVLogger(os.path.join(folder, "history.csv")), backup,
-            keras.callbacks.TensorBoard(os.path.join(folder, "logs")),
+    finite = callbacks.StopOnNonFinite(steps, check_every=check_every)
+    return [finite, best, keras.callbacks.CSVLogger(os.path.join(folder, "history.csv")),
+            backup, keras.callbacks.TensorBoard(os.path.join(folder, "logs")),
             callbacks.EpochLog(1, print_fn=lambda *args, **kwargs: None),
             preemption.StopOnSignal(preemption.SignalWatch(), backup, lambda flag: flag,
-                                    folder)]
+                                    folder, finite=finite)]
 
 
 def steps_per_second(model, data, steps: int, chosen) -> float:

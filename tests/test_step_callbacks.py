@@ -64,6 +64,7 @@ def test_which_callbacks_want_every_step():
     assert callbacks._wants_logs(keras.callbacks.TensorBoard("unused", update_freq=1), 3)
     assert callbacks._wants_logs(Overrides(), 3)  # says nothing: gets every step, as in Keras
     assert not callbacks._wants_logs(keras.callbacks.CSVLogger("unused.csv"), 3)
+    assert callbacks._wants_logs(keras.callbacks.TerminateOnNaN(), 3)  # the legacy hook
     assert not preemption.StopOnSignal.wants_logs(None, 3)
 
 
@@ -71,15 +72,19 @@ def test_nan_check_every_n_steps_and_before_each_backup(tmp_path):
     finite = callbacks.StopOnNonFinite(steps_per_epoch=10, check_every=4)
     backup = callbacks.ResumableBackup(str(tmp_path), steps_per_epoch=10, every_steps=3,
                                        write=False)
-    assert [batch for batch in range(10) if finite.wants_logs(batch)] == [3, 7]
-    due = []
-    for batch in range(10):
-        if backup.wants_logs(batch):
-            due.append(batch)
-        backup.on_train_batch_end(batch)
-    assert due == [2, 5, 8]  # global steps 3, 6, 9; the epoch's end has its own backup
-    finite.on_epoch_begin(1)  # global steps 11..20: checks at 12, 16, 20
-    assert [batch for batch in range(10) if finite.wants_logs(batch)] == [1, 5, 9]
+
+    def due(callback, epoch):
+        callback.on_epoch_begin(epoch)
+        found = []
+        for batch in range(10):
+            if callback.wants_logs(batch):
+                found.append(batch)
+            callback.on_train_batch_end(batch, None)
+        return found
+
+    assert due(finite, 0) == [3, 7]
+    assert due(finite, 1) == [1, 5, 9]  # global steps 11..20: checks at 12, 16, 20
+    assert due(backup, 0) == [2, 5, 8]  # global steps 3, 6, 9; the epoch's end has its own
     with pytest.raises(ValueError, match="check_every must be >= 1"):
         callbacks.StopOnNonFinite(10, check_every=0)
 
@@ -101,3 +106,32 @@ def test_a_nan_is_seen_at_the_epoch_end_without_a_check_inside_it():
     with pytest.raises(callbacks.NonFiniteLossError, match=r"step 4 \(global step 4; no "
                                                            r"earlier check\)"):
         _fit([finite], steps=4, images=images)
+
+
+def test_the_nan_check_holds_its_cadence_when_steps_arrive_several_a_call():
+    """With steps_per_execution 3, Keras reports steps 3, 6, 9, 12: a check at each multiple
+    of 4 crossed, not only where the step is one."""
+    finite = callbacks.StopOnNonFinite(steps_per_epoch=12, check_every=4)
+    finite.on_epoch_begin(0)
+    checked = []
+    for batch in (2, 5, 8, 11):
+        if finite.wants_logs(batch):
+            checked.append(batch + 1)
+        finite.on_train_batch_end(batch, None)
+    assert checked == [6, 9, 12]
+
+
+def test_a_signal_stop_checks_the_loss_before_its_backup(tmp_path):
+    """A signal between two NaN checks: the stop reads the loss itself, so its backup never
+    holds a NaN step's weights."""
+    images = np.ones((16, 3), np.float32)
+    images[0:2] = np.nan  # the first step
+    finite = callbacks.StopOnNonFinite(steps_per_epoch=8, check_every=100)
+    backup = callbacks.ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=8)
+    watch = preemption.SignalWatch()
+    watch.received = "SIGTERM"
+    stop = preemption.StopOnSignal(watch, backup, lambda flag: flag, str(tmp_path),
+                                   finite=finite)
+    with pytest.raises(callbacks.NonFiniteLossError, match=r"step 1 \(global step 1; no "):
+        _fit([finite, backup, stop], steps=8, images=images)
+    assert not (tmp_path / "backup").exists()

@@ -235,19 +235,35 @@ class StopOnNonFinite(keras.callbacks.Callback):
         self.check_every = check_every
         self._epoch = 0
         self._last_finite = None  # global step of the last check that saw a finite loss
+        self._previous = 0  # global step of the last batch end seen
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        self._previous = self._global_step(self.step_offset)
 
     def on_epoch_end(self, epoch, logs=None):
         self._check(self.steps_per_epoch, logs)
         self.step_offset = 0
 
     def wants_logs(self, batch: int) -> bool:
-        """Whether this batch's loss is to be checked (every `check_every` global steps)."""
-        return self._global_step(self.step_offset + batch + 1) % self.check_every == 0
+        """Whether this batch's loss is to be checked: the first batch end at or past each
+        multiple of `check_every` global steps (several steps a call arrive as one)."""
+        step = self._global_step(self.step_offset + batch + 1)
+        return step // self.check_every > self._previous // self.check_every
 
     def on_train_batch_end(self, batch, logs=None):
+        self._check(self.step_offset + batch + 1, logs)
+        self._previous = self._global_step(self.step_offset + batch + 1)
+
+    def check_now(self, batch: int, logs=None) -> None:
+        """Checks this batch's loss whatever the cadence, reading it from the model where
+        `logs` were not read: before a backup no scheduled check covers (a signal's stop).
+
+        Raises:
+            NonFiniteLossError: the loss is not finite.
+        """
+        if logs is None or "loss" not in logs:
+            logs = self.model.get_metrics_result()  # on JAX, `model` syncs the state first
         self._check(self.step_offset + batch + 1, logs)
 
     def _global_step(self, step: int) -> int:
@@ -349,8 +365,10 @@ def _wants_logs(callback, batch: int) -> bool:
         return callback.wants_logs(batch)
     if isinstance(callback, keras.callbacks.TensorBoard):
         return callback.update_freq != "epoch"  # else it logs epochs alone
-    # Keras' own test for a callback that overrides the hook (its async dispatch uses it too).
-    return type(callback).on_train_batch_end is not keras.callbacks.Callback.on_train_batch_end
+    # Keras' own test for a callback that overrides a hook (its async dispatch uses it too).
+    base = keras.callbacks.Callback
+    return any(getattr(type(callback), hook) is not getattr(base, hook)
+               for hook in ("on_train_batch_end", "on_batch_end"))
 
 
 def _on_host(logs: dict) -> dict:

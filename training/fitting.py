@@ -141,7 +141,7 @@ def make_callbacks(setup: Setup, state: dict | None, signals, verbose: int) -> F
         chosen.append(callbacks.EpochLog(setup.preset.schedule.epochs))
     # Last: an epoch's end is logged and backed up before a signal stops the run there.
     chosen.append(preemption.StopOnSignal(signals, backup, setup.placement.any_process,
-                                          folders.backup_dir))
+                                          folders.backup_dir, finite=finite))
     return FitCallbacks(chosen=chosen, best=best, backup=backup)
 
 

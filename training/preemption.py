@@ -219,15 +219,19 @@ class StopOnSignal(keras.callbacks.Callback):
             collective that every process calls at the same step (`Placement.any_process`).
         backup_dir: the run's backup folder, for the message (the chief's; other processes
             save into scratch folders).
+        finite: the run's `training.callbacks.StopOnNonFinite`, which checks the loss before
+            a mid-epoch stop's backup (its own checks run every few steps only), or None.
     """
 
-    def __init__(self, watch: SignalWatch, backup, any_process, backup_dir: str):
+    def __init__(self, watch: SignalWatch, backup, any_process, backup_dir: str,
+                 finite=None):
         super().__init__()
         self.watch, self.backup, self.any_process = watch, backup, any_process
-        self.backup_dir = backup_dir
+        self.backup_dir, self.finite = backup_dir, finite
 
     def wants_logs(self, batch: int) -> bool:
-        """False: a signal is a host flag (`training.callbacks.StepLogCallbacks`)."""
+        """False: a signal is a host flag (`training.callbacks.StepLogCallbacks`); a stop reads
+        the loss itself."""
         return False
 
     def on_train_batch_end(self, batch, logs=None):
@@ -235,6 +239,8 @@ class StopOnSignal(keras.callbacks.Callback):
         if step >= self.backup.steps_per_epoch:
             return  # the epoch's end comes next: stop there, after its backup and validation
         if self._agreed():
+            if self.finite is not None:  # every process, after the collective: same loss
+                self.finite.check_now(batch, logs)
             self._stop(epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -55,7 +55,7 @@ def layer_norm_forward(x, gamma, beta, epsilon):
 
 
 def layer_norm_backward(x, gamma, beta, upstream, epsilon):
-    """The gradients (x's in its dtype, gamma's and beta's in float32) for `upstream`."""
+    """The gradients of x, gamma and beta, each in its own dtype, for `upstream`."""
     normalized, inverse_std = _normalize(x, epsilon)
     upstream = ops.cast(upstream, "float32")
     leading_axes = tuple(range(len(x.shape) - 1))
@@ -65,4 +65,5 @@ def layer_norm_backward(x, gamma, beta, upstream, epsilon):
     d_x = inverse_std * (d_normalized - ops.mean(d_normalized, axis=-1, keepdims=True)
                          - normalized * ops.mean(d_normalized * normalized, axis=-1,
                                                  keepdims=True))
-    return ops.cast(d_x, x.dtype), d_gamma, d_beta
+    return (ops.cast(d_x, x.dtype), ops.cast(d_gamma, gamma.dtype),
+            ops.cast(d_beta, beta.dtype))
