@@ -176,6 +176,7 @@ def native_run():
                   _train_native)
 
 
+@pytest.mark.slow  # the shared native run: 21 s of the default tier's 6 minutes
 def test_the_rule_trains_large_images_as_native_crops(native_run):
     printed = (native_run / "printed.txt").read_text()
     assert "dynamic_image_size False -> True" in printed and "segment_native False -> True" \
@@ -190,6 +191,7 @@ def test_the_rule_trains_large_images_as_native_crops(native_run):
     assert metrics["val_class_pixels"]["line"] > 0 and metrics["val_mIoU"] > 0.85
 
 
+@pytest.mark.slow  # the shared native run: 21 s of the default tier's 6 minutes
 def test_predict_and_evaluate_answer_at_each_images_own_size(native_run, tmp_path, capsys):
     from vit import cli
 
@@ -207,6 +209,7 @@ def test_predict_and_evaluate_answer_at_each_images_own_size(native_run, tmp_pat
     assert "2 images at their own size, scored at the masks' own size" in said
 
 
+@pytest.mark.slow  # the shared native run: 21 s of the default tier's 6 minutes
 def test_a_keras_model_and_a_fixed_size_file_segment_alike_through_windows(native_run):
     """The Keras model sees the whole image; a fixed-size view of it (what a TFLite file is)
     sees 128 px windows: their masks agree but where windows cut the context."""
@@ -225,6 +228,7 @@ def test_a_keras_model_and_a_fixed_size_file_segment_alike_through_windows(nativ
     assert (whole == windowed).mean() > 0.95
 
 
+@pytest.mark.slow  # the shared native run: 21 s of the default tier's 6 minutes
 def test_serve_answers_each_file_at_its_own_size(native_run):
     import httpx
     from localhost import served
