@@ -154,13 +154,11 @@ def retinanet_scores(model, val, size, preprocessing) -> dict:
     """COCO scores of RetinaNet's boxes on every validation image, at the image's own size."""
     import numpy as np
 
-    from vit_app.data.detection import labelled_images, to_model_size
-    from vit_app.images import scale
-    from vit_app.inference.detection_eval import coco_scores
+    from vit_app.data.detection import labelled_images
+    from vit_app.inference.detection_eval import coco_scores, model_inputs
 
     images, truth = labelled_images(val)
-    inputs = np.stack([scale(to_model_size(image, size), preprocessing).numpy()
-                       for image in images])
+    inputs = model_inputs(images, size, preprocessing)
     found = {}
     for start in range(0, len(inputs), 64):  # eager: keras-hub's NMS needs a known batch size
         chunk = inputs[start:start + 64]
@@ -218,7 +216,6 @@ def compare(name: str, train_spec: str, val_spec: str, train_args: list, folder:
     data = ["--data", train_spec] + (["--val-data", val_spec] if val_spec != train_spec else [])
     output = os.path.join(folder, f"vit-{name}")
     vit = run_vit(data + train_args, output, task="detect")
-    vit["total_weights"] = vit.get("total_weights", 0)
     rows = [(f"{name}: ViT (vit train --task detect)", vit)]
     for heads, convs in HEAD_CONVS.items() if with_retinanet else ():
         task = {"budget": vit["train_seconds"], "run": output, "head_convs": convs,

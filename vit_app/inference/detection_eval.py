@@ -108,12 +108,17 @@ def score_outputs(outputs, ground_truth, image_sizes, class_names) -> dict:
     return coco_scores(ground_truth, detections, image_sizes, class_names)
 
 
+def model_inputs(images_list, size, preprocessing) -> np.ndarray:
+    """Images of any size, each resized whole to `size` (height, width) and scaled as
+    `preprocessing` says: float32 [images, height, width, 3]."""
+    return np.stack([scale(to_model_size(image, size), preprocessing).numpy()
+                     for image in images_list])
+
+
 def keras_outputs(model, images_list, preprocessing, batch_size: int = 64) -> np.ndarray:
     """A Keras detector's last-block outputs (of every block's, for a model built with
     `all_layers`) on images of any size, each resized whole to the model's input."""
-    size = model.config.image_hw
-    inputs = np.stack([scale(to_model_size(image, size), preprocessing).numpy()
-                       for image in images_list])
+    inputs = model_inputs(images_list, model.config.image_hw, preprocessing)
     outputs = np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))
     return outputs[:, -1] if getattr(model, "all_layers", False) else outputs
 
