@@ -135,6 +135,33 @@ def test_decode_gives_the_best_boxes_in_pixels_of_each_image():
     np.testing.assert_allclose(found[1]["boxes"], [[15, 15, 35, 35]], atol=1e-3)
 
 
+def test_every_box_answered_lies_within_its_image():
+    """A box whose centre sits near the border and whose size reaches past it: the REST
+    answer and the page cut it to the image, as `decode` (predict, evaluate) does."""
+    from types import SimpleNamespace
+
+    task = detect_task.TASK
+    model = SimpleNamespace(class_names=["a", "b"], num_classes=2 + detection_boxes.BOX_CHANNELS)
+    probabilities = np.array([[[0.9, 0.1, 0.95, 0.5, 0.3, 0.2],     # reaches past the right
+                               [0.1, 0.8, 0.05, 0.02, 0.4, 0.5],    # past the left and the top
+                               [0.7, 0.2, 0.5, 0.5, 0.2, 0.2]]], np.float32)   # inside
+    answered = task.answer(model, "images", None, {"probabilities": probabilities})
+    corners = detection_boxes.cxcywh_to_xyxy(answered["boxes"])
+    assert corners.min() >= 0 and corners.max() <= 1 + 1e-6
+    np.testing.assert_allclose(corners[0, 2], [0.4, 0.4, 0.6, 0.6], atol=1e-6)  # kept as it was
+    page = task.page_answer("m", model, answered)
+    assert len(page["boxes"]) == 3
+    assert all(0 <= value <= 1 for box in page["boxes"] for value in box["box"])
+    np.testing.assert_allclose(page["boxes"][0]["box"], [0.8, 0.4, 1.0, 0.6], atol=1e-6)
+    raw = task.page_answer("m", model, {"scores": probabilities[..., :2],
+                                        "boxes": probabilities[..., 2:]})
+    assert all(0 <= value <= 1 for box in raw["boxes"] for value in box["box"])
+    logits = np.log(probabilities / (1 - probabilities))
+    for image in detection_boxes.decode(logits, (60, 80)):
+        assert (image["boxes"] >= 0).all() and (image["boxes"][:, [0, 2]] <= 80).all()
+        assert (image["boxes"][:, [1, 3]] <= 60).all()
+
+
 def test_coco_scores_of_the_truth_itself_are_perfect_and_of_nothing_zero():
     truth = [np.array([[10, 10, 30, 40, 0], [50, 50, 90, 80, 1]], np.float32),
              np.zeros((0, 5), np.float32)]
@@ -238,6 +265,27 @@ def test_the_export_check_wants_keras_boxes_repeated_with_the_same_class():
     renamed[1, 3, [0, 1]] = renamed[1, 3, [1, 0]]   # the same box, another class
     assert task.file_agreement(renamed, keras_outputs, None)["box_agreement"] == \
         pytest.approx(2 / 3)
+
+
+def test_a_detector_file_is_refused_for_its_map_only_when_worse_beyond_the_noise():
+    task = detect_task.TASK
+    entry = {"top1_agreement": 1.0, "box_agreement": 1.0, "keras_boxes": 40,
+             "scored_images": 40, "scores_judged": True}
+    better = {**entry, "mAP_delta": 0.08, "mAP50_delta": 0.03}
+    assert task.check(better, 0.98, "int8") == (None, False)
+    worse = {**entry, "mAP_delta": -0.02, "mAP50_delta": -0.06, "mAP_noise": 0.01,
+             "mAP50_noise": 0.015}
+    failure, computes_otherwise = task.check(worse, 0.98, "int8")
+    assert failure.startswith("mAP50 -6.00 points from Keras' (a int8 file may lose 2.0, plus "
+                              "1.50 of sampling noise on 40 images)") and not computes_otherwise
+    assert task.check({**worse, "mAP50_noise": 0.05}, 0.98, "int8") == (None, False)
+    assert task.check({**worse, "scored_images": 3, "scores_judged": False}, 0.98,
+                      "int8") == (None, False)
+    outputs = _outputs_for(_targets())
+    lost = outputs.copy()
+    lost[0, :, :2] = -20.0   # the file finds nothing in the first image
+    found = task.file_agreement(lost, outputs, _targets())
+    assert found["mAP_delta"] < -0.2 and "mAP_noise" in found and not found["scores_judged"]
 
 
 def test_export_labels_must_be_targets_per_image():

@@ -36,6 +36,12 @@ def xyxy_to_cxcywh(boxes: np.ndarray) -> np.ndarray:
                            boxes[..., 2:] - boxes[..., :2]], axis=-1)
 
 
+def within_image(boxes: np.ndarray, width: float = 1.0, height: float = 1.0) -> np.ndarray:
+    """[..., 4] corners -> the same boxes cut to the image [0, width] x [0, height] (a box's
+    centre and size come from sigmoids, its corners may still cross the border)."""
+    return np.clip(np.asarray(boxes, np.float64), 0, [width, height, width, height])
+
+
 def iou_matrix(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """[n, 4] and [m, 4] corner boxes -> [n, m] intersection over union (0 for empty boxes)."""
     first, second = np.asarray(first, np.float64), np.asarray(second, np.float64)
@@ -73,7 +79,7 @@ def decode(outputs: np.ndarray, image_hw, max_detections: int = 100,
         keep = scores[queries, classes] >= min_score
         queries, classes = queries[keep], classes[keep]
         boxes = cxcywh_to_xyxy(sigmoid(values[queries, -BOX_CHANNELS:]))
-        boxes = np.clip(boxes * [width, height, width, height], 0, [width, height] * 2)
+        boxes = within_image(boxes * [width, height, width, height], width, height)
         found.append({"boxes": boxes, "scores": scores[queries, classes],
                       "classes": classes.astype(np.int64)})
     return found
