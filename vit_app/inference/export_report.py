@@ -99,12 +99,16 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
 
 
 def check_label(entry: dict) -> str:
-    """'ok (>= 98.00%)', 'FAILED (< 98.00%)', or 'not checked' (int8 on random images)."""
+    """'ok (>= 98.00%)', 'FAILED (< 98.00%)', or 'not checked' (int8 on random images);
+    'scores not judged: 3 images' is added where too few images were scored to judge the
+    file's scores against Keras' (`tasks.MIN_JUDGED_IMAGES`), so only its agreement was."""
     if entry.get("min_agreement") is None:
         return "not checked"
+    unjudged = "" if entry.get("scores_judged", True) else \
+        f"; scores not judged: {entry['scored_images']} images"
     if entry["passed"]:
-        return f"ok (>= {_percent(entry['min_agreement'])})"
-    return f"FAILED (< {_percent(entry['min_agreement'])})"
+        return f"ok (>= {_percent(entry['min_agreement'])}{unjudged})"
+    return f"FAILED (< {_percent(entry['min_agreement'])}{unjudged})"
 
 
 def failure_line(name: str, entry: dict, agreement: str = "top-1 agreement") -> str:

@@ -141,6 +141,67 @@ def checked_labels(labels, images):
     return labels
 
 
+# A file's score is judged only against a validation set that can measure it: fewer images
+# than this and the table says the score was not judged (the file is judged on its agreement).
+MIN_JUDGED_IMAGES = 8
+BOOTSTRAP_DRAWS = 200
+
+
+def sampling_noise(scores_of, count: int, draws: int = BOOTSTRAP_DRAWS) -> dict:
+    """How much each score moves with the choice of validation images.
+
+    Args:
+        scores_of: indices of images (repeats allowed) -> {name: the score on those images}.
+        count: the number of validation images.
+        draws: bootstrap resamples (seeded, so a verdict does not change between runs).
+
+    Returns:
+        {name: the standard deviation of the score over the resamples}; resamples where a
+        score is undefined (None or NaN) are left out of its deviation (0.0 when under two).
+    """
+    rng = np.random.default_rng(0)
+    found: dict[str, list[float]] = {}
+    for _ in range(draws):
+        for name, value in scores_of(rng.integers(0, count, count)).items():
+            if value is not None and not np.isnan(value):
+                found.setdefault(name, []).append(float(value))
+    return {name: float(np.std(values)) if len(values) > 1 else 0.0
+            for name, values in found.items()}
+
+
+def score_failure(entry: dict, margins: dict, kind: str, agreement: str) -> str | None:
+    """Why a file's scores refuse it, or None.
+
+    A file is refused for a score only when that score is *worse* than Keras' by more than
+    its margin plus the validation set's sampling noise: a file scoring at least as well as
+    its model is never refused for it, and a set of fewer than `MIN_JUDGED_IMAGES` images is
+    not asked to tell the difference (`entry['scores_judged']` False).
+
+    Args:
+        entry: the file's export.json entry: `<key>_delta` (file - Keras) and `<key>_noise`
+            for each key of `margins`.
+        margins: {key: (what the table calls it, margin)}.
+        kind: 'float' or 'int8', for the message.
+        agreement: the file's agreement where Keras is sure, for the message ('99.80%').
+    """
+    if not entry.get("scores_judged", True):
+        return None
+    for key, (name, margin) in margins.items():
+        delta, noise = entry.get(f"{key}_delta"), entry.get(f"{key}_noise") or 0.0
+        if delta is not None and delta < -(margin + noise):
+            return (f"{name} {100 * delta:+.2f} points from Keras' (a {kind} file may lose "
+                    f"{100 * margin:.1f}, plus {100 * noise:.2f} of sampling noise on "
+                    f"{entry.get('scored_images', '?')} images); it agrees where Keras is sure "
+                    f"({agreement})")
+    return None
+
+
+def judged_images(count: int) -> dict:
+    """export.json's columns saying on how many images a file's scores were taken and whether
+    that is enough to judge them (`MIN_JUDGED_IMAGES`)."""
+    return {"scored_images": int(count), "scores_judged": count >= MIN_JUDGED_IMAGES}
+
+
 def percent(value) -> str:
     """0.9876 -> '98.76%' (the export table's form)."""
     return f"{100 * value:.2f}%"
