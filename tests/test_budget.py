@@ -1,12 +1,19 @@
-"""The default tier's time guard (tests/budget.py): a default-tier test over the limit fails
-with a message saying what to do, whether its own call or its fixture took the time; slow
-tests, listed exceptions, the build of a shared artifact and runs without a limit pass; every
-run prints its tier's total."""
+"""The time guard (tests/budget.py), in multiples of the main job: a default-tier test over
+its share of the main job fails with a message saying what to do, whether its own call or its
+fixture took the time; a slow-tier test over five main jobs fails too; listed exceptions, the
+build of a shared artifact and runs of chosen tests pass; every tier prints its wall time as a
+ratio to the main job, and a default tier over twice the main job fails where the main job was
+measured, warns where it was estimated (tests/calibration.py)."""
 
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+import budget
+import calibration
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,47 +66,98 @@ def test_marked_slow():
 """
 
 
-def _pytest(folder, marks, limit):
+# Quick tests whose sum passes twice a main job of 1 s.
+MANY_QUICK = """
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("index", range(24))
+def test_quick(index):
+    time.sleep(0.1)
+"""
+
+
+def _pytest(folder, marks, main_job, source="measured: by the test"):
     env = dict(os.environ, PYTHONPATH=TESTS, VIT_TEST_ARTIFACTS=str(folder / "artifacts"))
-    env.pop("VIT_TEST_BUDGET_SECONDS", None)
-    if limit is not None:
-        env["VIT_TEST_BUDGET_SECONDS"] = limit
+    env[calibration.SECONDS_VARIABLE] = main_job
+    env[calibration.SOURCE_VARIABLE] = source
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-o",
          "addopts=", "-o", "markers=slow: long", "-m", marks, "-rA", str(folder)],
         cwd=folder, env=env, capture_output=True, text=True, timeout=120)
 
 
-def _sample(tmp_path):
+def _sample(tmp_path, tests=SAMPLE):
     (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST))
-    (tmp_path / "test_sample.py").write_text(textwrap.dedent(SAMPLE))
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent(tests))
     return tmp_path
 
 
 def test_a_slow_default_tier_test_fails_the_guard_with_what_to_do(tmp_path):
-    done = _pytest(_sample(tmp_path), "not slow", limit="0.15")
+    done = _pytest(_sample(tmp_path), "not slow", main_job="0.6")   # a 0.15 s limit
     output = done.stdout
     assert done.returncode == 1, output
     assert "FAILED test_sample.py::test_too_slow " in output
     assert "FAILED test_sample.py::test_too_slow_in_its_fixture" in output
+    assert ("over the default tier's limit of 0.15 s per test (0.25x the main job's 1 s, "
+            "measured: by the test)") in output
     assert "share its artifact (tests/artifacts.py) or mark it slow" in output
     assert "PASSED test_sample.py::test_fast" in output
     assert "PASSED test_sample.py::test_slow_but_excused" in output
     assert "PASSED test_sample.py::test_slow_only_in_building_a_shared_artifact" in output
-    assert "tier total: 5 tests" in output and "per-test limit 0.15 s" in output
+    assert "tier total: 5 tests" in output
+    assert "x the main job (vit train: 1 s, measured: by the test)" in output  # 0.6 s
 
 
-def test_the_slow_tier_and_a_run_without_a_limit_are_not_held(tmp_path):
+def test_the_limits_follow_the_main_job(tmp_path):
+    """The same tests on a machine ten times slower: nothing is over its share."""
+    done = _pytest(_sample(tmp_path), "not slow", main_job="10")
+    assert done.returncode == 0 and "5 passed" in done.stdout, done.stdout
+    assert "within its 2x" in done.stdout
+
+
+def test_a_slow_tier_test_over_five_main_jobs_fails(tmp_path):
     folder = _sample(tmp_path)
-    slow = _pytest(folder, "slow", limit="0.15")
-    assert slow.returncode == 0 and "1 passed" in slow.stdout, slow.stdout
-    unlimited = _pytest(folder, "not slow", limit=None)
-    assert unlimited.returncode == 0 and "5 passed" in unlimited.stdout, unlimited.stdout
-    assert "tier total: 5 tests" in unlimited.stdout
+    over = _pytest(folder, "slow", main_job="0.04")   # a 0.2 s limit
+    assert over.returncode == 1, over.stdout
+    assert "over the slow tier's limit of 0.2 s per test (5x the main job's" in over.stdout
+    assert "move the quality figure to a benchmark check" in over.stdout
+    within = _pytest(folder, "slow", main_job="1")
+    assert within.returncode == 0 and "1 passed" in within.stdout, within.stdout
+    assert "slow tier: " in within.stdout
 
 
-def test_a_bad_limit_is_named(tmp_path):
-    done = _pytest(_sample(tmp_path), "not slow", limit="fast")
+def test_chosen_tests_are_held_to_no_limit(tmp_path):
+    done = _pytest(_sample(tmp_path), "not slow or slow", main_job="0.01")
+    assert done.returncode == 0 and "6 passed" in done.stdout, done.stdout
+    assert "tier total: 6 tests" in done.stdout and "x the main job" not in done.stdout
+
+
+@pytest.mark.parametrize("source, status, verdict", [
+    ("measured: by the test", 1, "FAILED"), ("estimated: by the test", 0, "warning")])
+def test_a_default_tier_over_twice_the_main_job(tmp_path, source, status, verdict):
+    """Fails where the main job was measured (.ci/run), warns where it was estimated."""
+    done = _pytest(_sample(tmp_path, MANY_QUICK), "not slow", main_job="1", source=source)
+    assert done.returncode == status, done.stdout
+    assert "24 passed" in done.stdout and f"OVER its 2x, {verdict}" in done.stdout
+
+
+def test_a_bad_main_job_time_is_named(tmp_path):
+    done = _pytest(_sample(tmp_path), "not slow", main_job="fast")
     assert done.returncode != 0
-    assert "VIT_TEST_BUDGET_SECONDS must be a number of seconds, got 'fast'" in (
-        done.stdout + done.stderr)
+    assert ("VIT_MAIN_JOB_SECONDS must be the main job's wall time in seconds (a positive "
+            "number), got 'fast'") in done.stdout + done.stderr
+
+
+def test_the_calibration_estimates_the_main_job_and_shares_it(monkeypatch):
+    """Without a measured time, a slice of the main job's training is timed and scaled; the
+    estimate goes into the environment for the workers and the processes tests start."""
+    monkeypatch.delenv(calibration.SECONDS_VARIABLE, raising=False)
+    monkeypatch.delenv(calibration.SOURCE_VARIABLE, raising=False)
+    seconds, source = calibration.main_job_seconds()
+    assert 5 < seconds < 5000 and source.startswith("estimated from 40 forward steps of its model")
+    assert os.environ[calibration.SECONDS_VARIABLE] == f"{seconds:.1f}"
+    assert calibration.main_job_seconds() == (float(f"{seconds:.1f}"), source)
+    assert budget.DEFAULT_TEST_RATIO < budget.DEFAULT_TIER_RATIO < budget.SLOW_TEST_RATIO

@@ -1,0 +1,78 @@
+"""The yardstick of the suite's time: the main job (`vit train`, the README's first command) on
+this machine.
+
+Machines differ by 2x and more, so the test budgets are ratios to the main job's wall time on
+the same machine, never seconds. `.ci/run` runs the main job and passes its measured wall time
+in `VIT_MAIN_JOB_SECONDS`; a plain `pytest` estimates it first: a slice of the main job (its
+model on batches of its size, forward, a few dozen steps after warm-up: about 3 s) is timed
+and scaled by
+`MAIN_JOB_PER_STEP`, the main job's wall time over the slice's seconds a step, measured side by
+side on one machine (docs/testing.md, The budget). The estimate is put in the environment, so
+that xdist's workers and every pytest a test starts share it instead of measuring again.
+"""
+
+import os
+import time
+
+SECONDS_VARIABLE = "VIT_MAIN_JOB_SECONDS"
+SOURCE_VARIABLE = "VIT_MAIN_JOB_SOURCE"
+# `vit train`'s wall time / the slice's median seconds a step, on one 2-core machine
+# (2026-11-27): 208 s against 0.0154-0.0178 s (three runs), docs/testing.md, The budget.
+MAIN_JOB_PER_STEP = 12700.0
+TIMED_STEPS = 40
+WARM_UP_STEPS = 3
+
+
+def main_job_seconds() -> tuple[float, str]:
+    """(the main job's wall time on this machine in seconds, how it is known).
+
+    Reads `VIT_MAIN_JOB_SECONDS` (and `VIT_MAIN_JOB_SOURCE`) when set; otherwise estimates it
+    (`estimate`) and sets both, for the processes started after.
+
+    Raises:
+        ValueError: `VIT_MAIN_JOB_SECONDS` is set but not a positive number of seconds.
+    """
+    value = os.environ.get(SECONDS_VARIABLE, "").strip()
+    if value:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = 0.0
+        if not seconds > 0:
+            raise ValueError(f"{SECONDS_VARIABLE} must be the main job's wall time in seconds "
+                             f"(a positive number), got {value!r}")
+        return seconds, os.environ.get(SOURCE_VARIABLE) or f"given in {SECONDS_VARIABLE}"
+    started = time.monotonic()
+    seconds = estimate()
+    source = (f"estimated from {TIMED_STEPS} forward steps of its model in "
+              f"{time.monotonic() - started:.1f} s")
+    os.environ[SECONDS_VARIABLE], os.environ[SOURCE_VARIABLE] = f"{seconds:.1f}", source
+    return seconds, source
+
+
+def estimate() -> float:
+    """The main job's wall time estimated from a slice of it: its preset's model run forward
+    on batches of its size, `MAIN_JOB_PER_STEP` times the median step (a training step's
+    first call traces for 15 s; a forward step costs a second to trace and computes the same
+    layers)."""
+    import keras
+    import numpy as np
+
+    from training.presets import get_preset, task_preset
+    from vit_keras import VisionTransformer
+
+    preset = get_preset(task_preset(None))
+    config, batch = preset.model, preset.schedule.batch_size
+    keras.utils.set_random_seed(0)
+    model = VisionTransformer(config)
+    height, width = config.image_size if isinstance(config.image_size, tuple) else \
+        (config.image_size,) * 2
+    images = np.random.default_rng(0).uniform(-1, 1, (batch, height, width, 3)).astype("float32")
+    steps = []
+    for index in range(WARM_UP_STEPS + TIMED_STEPS):
+        begun = time.perf_counter()
+        model.predict_on_batch(images)
+        if index >= WARM_UP_STEPS:
+            steps.append(time.perf_counter() - begun)
+    keras.backend.clear_session(free_memory=False)
+    return MAIN_JOB_PER_STEP * float(np.median(steps))
