@@ -130,8 +130,12 @@ LONGEST_FIRST = ("tests/test_backends.py::test_library_tests_pass_on",
 
 
 def pytest_collection_modifyitems(config, items):
-    """Counts the slow tests the marker expression deselects (pytest deselects them after);
-    puts `LONGEST_FIRST` at the front."""
+    """Moves the cases of sampled families past their count to the slow tier (`tiers.py`);
+    counts the slow tests the marker expression deselects (pytest deselects them after); puts
+    `LONGEST_FIRST` at the front."""
+    import tiers
+
+    tiers.mark_sampled(items)
     if "not slow" in (config.option.markexpr or ""):
         _slow_deselected.append(sum(1 for item in items if item.get_closest_marker("slow")))
     items.sort(key=lambda item: next((rank for rank, prefix in enumerate(LONGEST_FIRST)
