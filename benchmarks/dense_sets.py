@@ -10,6 +10,11 @@ the slices loses.
 
 writes OUT/images/*.png, OUT/masks/*.png (0 = cell, 1 = membrane) and OUT/classes.txt, the
 layout `vit train --task segment --data folder:OUT` reads.
+
+`make_voc_photos`: photographs (scikit-image's sample photos) with a cat pasted in at 36-72 px,
+Pascal VOC boxes beside: a user's first detection folder.
+
+    python benchmarks/dense_sets.py photos OUT [--count 300] [--seed 0]
 """
 
 from __future__ import annotations
@@ -96,15 +101,59 @@ def _blur(values: np.ndarray, sigma: float) -> np.ndarray:
     return np.apply_along_axis(lambda line: np.convolve(line, taps, "valid"), 1, along_rows)
 
 
+PHOTO_BACKGROUNDS = ("astronaut", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field",
+                     "retina")
+
+
+def make_voc_photos(folder: str, count: int, seed: int) -> str:
+    """Writes `count` photographs of 200x150 px (crops of scikit-image's sample photos) with
+    one to three pictures of Chelsea the cat pasted in at 36-72 px, apart, as a Pascal VOC
+    folder (JPEGImages/, Annotations/; one class, no classes.txt). Returns the `folder:` spec."""
+    from PIL import Image
+    from skimage import data
+
+    rng = np.random.default_rng(seed)
+    backgrounds = [getattr(data, name)() for name in PHOTO_BACKGROUNDS]
+    cat = Image.fromarray(data.chelsea()[20:280, 90:350])
+    os.makedirs(os.path.join(folder, "JPEGImages"))
+    os.makedirs(os.path.join(folder, "Annotations"))
+    for index in range(count):
+        photo = backgrounds[index % len(backgrounds)]
+        top, left = (int(rng.integers(0, side - size)) for side, size in
+                     zip(photo.shape[:2], (150, 200)))
+        canvas = Image.fromarray(photo[top:top + 150, left:left + 200])
+        boxes = []
+        for _ in range(int(rng.integers(1, 4))):
+            side = int(rng.integers(36, 73))
+            x0, y0 = int(rng.integers(0, 200 - side)), int(rng.integers(0, 150 - side))
+            if any(x0 < b[2] + 2 and b[0] < x0 + side + 2 and y0 < b[3] + 2 and
+                   b[1] < y0 + side + 2 for b in boxes):
+                continue
+            canvas.paste(cat.resize((side, side), Image.BILINEAR), (x0, y0))
+            boxes.append((x0, y0, x0 + side, y0 + side))
+        canvas.save(os.path.join(folder, "JPEGImages", f"{index:04d}.jpg"), quality=90)
+        objects = "".join(f"<object><name>cat</name><bndbox><xmin>{x0 + 1}</xmin><ymin>{y0 + 1}"
+                          f"</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
+                          for x0, y0, x1, y1 in boxes)
+        with open(os.path.join(folder, "Annotations", f"{index:04d}.xml"), "w") as handle:
+            handle.write(f"<annotation><filename>{index:04d}.jpg</filename><size><width>200"
+                         f"</width><height>150</height><depth>3</depth></size>{objects}"
+                         "</annotation>")
+    return f"folder:{folder}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["membranes"])
+    parser.add_argument("kind", choices=["membranes", "photos"])
     parser.add_argument("output")
-    parser.add_argument("--count", type=int, default=24)
+    parser.add_argument("--count", type=int, help="default: 24 slices, 300 photographs")
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    print(make_membranes(args.output, args.count, args.seed, args.size))
+    if args.kind == "photos":
+        print(make_voc_photos(args.output, args.count or 300, args.seed))
+    else:
+        print(make_membranes(args.output, args.count or 24, args.seed, args.size))
 
 
 if __name__ == "__main__":

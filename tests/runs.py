@@ -140,3 +140,15 @@ def killed_run_resumes_exactly(common: list, folder, min_step: int, total_steps:
     for mine, theirs in zip(*weights):
         np.testing.assert_allclose(mine, theirs, atol=1e-5)
     return resumed.stdout
+
+
+def dense_sets():
+    """benchmarks/dense_sets.py as a module: the data sets shaped like a user's (membrane
+    slices, photographs with VOC boxes) that both the benchmarks and the tests make."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "dense_sets", os.path.join(REPO, "benchmarks", "dense_sets.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -86,6 +86,7 @@ def test_tflite_defaults_to_the_training_size(dynamic, tmp_path):
     assert input_image_size(model) == (32, 32)
 
 
+@pytest.mark.slow
 def test_export_model_records_the_size(dynamic, tmp_path):
     from vit_app.inference.export import export_model
 

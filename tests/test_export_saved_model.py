@@ -113,6 +113,7 @@ def test_failed_export_leaves_no_directory(tiny_config, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_mixed_precision_model_serves_float32(tmp_path):
     """A model trained under mixed_bfloat16 (the default on bf16 CPUs) exports as float32."""
     import keras

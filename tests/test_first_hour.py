@@ -117,6 +117,7 @@ def test_a_bad_preprocessing_is_a_usage_error_naming_the_syntax(user_folder):
     assert "crop_fraction must be in (0, 1]" in stderr
 
 
+@pytest.mark.slow
 def test_a_folder_smaller_than_a_batch_trains_with_the_batch_it_fills(tmp_path, capsys):
     for name in ("circles", "squares"):
         _save_images(tmp_path / "small" / name, 6, seed=len(name))
@@ -283,6 +284,7 @@ def test_vit_inspect_names_the_figure_it_skips_and_why(tmp_path, capsys):
     assert "convolutional stem" in numbers["skipped"]["filters"]
 
 
+@pytest.mark.slow
 def test_the_original_deit_models_build_by_timms_names_with_their_preprocessing():
     """Parameter counts of timm's DeiT models (the ViT of the paper; distilled: plus the
     distillation token, its position row and head)."""

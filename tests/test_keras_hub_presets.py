@@ -198,6 +198,7 @@ def test_what_keras_hub_cannot_express_is_refused_when_writing(tmp_path):
     keras.backend.clear_session()
 
 
+@pytest.mark.slow
 def test_an_hf_preset_downloads_its_files_through_huggingface_hub(tmp_path):
     """hf://ORG/REPO fetches each preset file (absent optional ones skipped) from a loopback
     server answering as the Hub does; the folder loads as the local one."""

@@ -192,6 +192,7 @@ def test_npz_round_trip_and_official_files_are_refused(tiny_config, tmp_path):
         vit_keras.load_weights(VisionTransformer(config), str(tmp_path / "official.npz"))
 
 
+@pytest.mark.slow
 def test_conv_stem_batch_norm_learns_its_statistics_in_fit(tiny_config):
     config = tiny_config.replace(stem="conv")
     model = VisionTransformer(config)

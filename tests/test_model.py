@@ -115,6 +115,7 @@ def test_wrong_input_shapes_rejected(tiny_config):
         model(np.zeros((32, 32, 3), "float32"))
 
 
+@pytest.mark.slow
 def test_fit_lowers_loss(tiny_config):
     config = tiny_config.replace(num_classes=2)
     rng = np.random.default_rng(1)
@@ -129,6 +130,7 @@ def test_fit_lowers_loss(tiny_config):
     assert losses[-1] < 0.5 * losses[0]
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_trains_and_returns_float32(tiny_config):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     model = VisionTransformer(tiny_config)

@@ -76,6 +76,7 @@ def test_pretrain_step_and_transfer_to_a_classifier(tiny_config):
         mpp.build_network(tiny_config.replace(resnet_layers=(), patch_size=1))
 
 
+@pytest.mark.slow
 def test_mpp_encoder_fine_tunes_through_weights(tmp_path):
     """The encoder.npz an mpp run writes loads into the fine-tuning preset's classifier."""
     import vit_keras

@@ -243,6 +243,7 @@ def _sigmoid(logits):
     return 1 / (1 + np.exp(-np.asarray(logits, np.float64)))
 
 
+@pytest.mark.slow
 def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys):
     from vit_app.inference import classifier
 
@@ -306,6 +307,7 @@ def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys
     assert [row["name"] for row in evaluated["per_class"]] == list(CLASSES)
 
 
+@pytest.mark.slow
 def test_single_label_data_trains_multilabel(tmp_path):
     preset = get_preset("digits_tiny").replace(objective={"kind": "multilabel"},
                                                schedule={"epochs": 1, "batch_size": 64,

@@ -205,8 +205,9 @@ def _train_tiny_segmenter(data, output, *options) -> int:
 
 
 def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
-    """`vit train --task segment` on a folder of palette masks: exit 0, a ViTSegmenter in
-    model.keras, the exact scores in metrics.json, every format exported and checked by pixel."""
+    """`vit train --task segment` on a folder of palette masks: a ViTSegmenter in model.keras,
+    the exact scores in metrics.json, every format exported and checked by pixel (the three
+    held-out scenes too few to judge scores by: the table says so)."""
     import keras
 
     from vit_keras.segmentation import ViTSegmenter
@@ -214,19 +215,26 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
     data = _folder(tmp_path / "data", count=12, size=16)
     output = tmp_path / "out"
     # a 2-epoch model's logits are near ties: its fp16 and int8 files are held to the default
-    # bars in test_segmentation_deploy, on fitted models (the skip head's near ties move the
-    # int8 mIoU of these 3 held-out scenes past its margin, hence the progressive head here)
+    # bars in test_segmentation_deploy, on fitted models
     status = _train_tiny_segmenter(data, output, "--epochs", "2", "--set", "model.image_size=16",
                                    "--set", "objective.segment_head=progressive",
                                    "--set", "optim.layer_decay=0.75",  # encoder by name
                                    "--min-agreement", "tflite_fp16=0.99,int8=0.9")
-    assert status == 0
     exported = json.loads((output / "export.json").read_text())
-    assert exported["agreement"] == "pixels" and not exported["failed"]
+    assert exported["agreement"] == "pixels"
+    # The gate's contract, whatever a 2-epoch model's near ties do to its int8 files: exit 3
+    # exactly when a file failed, each file under its name or in rejected/ by its verdict.
+    assert status == (3 if exported["failed"] else 0)
+    assert {"saved_model", "tflite", "onnx", "tflite_int8", "onnx_int8"} <= \
+        set(exported["formats"])
+    for name, entry in exported["formats"].items():
+        assert entry["passed"] == (name not in exported["failed"])
+        assert (output / entry["file"]).exists() == entry["passed"], name
+        assert (output / "rejected" / entry["file"]).exists() != entry["passed"], name
+        assert not entry["scores_judged"] and entry["scored_images"] == 3, entry
     for name in ("saved_model", "tflite", "onnx"):  # float32 files: exact up to rounding
-        assert exported["formats"][name]["top1_agreement"] >= 0.999, name
-    assert {"tflite_int8", "onnx_int8"} <= set(exported["formats"])
-    assert (output / "model_int8.tflite").exists() and (output / "saved_model").is_dir()
+        assert exported["formats"][name]["decisive_agreement"] == 1.0, name
+        assert exported["formats"][name]["passed"], name
     metrics = json.loads((output / "metrics.json").read_text())
     assert 0.0 <= metrics["val_mIoU"] <= 1.0
     assert set(metrics["val_class_iou"]) == {"background", "red", "green"}
@@ -235,6 +243,7 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
     assert (output / "labels.txt").read_text().split() == ["background", "red", "green"]
 
 
+@pytest.mark.slow
 def test_the_small_data_rule_fits_the_segmenter_to_the_folder(tmp_path, capsys):
     """48 px scenes: the rule picks 48 px, 8x8 patches and a third 2x stage (said in the
     recipe line), and the segmenter's logits come back at 48x48; the Dice term trains too."""

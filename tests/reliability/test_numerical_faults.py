@@ -70,6 +70,7 @@ def test_nan_batch_stops_at_the_next_check_keeps_backup_and_resumes(tmp_path, mo
     assert math.isfinite(metrics["val_loss"])
 
 
+@pytest.mark.slow
 def test_cli_reports_the_step_and_exits_1(tmp_path, monkeypatch, capsys):
     from vit import cli
     from training import train
