@@ -13,8 +13,9 @@ the guard on every machine.
 A test over its limit fails with a message saying what to do. Time spent building a shared
 artifact (`tests/artifacts.py`), or waiting for another worker to build it, is not charged to
 the test that asked first. At the end of a tier its wall time is printed as a ratio to the main
-job; over `DEFAULT_TIER_RATIO` the default tier fails when the main job's time was measured
-(`.ci/run`) and warns when it was only estimated.
+job; past `DEFAULT_TIER_RATIO` the line says OVER, in red (a warning: a whole tier's wall time
+moves with the machine's load, which must not fail a correct change; the per-test limits, with
+their margin, fail).
 """
 
 import time
@@ -27,7 +28,6 @@ import calibration
 DEFAULT_TIER_RATIO = 2.0
 DEFAULT_TEST_RATIO = 0.25
 SLOW_TEST_RATIO = 5.0
-MEASURED = "measured"   # the start of a VIT_MAIN_JOB_SOURCE that is not an estimate
 
 # Tests allowed over their tier's limit, each with its reason. Keep it short: a default-tier
 # test that is slow for its own sake belongs in the slow tier or should share what it builds.
@@ -77,11 +77,6 @@ class BudgetGuard:
     def pytest_runtest_logreport(self, report):
         self.totals[report.nodeid] = self.totals.get(report.nodeid, 0.0) + report.duration
 
-    def pytest_sessionfinish(self, session):
-        if self._over_tier_budget() and self.source.startswith(MEASURED) and \
-                session.exitstatus == 0:
-            session.exitstatus = 1
-
     def pytest_terminal_summary(self, terminalreporter):
         if not self.totals or hasattr(terminalreporter.config, "workerinput"):
             return
@@ -110,8 +105,7 @@ class BudgetGuard:
             return line
         if not self._over_tier_budget():
             return f"{line}; within its {DEFAULT_TIER_RATIO:g}x"
-        verdict = "FAILED" if self.source.startswith(MEASURED) else "warning (an estimate)"
-        return (f"{line}: OVER its {DEFAULT_TIER_RATIO:g}x, {verdict}; the per-test tables "
+        return (f"{line}: OVER its {DEFAULT_TIER_RATIO:g}x; the per-test tables "
                 "(tools/test_durations.py) say where the time went")
 
 

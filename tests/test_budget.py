@@ -2,8 +2,8 @@
 its share of the main job fails with a message saying what to do, whether its own call or its
 fixture took the time; a slow-tier test over five main jobs fails too; listed exceptions, the
 build of a shared artifact and runs of chosen tests pass; every tier prints its wall time as a
-ratio to the main job, and a default tier over twice the main job fails where the main job was
-measured, warns where it was estimated (tests/calibration.py)."""
+ratio to the main job, and a default tier over twice the main job says so (the main job measured
+by .ci/run or estimated by tests/calibration.py)."""
 
 import os
 import subprocess
@@ -66,14 +66,14 @@ def test_marked_slow():
 """
 
 
-# Quick tests whose sum passes twice a main job of 1 s.
+# Quick tests whose sum passes twice a main job of 0.5 s.
 MANY_QUICK = """
 import time
 
 import pytest
 
 
-@pytest.mark.parametrize("index", range(24))
+@pytest.mark.parametrize("index", range(12))
 def test_quick(index):
     time.sleep(0.1)
 """
@@ -135,13 +135,12 @@ def test_chosen_tests_are_held_to_no_limit(tmp_path):
     assert "tier total: 6 tests" in done.stdout and "x the main job" not in done.stdout
 
 
-@pytest.mark.parametrize("source, status, verdict", [
-    ("measured: by the test", 1, "FAILED"), ("estimated: by the test", 0, "warning")])
-def test_a_default_tier_over_twice_the_main_job(tmp_path, source, status, verdict):
-    """Fails where the main job was measured (.ci/run), warns where it was estimated."""
-    done = _pytest(_sample(tmp_path, MANY_QUICK), "not slow", main_job="1", source=source)
-    assert done.returncode == status, done.stdout
-    assert "24 passed" in done.stdout and f"OVER its 2x, {verdict}" in done.stdout
+@pytest.mark.parametrize("source", ["measured: by the test", "estimated: by the test"])
+def test_a_default_tier_over_twice_the_main_job_is_flagged(tmp_path, source):
+    """Its ratio line says OVER (a warning: each test held to its share still passes)."""
+    done = _pytest(_sample(tmp_path, MANY_QUICK), "not slow", main_job="0.5", source=source)
+    assert done.returncode == 0, done.stdout
+    assert "12 passed" in done.stdout and "OVER its 2x" in done.stdout
 
 
 def test_a_bad_main_job_time_is_named(tmp_path):

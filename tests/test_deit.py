@@ -87,6 +87,7 @@ def test_matches_timm_deit():
     assert np.abs(to_numpy(model(images)) - reference).max() < 2e-5
 
 
+@pytest.mark.slow
 def test_deit_distill_preset_trains_a_student(tmp_path):
     from training import presets, run
 

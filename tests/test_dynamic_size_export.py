@@ -41,6 +41,7 @@ def _keras_logits(model, pixels):
     return model(preprocess_input(pixels)).numpy()
 
 
+@pytest.mark.slow
 def test_serving_default_takes_any_size(dynamic):
     model, path = dynamic
     serve = tf.saved_model.load(path).signatures["serving_default"]
@@ -51,6 +52,7 @@ def test_serving_default_takes_any_size(dynamic):
         np.testing.assert_allclose(logits, _keras_logits(model, pixels), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_serve_bytes_resizes_to_the_training_size(dynamic):
     model, path = dynamic
     serve_bytes = tf.saved_model.load(path).signatures["serve_bytes"]

@@ -136,6 +136,7 @@ def _op_input_dtypes(path, op_name):
             for op in interpreter._get_ops_details() if op["op_name"] == op_name}
 
 
+@pytest.mark.slow
 def test_int8_is_full_integer_with_float_ops_and_int8_io_options(tiny_config, tmp_path):
     model = _classifier(tiny_config)
     images = random_pixels(tiny_config, batch=32)
@@ -237,6 +238,7 @@ def test_int8_export_refuses_operators_left_in_float(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_tensor_names_are_dropped_unless_kept_and_per_tensor_scales(tiny_config, tmp_path):
     from ai_edge_litert.interpreter import Interpreter
 

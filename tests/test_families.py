@@ -122,6 +122,7 @@ def test_features_of_any_size_class_token_classifiers_see_every_token():
         headless, images, blocks=[-1])["block_1"], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_family_parameter_counts_equal_the_formula():
     from vit_keras.analysis import complexity
 
@@ -260,6 +261,7 @@ def test_preprocessing_travels_with_the_model(tmp_path):
 # --- the family table and create_model ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_family_models_build_with_timm_parameter_counts():
     """Parameter counts of timm's models (timm 1.0.31, num_classes as released)."""
     expected = {"deit3_small_patch16_224": 22_059_880,

@@ -84,6 +84,7 @@ def test_lora_mode_trains_the_adapters_and_the_head_only():
         np.testing.assert_array_equal(value, base[path])
 
 
+@pytest.mark.slow
 def test_full_mode_trains_everything():
     model = _model()
     finetune.prepare(model, _preset())

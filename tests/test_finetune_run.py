@@ -108,6 +108,7 @@ def test_lora_export_equals_the_merged_model_and_the_adapters(tmp_path, upstream
         metrics["total_weights"]
 
 
+@pytest.mark.slow
 def test_probe_fits_the_head_once_and_writes_a_normal_model(tmp_path, upstream):
     preset = _preset({"data.classes": "5,6,7,8,9", "finetune.weights": upstream,
                       "finetune.mode": "probe"})

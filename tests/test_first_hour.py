@@ -231,6 +231,7 @@ def _folder_data(root, size=(16, 16)):
     return f"folder:{root / 'val'}"
 
 
+@pytest.mark.slow
 def test_vit_evaluate_reports_an_exported_file_as_its_keras_model(user_model, tmp_path):
     model, folder = user_model
     data = _folder_data(tmp_path)

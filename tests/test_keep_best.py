@@ -62,6 +62,7 @@ def test_without_validation_the_last_epoch_is_kept(tmp_path, capsys):
     assert "| epoch 2 of 2: the last " in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_missing_best_weights_file_is_named(tmp_path, monkeypatch):
     _rank_epoch_two_best(monkeypatch)
     monkeypatch.setattr(callbacks.BestModel, "load", lambda *args: pytest.fail("loaded"))
@@ -91,6 +92,7 @@ def _folder(root, per_class: int):
     return f"folder:{root}"
 
 
+@pytest.mark.slow
 def test_the_header_points_to_fine_tuning_for_a_few_images_from_scratch(tmp_path, capsys):
     data = _folder(tmp_path / "photos", 4)
     preset = get_preset("digits_tiny").replace(

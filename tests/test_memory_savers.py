@@ -241,6 +241,7 @@ def test_bad_layer_arguments_are_rejected(kwargs, message):
         PatchDropout(**kwargs)
 
 
+@pytest.mark.slow
 @requires_tf
 def test_remat_patch_dropout_model_exports(tiny_config, tmp_path):
     import tensorflow as tf

@@ -44,6 +44,7 @@ def mirror(ti16_file, tmp_path, monkeypatch):
         yield server, release
 
 
+@pytest.mark.slow
 def test_vit_predict_prints_the_imagenet_top5_of_named_weights(mirror, ti16_file, tmp_path,
                                                                capsys):
     image_path = str(tmp_path / "photo.png")

@@ -137,6 +137,7 @@ def test_a_wrong_size_or_checksum_is_refused(mirror, tmp_path):
                              quiet=True) == destination
 
 
+@pytest.mark.slow
 def test_two_processes_share_a_cold_cache(mirror):
     """Both download at once (the server holds each answer until both have asked); each writes
     its own temporary file and renames it, so the cache ends with one whole file."""

@@ -261,6 +261,7 @@ def test_the_small_data_rule_fits_the_segmenter_to_the_folder(tmp_path, capsys):
     assert model.output_shape == (None, 48, 48, 3) and model.config.patch_size == 8
 
 
+@pytest.mark.slow
 def test_probe_trains_a_linear_head_on_a_classifiers_frozen_encoder(tmp_path):
     """--finetune probe from a classifier's model.keras at another image size: the encoder is
     the classifier's (position embeddings resized), only the linear head trains."""

@@ -387,6 +387,7 @@ def _start_serve(run_folder, cwd, *options):
     return process, port
 
 
+@pytest.mark.slow
 def test_the_vit_serve_command_serves_until_interrupted(run_folder, tmp_path):
     process, port = _start_serve(run_folder, tmp_path)
     try:

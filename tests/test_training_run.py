@@ -28,6 +28,7 @@ TINY = ["--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "
         "--set", "augment.translate=0.1", "--set", "loop.eval_every=1"]
 
 
+@pytest.mark.slow
 def test_default_preset_short_run_writes_every_file(tmp_path, capsys):
     """digits_tiny shrunk to seconds (8 px, 16 tokens, 2 blocks, 8 epochs): the run's files
     and scores; what the whole default job reaches is `vit train`'s own table (CI runs it)."""
@@ -79,6 +80,7 @@ class _Killed(Exception):
     """Stands in for a SIGKILL at a chosen instant of an in-process run."""
 
 
+@pytest.mark.slow
 def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_path, monkeypatch):
     """The last epoch's backup is the last thing its epoch end writes: a run killed right after
     it resumes with nothing to train and still has every history row and the best weights."""

@@ -40,6 +40,7 @@ def _poisoned(train_dataset, step):
     return poisoned_dataset
 
 
+@pytest.mark.slow
 def test_nan_batch_stops_at_the_next_check_keeps_backup_and_resumes(tmp_path, monkeypatch):
     output = str(tmp_path)
     monkeypatch.setattr(pipeline, "train_dataset", _poisoned(pipeline.train_dataset, POISONED_STEP))

@@ -205,6 +205,7 @@ def test_first_ctrl_c_is_a_request(tmp_path):
                                 "a backup; Ctrl+C again aborts at once\n")
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     twice = subprocess.run([sys.executable, "-c", WATCH_SCRIPT, "2"], env=vit_env(),
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
