@@ -7,7 +7,7 @@ in `VIT_MAIN_JOB_SECONDS`; a plain `pytest` estimates it first: a slice of the m
 model on batches of its size, forward, a few dozen steps after warm-up: about 3 s) is timed
 and scaled by
 `MAIN_JOB_PER_STEP`, the main job's wall time over the slice's seconds a step, measured side by
-side on one machine (docs/testing.md, The budget). The estimate is put in the environment, so
+side on one machine (docs/testing.md, The two tiers). The estimate is put in the environment, so
 that xdist's workers and every pytest a test starts share it instead of measuring again.
 """
 
@@ -17,7 +17,7 @@ import time
 SECONDS_VARIABLE = "VIT_MAIN_JOB_SECONDS"
 SOURCE_VARIABLE = "VIT_MAIN_JOB_SOURCE"
 # `vit train`'s wall time / the slice's median seconds a step, on one 2-core machine
-# (2026-11-27): 208 s against 0.0154-0.0178 s (three runs), docs/testing.md, The budget.
+# (2026-11-27): 208 s against 0.0154-0.0178 s (three runs), docs/testing.md, The two tiers.
 MAIN_JOB_PER_STEP = 12700.0
 TIMED_STEPS = 40
 WARM_UP_STEPS = 3

@@ -1,4 +1,4 @@
-"""A user's microscopy folder as it comes: 24 grayscale slices of 512x512 px whose class is the
+"""A user's microscopy folder as it comes: grayscale slices of 512x512 px whose class is the
 thin membrane between cells (`benchmarks/dense_sets.py`), trained with no flag but the task, the
 folders and (here) one epoch. The small-data rule trains them as 128 px crops at their own
 resolution and says why; every file is written or refused by the gate's verdict, and `vit
@@ -14,20 +14,19 @@ from PIL import Image
 from runs import dense_sets, vit_command, vit_env
 
 
-@pytest.mark.slow  # 30 slices of 512 px made, trained one epoch, exported in six formats
+@pytest.mark.slow  # 10 slices of 512 px made, trained one epoch, exported in six formats
 def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
-    train = dense_sets().make_membranes(str(tmp_path / "train"), 24, seed=0)
-    val = dense_sets().make_membranes(str(tmp_path / "val"), 6, seed=1)
+    train = dense_sets().make_membranes(str(tmp_path / "train"), 8, seed=0)
+    val = dense_sets().make_membranes(str(tmp_path / "val"), 2, seed=1)
     output = tmp_path / "run"
     finished = subprocess.run(vit_command("train", "--task", "segment", "--data", train,
                                           "--val-data", val, "--output", output,
                                           "--no-inspect", "--epochs", "1"),
                               cwd=tmp_path, env=vit_env(), capture_output=True, text=True,
-                              timeout=600)
+                              timeout=900)
     assert finished.returncode in (0, 3), finished.stdout[-3000:] + finished.stderr[-3000:]
-    assert "recipe: digits_segment adapted to 24 images of 512x512 px" in finished.stdout
-    assert "why: images of 512x512 px keep their resolution: 16 random 128 px crops" in \
-        finished.stdout
+    assert "recipe: digits_segment adapted to 8 images of 512x512 px" in finished.stdout
+    assert "why: images of 512x512 px keep their resolution" in finished.stdout
     metrics = json.loads((output / "metrics.json").read_text())
     assert 0 <= metrics["val_class_iou"]["membrane"] <= 1, metrics["val_class_iou"]
     report = json.loads((output / "export.json").read_text())
