@@ -7,7 +7,8 @@ the guard on every machine.
 
 - The default tier (the README's `pytest`) must finish within `DEFAULT_TIER_RATIO` times the
   main job; each of its tests (its setup, where a fixture it is the first to need is built,
-  and its call) within `DEFAULT_TEST_RATIO` times it.
+  and its call) within `DEFAULT_TEST_RATIO` times it, times the workers per core where they
+  share one (`calibration.worker_share`: 2 under `taskset -c 0 pytest`).
 - Each slow-tier test within `SLOW_TEST_RATIO` times it.
 
 A test over its limit fails with a message saying what to do. Time spent building a shared
@@ -49,7 +50,9 @@ class BudgetGuard:
         self.tier = tier_of(config)
         self.main_job, self.source = (None, "") if self.tier is None else _yardstick()
         ratio = {"default": DEFAULT_TEST_RATIO, "slow": SLOW_TEST_RATIO}.get(self.tier)
-        self.limit = ratio * self.main_job if ratio and self.main_job else None
+        # A worker sharing its core with another runs each test that much slower.
+        self.limit = ratio * self.main_job * calibration.worker_share() if ratio and \
+            self.main_job else None
         self.setup_seconds: dict[str, float] = {}
         self.building_before: dict[str, float] = {}
         self.totals: dict[str, float] = {}

@@ -23,6 +23,23 @@ TIMED_STEPS = 40
 WARM_UP_STEPS = 3
 
 
+REFERENCE_MAIN_JOB = 208.0   # seconds: the machine where the project's figures were measured
+
+
+def worker_share() -> float:
+    """How many times slower a test runs than the main job would on these cores because
+    pytest's workers share them: 1 while each worker has a core, 2 for two workers on one core
+    (`taskset -c 0 pytest`)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1.0, workers / len(os.sched_getaffinity(0)))
+
+
+def machine_factor() -> float:
+    """How much slower than the reference machine a test runs here (never below 1): a bound a
+    test measures in seconds on the reference machine is multiplied by it."""
+    return max(1.0, main_job_seconds()[0] / REFERENCE_MAIN_JOB) * worker_share()
+
+
 def main_job_seconds() -> tuple[float, str]:
     """(the main job's wall time on this machine in seconds, how it is known).
 

@@ -37,6 +37,7 @@ except SystemExit as stop:
     status = stop.code
 print(repr((status, sorted(name for name in {HEAVY} if name in sys.modules))))
 """.replace("{HEAVY}", repr(HEAVY_MODULES))
+# On the reference machine, one worker a core; slower machines and shared cores scale it.
 SECONDS_FOR_A_USAGE_ERROR = 1.0
 
 
@@ -98,15 +99,18 @@ def _usage_error(argv, cwd):
 ])
 def test_usage_errors_are_answered_within_a_second_before_any_framework(argv, expected,
                                                                        user_folder):
+    from calibration import machine_factor
+
+    bound = SECONDS_FOR_A_USAGE_ERROR * machine_factor()
     for _ in range(3):  # the fastest of three: the test machine may be busy with other tests
         status, loaded, stderr, seconds = _usage_error(argv, user_folder)
         assert status == 2 and loaded == [], (status, loaded, stderr)
         error = stderr.strip()
         assert error == f"vit {argv[0]}: error: {error.split(': error: ', 1)[1]}", error
         assert expected in error and "\n" not in error and "Traceback" not in error
-        if seconds < SECONDS_FOR_A_USAGE_ERROR:
+        if seconds < bound:
             break
-    assert seconds < SECONDS_FOR_A_USAGE_ERROR, f"{argv}: {seconds:.2f} s"
+    assert seconds < bound, f"{argv}: {seconds:.2f} s (bound {bound:.2f} s)"
     assert "testing" not in error  # the variant list is the users' own
 
 
