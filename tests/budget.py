@@ -29,6 +29,7 @@ import calibration
 DEFAULT_TIER_RATIO = 2.0
 DEFAULT_TEST_RATIO = 0.25
 SLOW_TEST_RATIO = 5.0
+TEST_RATIOS = {"default": DEFAULT_TEST_RATIO, "slow": SLOW_TEST_RATIO}
 
 # Tests allowed over their tier's limit, each with its reason. Keep it short: a default-tier
 # test that is slow for its own sake belongs in the slow tier or should share what it builds.
@@ -49,7 +50,7 @@ class BudgetGuard:
         self.started = time.monotonic()
         self.tier = tier_of(config)
         self.main_job, self.source = (None, "") if self.tier is None else _yardstick()
-        ratio = {"default": DEFAULT_TEST_RATIO, "slow": SLOW_TEST_RATIO}.get(self.tier)
+        ratio = TEST_RATIOS.get(self.tier)
         # A worker sharing its core with another runs each test that much slower.
         self.limit = ratio * self.main_job * calibration.worker_share() if ratio and \
             self.main_job else None
@@ -122,7 +123,7 @@ def _yardstick() -> tuple[float, str]:
 
 
 def _over_limit(nodeid: str, spent: float, building: float, guard: BudgetGuard) -> str:
-    ratio = DEFAULT_TEST_RATIO if guard.tier == "default" else SLOW_TEST_RATIO
+    ratio = TEST_RATIOS[guard.tier]
     what_to_do = ("share its artifact (tests/artifacts.py) or mark it slow" if
                   guard.tier == "default" else "hold it to the plumbing and move the quality "
                   "figure to a benchmark check (benchmarks/)")
