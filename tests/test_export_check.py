@@ -110,6 +110,25 @@ def test_a_score_judged_against_the_sets_sampling_noise():
     assert task.check(noisy, 0.98, "int8") == (None, False)
 
 
+def test_a_drop_one_image_makes_is_noise_and_a_drop_on_every_image_is_not():
+    """The noise is the paired bootstrap's: a file that flips the membrane of one scene in
+    twelve (a detector's case in CI: one image's low-scoring boxes moved mAP@0.5 6 points)
+    passes; the same flips on every scene fail, and the table's row names the score."""
+    right, near_wrong, labels = _membrane_near_ties(images=12)
+    task = tasks.get("segment")
+    one_scene = right.copy()
+    one_scene[0] = near_wrong[0]
+    entry = _entry(one_scene, right, labels, task)
+    assert entry["class_iou_delta"] < -0.05 and entry["class_iou_noise"] > 0.05
+    assert export_pipeline._check(INT8, entry, 0.98, task)["passed"]
+    entry = _entry(near_wrong, right, labels, task)
+    assert entry["mIoU_delta"] < -0.3 and entry["mIoU_noise"] < 0.01
+    fields = export_pipeline._check(INT8, entry, 0.98, task)
+    assert not fields["passed"] and fields["failed_on"] == "scores"
+    assert export_report.check_label({**entry, **fields}) == \
+        f"FAILED (mIoU {100 * entry['mIoU_delta']:+.2f} points from Keras')"
+
+
 def test_too_few_images_judge_only_the_agreement_and_the_table_says_so():
     """Three scenes cannot tell two points of IoU from noise (the case a slower machine hit):
     the file is judged on its decisive pixels, and the table says its scores were not."""

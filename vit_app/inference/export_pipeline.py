@@ -151,7 +151,8 @@ def _check(export_format, entry: dict, bar, task) -> dict:
     failure, computes_otherwise = task.check(entry, bar, export_format.quantization)
     fields = {"min_agreement": bar, "passed": failure is None}
     if failure is not None:
-        fields.update(failure=failure, advice=export_format.advice if computes_otherwise
+        fields.update(failure=failure, failed_on="agreement" if computes_otherwise else "scores",
+                      advice=export_format.advice if computes_otherwise
                       else task.near_tie_advice())
     return fields
 

@@ -99,7 +99,8 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
 
 
 def check_label(entry: dict) -> str:
-    """'ok (>= 98.00%)', 'FAILED (< 98.00%)', or 'not checked' (int8 on random images);
+    """'ok (>= 98.00%)', 'FAILED (< 98.00%)' (its agreement), "FAILED (mAP50 -6.02 points
+    from Keras')" (a score, its agreement met), or 'not checked' (int8 on random images);
     'scores not judged: 3 images' is added where too few images were scored to judge the
     file's scores against Keras' (`tasks.MIN_JUDGED_IMAGES`), so only its agreement was."""
     if entry.get("min_agreement") is None:
@@ -108,6 +109,8 @@ def check_label(entry: dict) -> str:
         f"; scores not judged: {entry['scored_images']} images"
     if entry["passed"]:
         return f"ok (>= {_percent(entry['min_agreement'])}{unjudged})"
+    if entry.get("failed_on") == "scores":  # the failure's first clause names the score
+        return f"FAILED ({entry['failure'].split(' (', 1)[0]})"
     return f"FAILED (< {_percent(entry['min_agreement'])}{unjudged})"
 
 

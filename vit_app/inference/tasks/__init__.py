@@ -147,22 +147,27 @@ MIN_JUDGED_IMAGES = 8
 BOOTSTRAP_DRAWS = 200
 
 
-def sampling_noise(scores_of, count: int, draws: int = BOOTSTRAP_DRAWS) -> dict:
-    """How much each score moves with the choice of validation images.
+def sampling_noise(deltas_of, count: int, draws: int = BOOTSTRAP_DRAWS) -> dict:
+    """How much a file's score differences from Keras' move with the choice of images.
+
+    The bootstrap is paired: each resample scores the file and Keras on the same images, so a
+    difference that one or two images make (a near tie flipped on a small set) shows as noise,
+    while a file worse on every image shows as a steady difference.
 
     Args:
-        scores_of: indices of images (repeats allowed) -> {name: the score on those images}.
+        deltas_of: indices of images (repeats allowed) -> {name: file's score - Keras' on
+            those images}.
         count: the number of validation images.
         draws: bootstrap resamples (seeded, so a verdict does not change between runs).
 
     Returns:
-        {name: the standard deviation of the score over the resamples}; resamples where a
-        score is undefined (None or NaN) are left out of its deviation (0.0 when under two).
+        {name: the standard deviation of the difference over the resamples}; resamples where a
+        difference is undefined (None or NaN) are left out (0.0 when under two remain).
     """
     rng = np.random.default_rng(0)
     found: dict[str, list[float]] = {}
     for _ in range(draws):
-        for name, value in scores_of(rng.integers(0, count, count)).items():
+        for name, value in deltas_of(rng.integers(0, count, count)).items():
             if value is not None and not np.isnan(value):
                 found.setdefault(name, []).append(float(value))
     return {name: float(np.std(values)) if len(values) > 1 else 0.0
@@ -173,7 +178,7 @@ def score_failure(entry: dict, margins: dict, kind: str, agreement: str) -> str 
     """Why a file's scores refuse it, or None.
 
     A file is refused for a score only when that score is *worse* than Keras' by more than
-    its margin plus the validation set's sampling noise: a file scoring at least as well as
+    its margin plus the difference's sampling noise: a file scoring at least as well as
     its model is never refused for it, and a set of fewer than `MIN_JUDGED_IMAGES` images is
     not asked to tell the difference (`entry['scores_judged']` False).
 

@@ -178,14 +178,19 @@ class Detect(InferenceTask):
 
 def _score_deltas(logits: np.ndarray, keras_logits: np.ndarray, labels: np.ndarray) -> dict:
     """A file's mAP and mAP@0.5 against Keras' (file - Keras); where one is lower than a float
-    file may lose, the bootstrap noise of Keras' scores over the images (COCO's evaluation per
-    resample is slow: it is run only when a verdict needs it)."""
-    file_scores, keras_scores = _scores(logits, labels), _scores(keras_logits, labels)
-    columns = {f"{key}_delta": file_scores[key] - keras_scores[key] for key in ("mAP", "mAP50")}
+    file may lose, how much that difference moves over bootstrap resamples of the images
+    (`sampling_noise`; COCO's evaluation per resample is slow: run only when a verdict needs
+    it)."""
+    def deltas(indices):
+        ours, theirs = _scores(logits[indices], labels[indices]), \
+            _scores(keras_logits[indices], labels[indices])
+        return {key: ours[key] - theirs[key] for key in ("mAP", "mAP50")}
+
+    columns = {f"{key}_delta": value
+               for key, value in deltas(np.arange(len(labels))).items()}
     lowest_margin = min(min(margins.values()) for margins in SCORE_MARGINS.values())
     if min(columns.values()) < -lowest_margin:
-        noise = sampling_noise(lambda indices: _scores(keras_logits[indices], labels[indices]),
-                               len(labels), NOISE_DRAWS)
+        noise = sampling_noise(deltas, len(labels), NOISE_DRAWS)
         columns.update({f"{key}_noise": noise.get(key, 0.0) for key in ("mAP", "mAP50")})
     return {**columns, **judged_images(len(labels))}
 

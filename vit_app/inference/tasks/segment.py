@@ -158,21 +158,25 @@ def _confusions(labels, logits) -> np.ndarray:
 
 
 def _score_deltas(file_confusions: np.ndarray, keras_confusions: np.ndarray) -> dict:
-    """A file's mIoU and worst class IoU against Keras' (file - Keras), with the bootstrap
-    noise of Keras' scores over the images (`sampling_noise`)."""
-    ours, theirs = (segmentation_scores.scores(confusions.sum(0))
-                    for confusions in (file_confusions, keras_confusions))
-    deltas = np.asarray(ours["iou"]) - np.asarray(theirs["iou"])
-    deltas = np.where(np.isnan(deltas), 0.0, deltas)  # a class absent from both
-    worst = int(np.argmin(deltas))
+    """A file's mIoU and worst class IoU against Keras' (file - Keras), with how much each
+    difference moves over bootstrap resamples of the images (`sampling_noise`)."""
+    def deltas(indices):
+        ours, theirs = (segmentation_scores.scores(confusions[indices].sum(0))
+                        for confusions in (file_confusions, keras_confusions))
+        return {"mIoU": ours["mIoU"] - theirs["mIoU"],
+                "class_iou": np.asarray(ours["iou"]) - np.asarray(theirs["iou"])}
 
-    def keras_scores(indices):
-        found = segmentation_scores.scores(keras_confusions[indices].sum(0))
-        return {"mIoU": found["mIoU"], "class_iou": found["iou"][worst]}
+    found = deltas(np.arange(len(keras_confusions)))
+    class_deltas = np.where(np.isnan(found["class_iou"]), 0.0, found["class_iou"])
+    worst = int(np.argmin(class_deltas))  # NaN: a class absent from both
 
-    noise = sampling_noise(keras_scores, len(keras_confusions))
-    return {"mIoU_delta": float(ours["mIoU"] - theirs["mIoU"]),
-            "class_iou_delta": float(deltas[worst]),
+    def judged_deltas(indices):
+        picked = deltas(indices)
+        return {"mIoU": picked["mIoU"], "class_iou": picked["class_iou"][worst]}
+
+    noise = sampling_noise(judged_deltas, len(keras_confusions))
+    return {"mIoU_delta": float(found["mIoU"]),
+            "class_iou_delta": float(class_deltas[worst]),
             **{f"{name}_noise": noise.get(name, 0.0) for name in ("mIoU", "class_iou")},
             **judged_images(len(keras_confusions))}
 
