@@ -16,7 +16,8 @@ keras, torch and timm versions. `--dump-hlo DIR` keeps the optimized HLO of each
 
 Needs a GPU with JAX (CUDA), Keras and, for their rows, keras-hub, PyTorch and timm; rows whose
 packages are missing are reported as skipped. `--model Ti/16 --image-size 32 --batch 4
---steps 2 --peak-size 256` runs the Keras rows on a CPU as a smoke test.
+--steps 2 --peak-size 256 --depth 1` runs the Keras rows on a CPU as a smoke test (`--depth`
+cuts every contender to that many encoder blocks: the rates are then not the variant's).
 """
 
 from __future__ import annotations
@@ -182,6 +183,14 @@ def bare_step_rate(model, images, labels, steps: int) -> float:
 
 
 
+def variant(args):
+    """The `--model` variant's config at `--depth` encoder blocks (0: its own depth)."""
+    import vit_keras
+
+    config = vit_keras.get_variant(args.model)
+    return config.replace(num_layers=args.depth) if args.depth else config
+
+
 def run_ours(name: str, args) -> dict:
     import keras
 
@@ -193,7 +202,7 @@ def run_ours(name: str, args) -> dict:
     training_forms.set_forms(training_forms.TrainingForms(**forms))
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     # No dropout (L/16's paper recipe has 0.1): the same work as timm's and keras-hub's.
-    config = vit_keras.get_variant(args.model).replace(
+    config = variant(args).replace(
         image_size=args.image_size, num_classes=CLASSES, dropout_rate=0.0, **changes)
     model = vit_keras.VisionTransformer(config)
     images, labels = _device_batch(args.batch, args.image_size)
@@ -216,10 +225,9 @@ def run_keras_hub(args) -> dict:
     import keras
     import keras_hub
 
-    import vit_keras
     from training import bench
 
-    config = vit_keras.get_variant(args.model)
+    config = variant(args)
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     backbone = keras_hub.models.ViTBackbone(
         image_shape=(args.image_size, args.image_size, 3), patch_size=config.patch_size,
@@ -247,7 +255,8 @@ def run_timm(args) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = True
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = timm.create_model(TIMM_NAMES[args.model], num_classes=CLASSES,
-                              img_size=args.image_size).to(device)
+                              img_size=args.image_size, depth=variant(args).num_layers
+                              ).to(device)
     images = torch.rand(args.batch, 3, args.image_size, args.image_size, device=device) * 2 - 1
     labels = torch.arange(args.batch, device=device) % CLASSES
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
@@ -295,12 +304,11 @@ def matmul_peak_tflops(size: int) -> float:
     return 2 * size**3 / seconds / 1e12
 
 
-def training_flops_per_image(model: str, image_size: int, ours: bool) -> float:
+def training_flops_per_image(args, ours: bool) -> float:
     """FLOPs of one training image (3x the forward pass).
 
     Args:
-        model: the variant name.
-        image_size: the side in pixels.
+        args: the command line (`variant(args)` at `--image-size`).
         ours: count the forward pass as our classifier runs it (`bench.flops_per_image`: a
             class-token head computes only the class token in the last block); else every
             token, as timm and keras-hub compute it.
@@ -309,10 +317,9 @@ def training_flops_per_image(model: str, image_size: int, ours: bool) -> float:
         FLOPs of one training step per image.
     """
     from training import bench
-    from vit_keras import get_variant
     from vit_keras.analysis import complexity
 
-    config = get_variant(model).replace(image_size=image_size, num_classes=CLASSES)
+    config = variant(args).replace(image_size=args.image_size, num_classes=CLASSES)
     return bench.flops_per_image(config, "train") if ours else 3 * complexity.estimate(
         config).flops
 
@@ -357,7 +364,7 @@ def run_rows(names, args) -> dict:
         command = [sys.executable, os.path.abspath(__file__), "--child", name,
                    "--model", args.model, "--image-size", str(args.image_size),
                    "--batch", str(args.batch), "--steps", str(args.steps),
-                   "--peak-size", str(args.peak_size)]
+                   "--peak-size", str(args.peak_size), "--depth", str(args.depth)]
         done = subprocess.run(command, env=_child_env(name, args.dump_hlo), capture_output=True,
                               text=True)
         if args.dump_hlo and name != "peak":
@@ -382,7 +389,7 @@ def _last_error(text: str) -> str:
 def table(results: dict, args) -> list[str]:
     """The Markdown table of `results` (ratios to timm and keras-hub in this run)."""
     peak = results["peak"].get("peak_tflops")
-    flops = {ours: training_flops_per_image(args.model, args.image_size, ours)
+    flops = {ours: training_flops_per_image(args, ours)
              for ours in (True, False)}
 
     def ratio(name, other, key):
@@ -390,7 +397,8 @@ def table(results: dict, args) -> list[str]:
             return "n/a"
         return f"{results[name][key] / results[other][key]:.2f}x"
 
-    lines = [f"ViT-{args.model} {args.image_size}px, batch {args.batch}, bf16, {args.steps} "
+    depth = f" at depth {args.depth}" if args.depth else ""
+    lines = [f"ViT-{args.model}{depth} {args.image_size}px, batch {args.batch}, bf16, {args.steps} "
              f"steps; matmul peak {peak:.0f} TFLOP/s; GFLOP per training image "
              f"{flops[True] / 1e9:.1f} ours (last block: class token only), "
              f"{flops[False] / 1e9:.1f} keras-hub and timm",
@@ -422,6 +430,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--peak-size", type=int, default=8192,
                         help="side of the bf16 matrix product whose speed is the MFU's peak")
+    parser.add_argument("--depth", type=int, default=0,
+                        help="encoder blocks of every contender (default 0: the variant's; "
+                             "fewer for a quick check of the script, not a figure)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"any of {','.join(ROWS)}")
     parser.add_argument("--json", help="also write the results (and versions) to this file")
     parser.add_argument("--dump-hlo", metavar="DIR",

@@ -46,13 +46,14 @@ def test_saved_residuals_show_what_the_dots_policy_keeps(tmp_path):
 @pytest.mark.slow
 def test_gpu_benchmark_rows_run_on_a_cpu(tmp_path):
     """One row of each kind (the forms, float8 training, int8 inference, the bare step, an XLA
-    flag, keras-hub, timm) at a tiny size; timm is reported as skipped where it is not
-    installed."""
+    flag, keras-hub, timm) at a tiny size, one encoder block deep; timm is reported as skipped
+    where it is not installed."""
     rows = ["ours_all_forms", "ours_kernel_and_lean", "ours_float8", "ours_int8",
             "ours_bare_step", "ours_xla_dot_merger_64mb", "keras_hub", "timm"]
     output = tmp_path / "gpu.json"
     printed = _script("backends_gpu.py", ["--model", "Ti/16", "--image-size", "32",
                                           "--batch", "4", "--steps", "2", "--peak-size", "256",
+                                          "--depth", "1",
                                           "--rows", ",".join(rows), "--json", str(output),
                                           "--dump-hlo", str(tmp_path / "hlo")],
                       tmp_path, timeout=900)
@@ -66,6 +67,7 @@ def test_gpu_benchmark_rows_run_on_a_cpu(tmp_path):
     assert "train_img_s" not in results["ours_int8"]  # int8 is an inference quantization
     for name in ("keras_hub", "timm"):
         assert "failed" not in results[name], results[name]
+    assert "ViT-Ti/16 at depth 1 32px" in printed, printed[:300]
     for name in rows:
         assert f"| {name} |" in printed
     dumped = sorted(os.listdir(tmp_path / "hlo" / "ours_all_forms"))

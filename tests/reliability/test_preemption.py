@@ -22,7 +22,9 @@ from runs import read_state, start_vit, vit_env, wait_for_backup
 
 from training import preemption
 
-EPOCHS, BATCH = 3, 32
+# Two epochs: each test's seeded signal comes at step 12-54 of 88, 34 steps or more before the
+# end (a third epoch only made every run a third longer).
+EPOCHS, BATCH = 2, 32
 STEPS = 1437 // BATCH  # digits' training split
 TINY = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--seed", "4", "--no-export",
         "--no-inspect", "--set", "model.image_size=8", "--set", "model.patch_size=4",
@@ -51,9 +53,9 @@ def _finish(process, timeout=600):
 
 
 def _signal_at_random_step(processes, output, rng, signum=signal.SIGTERM, targets=None):
-    """Sends `signum` to `targets` (default: every process) at a random step of the first two
-    epochs. Returns (seconds from the signal until the backup the runs ended with was on disk,
-    until they all exited, their logs)."""
+    """Sends `signum` to `targets` (default: every process) at a random step of the two epochs
+    (10 steps before the end at the latest). Returns (seconds from the signal until the backup
+    the runs ended with was on disk, until they all exited, their logs)."""
     wait_for_backup(processes[0], output, rng.randint(5, 2 * STEPS - 10), timeout=300)
     time.sleep(rng.uniform(0.0, 0.05))
     assert all(process.poll() is None for process in processes), "the run ended first"
