@@ -129,12 +129,13 @@ def test_model_parallel_shards_attention_heads_and_mlp_units(tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
-    args = [*TINY, "--epochs", "1"]
-    _train(args, tmp_path / "local", devices=2)
+    """Two processes of one device each train as the one-device run does (the shared
+    reference), and only the chief writes the run folder."""
+    reference, _ = _one_device_reference()
     (port,) = free_ports(1)
     output = tmp_path / "shared"
-    processes = [_start([*args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                         "--process-id", str(index)], output) for index in range(2)]
+    processes = [_start([*ONE_EPOCH, "--coordinator", f"127.0.0.1:{port}", "--num-processes",
+                         "2", "--process-id", str(index)], output) for index in range(2)]
     logs = [process.communicate(timeout=600)[0] for process in processes]
     for process, log in zip(processes, logs):
         assert process.returncode == 0, log[-4000:]
@@ -142,9 +143,8 @@ def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
     assert "top-1 (val/test)" in logs[0] and "top-1 (val/test)" not in logs[1]
     assert not [name for name in os.listdir(output) if name.startswith(".")]
     assert not (output / "backup").exists()
-    np.testing.assert_allclose(_losses(output)[:, 0], _losses(tmp_path / "local")[:, 0],
-                               rtol=1e-4)
-    for got, want in zip(_weights(output), _weights(tmp_path / "local")):
+    np.testing.assert_allclose(_losses(output)[:, 0], _losses(reference)[:, 0], rtol=1e-4)
+    for got, want in zip(_weights(output), _weights(reference)):
         np.testing.assert_allclose(got, want, atol=2e-5)
 
 

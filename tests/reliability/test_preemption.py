@@ -164,8 +164,9 @@ def _two_processes(args, output):
 @pytest.mark.slow
 def test_two_jax_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path):
     args = [*TINY, *JAX]
-    for process in _two_processes(args, tmp_path / "ref"):
-        _finish(process)
+    # The uninterrupted reference: one process on two devices, the same data parallel step as
+    # two processes of one device each (tests/test_training_jax.py), while they run.
+    reference = _start(args, tmp_path / "ref", _jax_env(2))
     output = tmp_path / "victim"
     processes = _two_processes(args, output)
     # Only process 1 hears the signal; process 0 (the chief) must stop at the same step.
@@ -175,6 +176,7 @@ def test_two_jax_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path)
     assert not [name for name in os.listdir(output) if name.startswith(".")]
     resumed = [_finish(process) for process in _two_processes([*args, "--resume"], output)]
     assert f"(global step {step})" in resumed[0]
+    _finish(reference)
     _assert_same_weights(output, tmp_path / "ref")
 
 
