@@ -20,17 +20,23 @@ from vit_keras.core.model import input_image_size
 
 
 @pytest.fixture(scope="module")
-def dynamic(tmp_path_factory):
-    """A random any-size classifier stored at 32x32 and its default SavedModel."""
+def dynamic_model():
+    """A random any-size classifier stored at 32x32."""
     from vit_keras import ViTConfig
 
     config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, mlp_dim=64, num_heads=4,
                        num_layers=2, num_classes=5, posemb="learn2d",
                        dynamic_image_size=True)
-    model = randomize_weights(VisionTransformer(config), stddev=0.3)
+    return randomize_weights(VisionTransformer(config), stddev=0.3)
+
+
+@pytest.fixture(scope="module")
+def dynamic(dynamic_model, tmp_path_factory):
+    """`dynamic_model` and its default SavedModel (the slow tests': the default-tier ones
+    take the model alone)."""
     path = str(tmp_path_factory.mktemp("export") / "saved_model")
-    export.saved_model(model, path)
-    return model, path
+    export.saved_model(dynamic_model, path)
+    return dynamic_model, path
 
 
 def _pixels(height, width, seed=0):
@@ -66,8 +72,8 @@ def test_serve_bytes_resizes_to_the_training_size(dynamic):
     np.testing.assert_allclose(logits, _keras_logits(model, pixels), atol=1e-5)
 
 
-def test_image_size_fixes_the_saved_model_and_the_tflite_file(dynamic, tmp_path):
-    model, _ = dynamic
+def test_image_size_fixes_the_saved_model_and_the_tflite_file(dynamic_model, tmp_path):
+    model = dynamic_model
     path = str(tmp_path / "fixed")
     export.saved_model(model, path, image_size=(24, 40))
     serve = tf.saved_model.load(path).signatures["serving_default"]
@@ -81,18 +87,18 @@ def test_image_size_fixes_the_saved_model_and_the_tflite_file(dynamic, tmp_path)
     np.testing.assert_allclose(lite(pixels), _keras_logits(model, pixels), atol=1e-4)
 
 
-def test_tflite_defaults_to_the_training_size(dynamic, tmp_path):
-    model, _ = dynamic
+def test_tflite_defaults_to_the_training_size(dynamic_model, tmp_path):
+    model = dynamic_model
     export.tflite(model, str(tmp_path / "model.tflite"))
     assert export.TFLiteModel(str(tmp_path / "model.tflite")).input_shape == (32, 32, 3)
     assert input_image_size(model) == (32, 32)
 
 
 @pytest.mark.slow
-def test_export_model_records_the_size(dynamic, tmp_path):
+def test_export_model_records_the_size(dynamic_model, tmp_path):
     from vit_app.inference.export import export_model
 
-    model, _ = dynamic
+    model = dynamic_model
     report = export_model(model, str(tmp_path), formats=("saved_model", "tflite"),
                           latency_runs=2, image_size=(40, 16))
     assert report["input"]["shape"] == [40, 16, 3]
@@ -114,10 +120,10 @@ def test_a_fixed_model_refuses_another_size(tiny_config, tmp_path):
     assert graph.at_image_size(model) is model
 
 
-def test_analysis_runs_at_the_stored_size(dynamic):
+def test_analysis_runs_at_the_stored_size(dynamic_model):
     from vit_keras import analysis
 
-    model, _ = dynamic
+    model = dynamic_model
     images = preprocess_input(_pixels(32, 32))
     assert len(analysis.attention_maps(model, images)) == 2
     with pytest.raises(ValueError, match=r"shape \(batch, 32, 32, 3\)"):

@@ -2,9 +2,12 @@
 LayerNorms become single LayerNormalization nodes; int8 files through ONNX Runtime's quantizer;
 `vit predict --onnx`."""
 
+import shutil
+
 import numpy as np
 import onnx
 import pytest
+from conftest import TINY_CONFIG
 from helpers import random_pixels, randomize_weights
 
 from vit import cli
@@ -33,6 +36,20 @@ MODEL_PREPROCESSING = {"clip_like": dict(mean=(0.48145466, 0.4578275, 0.40821073
 def _model(config, preprocessing=None):
     return randomize_weights(VisionTransformer(config, classifier_activation="softmax",
                                                preprocessing=preprocessing), stddev=0.2)
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory):
+    """`_model(TINY_CONFIG)`, its float `.onnx` file and the static int8 file calibrated on 8
+    random images, converted once for the tests that only read them: (model, float path,
+    int8 path)."""
+    folder = tmp_path_factory.mktemp("tiny_onnx")
+    model = _model(TINY_CONFIG)
+    float_path, int8_path = str(folder / "model.onnx"), str(folder / "int8.onnx")
+    export.onnx(model, float_path)
+    onnx_quantize.quantize(float_path, int8_path, "int8",
+                           representative_data=random_pixels(TINY_CONFIG, batch=8))
+    return model, float_path, int8_path
 
 
 def _keras_logits(model, pixels):
@@ -79,10 +96,8 @@ def test_fixed_batch_and_errors(tiny_config, tmp_path):
     assert not (tmp_path / "old.onnx").exists()
 
 
-def test_int8_files(tiny_config, tmp_path):
-    model = _model(tiny_config)
-    float_path = str(tmp_path / "model.onnx")
-    export.onnx(model, float_path)
+def test_int8_files(tiny_onnx, tiny_config, tmp_path):
+    model, float_path, _ = tiny_onnx
     calibration = random_pixels(tiny_config, batch=32, seed=3)
     pixels = random_pixels(tiny_config, batch=16, seed=4)
     expected = _keras_logits(model, pixels)
@@ -100,12 +115,12 @@ def test_int8_files(tiny_config, tmp_path):
     assert not (tmp_path / "x.onnx").exists()
 
 
-def test_vit_predict_onnx_equals_keras(tiny_config, tmp_path, capsys):
+def test_vit_predict_onnx_equals_keras(tiny_onnx, tiny_config, tmp_path, capsys):
     from PIL import Image
 
-    model = _model(tiny_config)
+    model, float_path, _ = tiny_onnx
     model.save(tmp_path / "model.keras")
-    export.onnx(model, str(tmp_path / "model.onnx"))
+    shutil.copy(float_path, tmp_path / "model.onnx")
     (tmp_path / "labels.txt").write_text("\n".join(f"class{i}" for i in range(5)) + "\n")
     image = tmp_path / "image.png"
     Image.fromarray(random_pixels(tiny_config, batch=1)[0].astype("uint8")).save(image)
@@ -127,15 +142,13 @@ def test_any_size_classifier_with_softmax_exports_at_a_fixed_size(tiny_config, t
     np.testing.assert_allclose(runner(pixels), _keras_logits(model, pixels), atol=1e-4)
 
 
-def test_int8_weights_are_7_bit_for_cpus_without_vnni(tiny_config, tmp_path):
+def test_int8_weights_are_7_bit_for_cpus_without_vnni(tiny_onnx, tiny_config, tmp_path):
     """ONNX Runtime's uint8 x int8 kernels on AVX2 saturate with full-range int8 weights
     (onnx_quantize's docstring); both int8 files keep theirs within +-64, not +-127."""
-    float_path = str(tmp_path / "model.onnx")
-    export.onnx(_model(tiny_config), float_path)
-    for quantization in onnx_quantize.QUANTIZATIONS:
-        path = str(tmp_path / f"{quantization}.onnx")
-        onnx_quantize.quantize(float_path, path, quantization,
-                               representative_data=random_pixels(tiny_config, batch=8))
+    _, float_path, int8_path = tiny_onnx
+    dynamic_path = str(tmp_path / "dynamic_int8.onnx")
+    onnx_quantize.quantize(float_path, dynamic_path, "dynamic_int8")
+    for quantization, path in (("dynamic_int8", dynamic_path), ("int8", int8_path)):
         weights = [onnx.numpy_helper.to_array(tensor) for tensor in
                    onnx.load(path).graph.initializer
                    if tensor.data_type == onnx.TensorProto.INT8 and tensor.dims]
@@ -144,12 +157,8 @@ def test_int8_weights_are_7_bit_for_cpus_without_vnni(tiny_config, tmp_path):
             assert np.abs(weight.astype(np.int32)).max() <= 64, quantization
 
 
-def test_static_int8_keeps_probabilities_times_values_in_float(tiny_config, tmp_path):
-    float_path, path = str(tmp_path / "model.onnx"), str(tmp_path / "int8.onnx")
-    export.onnx(_model(tiny_config), float_path)
-    onnx_quantize.quantize(float_path, path, "int8",
-                           representative_data=random_pixels(tiny_config, batch=8))
-    graph = onnx.load(path).graph
+def test_static_int8_keeps_probabilities_times_values_in_float(tiny_onnx, tiny_config):
+    graph = onnx.load(tiny_onnx[2]).graph
     producers = {output: node.op_type for node in graph.node for output in node.output}
     after_softmax = [node for node in graph.node if node.op_type == "MatMul"
                      and any(producers.get(name) == "Softmax" for name in node.input)]

@@ -173,17 +173,15 @@ def test_evaluate_refuses_a_classifier_on_masks(trained, tmp_path, capsys):
     assert "is segmentation data (images with masks)" in capsys.readouterr().err
 
 
-def test_saved_model_returns_class_ids_and_probabilities(trained, tmp_path):
+def test_saved_model_returns_class_ids_and_probabilities(trained, exported):
     """serving_default: probabilities, logits and class ids per pixel; serve_class_ids: only
-    the ids; serve_bytes: an encoded image of another size, resized whole."""
+    the ids; serve_bytes: an encoded image of another size, resized whole (the SavedModel
+    `vit export` wrote: every format of it is checked in the test above)."""
     import tensorflow as tf
-
-    from vit_keras import export
 
     model = trained[0]
     images, _ = _scenes(4, seed=3)
-    path = export.saved_model(model, str(tmp_path / "saved"))
-    loaded = tf.saved_model.load(path)
+    loaded = tf.saved_model.load(str(exported[2] / "saved_model"))
     expected = np.asarray(model.predict(images / 127.5 - 1, verbose=0)).argmax(-1)
     outputs = loaded.signatures["serving_default"](images=tf.constant(images))
     assert outputs["probabilities"].shape == (4, SIZE, SIZE, 3)
