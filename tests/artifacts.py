@@ -37,9 +37,8 @@ UNUSED_DAYS = 7
 JAX_CACHE = "jax-compilation-cache"
 # The JAX cache's bound, kept by `prune` when a run starts (its oldest entries go first). Not
 # JAX's own limit (JAX_COMPILATION_CACHE_MAX_SIZE): with one, every entry JAX writes first
-# reads the time stamp of every entry there, under a lock all processes share. With 6,000
-# entries, as one run makes, a block's eager ops took 121 s instead of 17 s, and CI's JAX pass
-# of tests/test_layers.py 729 s instead of 238 s.
+# reads the time stamp of every entry there, under a lock all processes share, and a run slows
+# as its cache grows (docs/testing.md has the figures).
 JAX_CACHE_BYTES = 2 * 2**30
 _COMPLETE = ".complete"
 

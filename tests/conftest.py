@@ -75,7 +75,7 @@ def pytest_configure(config):
             os.environ["VIT_TEST_RUN_ARTIFACTS"] = tempfile.mkdtemp(prefix="vit-test-artifacts-")
         artifacts.prune()
     for name, value in (("JAX_COMPILATION_CACHE_DIR", str(artifacts.root() / artifacts.JAX_CACHE)),
-                        ("JAX_COMPILATION_CACHE_MAX_SIZE", "-1"),  # artifacts.JAX_CACHE_BYTES
+                        ("JAX_COMPILATION_CACHE_MAX_SIZE", "-1"),  # bounded by artifacts.prune
                         ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
                         ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")):
         os.environ.setdefault(name, value)
