@@ -12,6 +12,7 @@ from helpers import script_module
 
 from vit import cli
 from vit_app import outputs
+from vit_app.inference import export as export_command
 from vit_app.data import sources
 
 
@@ -43,6 +44,25 @@ def test_vit_train_is_quiet_and_times_every_stage(tmp_path):
     assert wall >= train + sum(float(seconds) for _, seconds in stages)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["wall_seconds"] == pytest.approx(wall, abs=0.06)
+    _assert_every_default_format_written(tmp_path / "run")
+
+
+def _assert_every_default_format_written(run):
+    """The run's export: every default format, each file where its row says, the float files
+    computing the model (to rounding), the int8 files smaller, the ONNX file's norms fused."""
+    report = json.loads((run / "export.json").read_text())
+    formats = report["formats"]
+    assert tuple(formats) == export_command.DEFAULT_FORMATS and report["failed"] == []
+    for name, entry in formats.items():
+        assert (run / entry["file"]).exists() and entry["size_bytes"] > 0, name
+        assert name == "saved_model" or entry["latency_ms"] > 0, name
+    for name in ("saved_model", "tflite", "onnx"):
+        assert formats[name]["top1_agreement"] == 1.0, name
+        assert formats[name]["max_abs_logit_diff"] <= 1e-4, name
+    assert formats["tflite_int8"]["size_bytes"] < formats["tflite"]["size_bytes"]
+    assert formats["onnx_int8"]["size_bytes"] < formats["onnx"]["size_bytes"]
+    assert formats["onnx"]["fused_layer_norms"] == 3  # the block's two and the final norm
+    assert {"QuantizeLinear", "DequantizeLinear"} <= set(formats["onnx_int8"]["ops"])
 
 
 @pytest.mark.slow  # two fresh processes (about 9 s); the quiet one: the test above

@@ -17,6 +17,7 @@ def _model(config):
     return model
 
 
+@pytest.mark.slow  # every format's latency on a trained model; the default tier: the console run
 def test_export_model_writes_every_format_and_a_report(trained_tiny, tmp_path):
     report = export_command.export_model(
         trained_tiny.model(), str(tmp_path), representative_images=trained_tiny.train[:100],
