@@ -52,8 +52,8 @@ class BudgetGuard:
         self.main_job, self.source = (None, "") if self.tier is None else _yardstick()
         ratio = TEST_RATIOS.get(self.tier)
         # A worker sharing its core with another runs each test that much slower.
-        self.limit = ratio * self.main_job * calibration.worker_share() if ratio and \
-            self.main_job else None
+        self.limit = ratio * self.main_job * calibration.worker_share(_workers(config)) if \
+            ratio and self.main_job else None
         self.setup_seconds: dict[str, float] = {}
         self.building_before: dict[str, float] = {}
         self.totals: dict[str, float] = {}
@@ -111,6 +111,15 @@ class BudgetGuard:
             return f"{line}; within its {DEFAULT_TIER_RATIO:g}x"
         return (f"{line}: OVER its {DEFAULT_TIER_RATIO:g}x; the per-test tables "
                 "(tools/test_durations.py) say where the time went")
+
+
+def _workers(config) -> int | None:
+    """The controller's `-n` (its own environment has no worker count, and the limit it prints
+    must be the workers' own), else None: a worker reads xdist's count."""
+    processes = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not isinstance(processes, int):
+        return None
+    return max(1, processes)
 
 
 def _yardstick() -> tuple[float, str]:

@@ -29,11 +29,17 @@ WARM_UP_STEPS = 3
 REFERENCE_MAIN_JOB = 208.0   # seconds: the machine where the project's figures were measured
 
 
-def worker_share() -> float:
+def worker_share(workers: int | None = None) -> float:
     """How many times slower a test runs than the main job would on these cores because
     pytest's workers share them: 1 while each worker has a core, 2 for two workers on one core
-    (`taskset -c 0 pytest`)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    (`taskset -c 0 pytest`).
+
+    Args:
+        workers: pytest's workers (default: the count xdist gives its workers; the controller
+            passes its `-n`).
+    """
+    if workers is None:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     return max(1.0, workers / len(os.sched_getaffinity(0)))
 
 
