@@ -8,8 +8,9 @@ the slices loses.
 
     python benchmarks/dense_sets.py membranes OUT [--count 24] [--size 512] [--seed 0]
 
-writes OUT/images/*.png, OUT/masks/*.png (0 = cell, 1 = membrane) and OUT/classes.txt, the
-layout `vit train --task segment --data folder:OUT` reads.
+writes OUT/images/*.png, OUT/masks/*.png (0 = cell, 255 = membrane: binary masks, as most
+annotation and microscopy tools save them) and OUT/classes.txt, the layout `vit train --task
+segment --data folder:OUT` reads.
 
 `make_voc_photos`: photographs (scikit-image's sample photos) with a cat pasted in at 36-72 px,
 Pascal VOC boxes beside: a user's first detection folder.
@@ -48,7 +49,8 @@ def make_membranes(folder: str, count: int, seed: int, size: int = 512) -> str:
     for index in range(count):
         image, mask = membrane_slice(rng, size)
         Image.fromarray(image).save(os.path.join(folder, "images", f"{index:04d}.png"))
-        Image.fromarray(mask).save(os.path.join(folder, "masks", f"{index:04d}.png"))
+        Image.fromarray(mask * np.uint8(255)).save(os.path.join(folder, "masks",
+                                                                f"{index:04d}.png"))
     with open(os.path.join(folder, "classes.txt"), "w") as handle:
         handle.write("cell\nmembrane\n")
     return f"folder:{folder}"

@@ -239,17 +239,20 @@ def run_unet(budget_seconds: float, train_spec: str, val_spec: str) -> dict:
 
 
 def _slices(folder: str):
-    """A membranes folder as (float32 [N, H, W, 3] in [-1, 1], uint8 [N, H, W] masks)."""
+    """A membranes folder as (float32 [N, H, W, 3] in [-1, 1], uint8 [N, H, W] class ids:
+    its binary masks read as `vit train` reads them)."""
     import glob
 
     import numpy as np
     from PIL import Image
 
+    from vit_app.data.masks import read_mask
+
     names = sorted(glob.glob(os.path.join(folder, "images", "*.png")))
     images = np.stack([np.asarray(Image.open(name).convert("RGB"), np.float32) / 127.5 - 1
                        for name in names])
-    masks = np.stack([np.asarray(Image.open(name.replace(os.sep + "images" + os.sep,
-                                                         os.sep + "masks" + os.sep)))
+    masks = np.stack([read_mask(name.replace(os.sep + "images" + os.sep,
+                                             os.sep + "masks" + os.sep), binary=True)
                       for name in names])
     return images, masks
 

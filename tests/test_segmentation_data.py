@@ -61,6 +61,41 @@ def test_folder_source_pairs_by_stem_and_names_the_classes(tmp_path):
     np.testing.assert_array_equal(masks_read[0], _blocks(0))
 
 
+def _binary_folder(root, values=(0, 255), count=3):
+    """Grey masks of two values, as most tools save binary masks: a square of the second."""
+    for index in range(count):
+        mask = np.full((24, 24), values[0])
+        mask[4 + index:12 + index, 6:18] = values[1]
+        _write_pair(root, f"cell_{index}", mask, palette=False)
+    return root
+
+
+def test_masks_of_only_0_and_255_are_binary_foreground_not_ignored(tmp_path):
+    _binary_folder(tmp_path)
+    source = segmentation.load_segmentation_source(f"folder:{tmp_path}", "train", 0.0)
+    assert source.class_names == ["background", "foreground"]
+    assert "read as binary masks, 255 = foreground (class 1)" in source.notes[0]
+    batches = list(segmentation.eval_dataset(source, 24, 4).as_numpy_iterator())
+    first = np.concatenate([mask for _, mask in batches])[0]
+    assert set(np.unique(first)) == {0, 1} and (first == 1).sum() == 8 * 12
+
+
+def test_255_stays_ignore_beside_other_class_ids(tmp_path):
+    """VOC's masks: 0, class ids and 255 on the objects' rims; and a folder with classes.txt
+    names its own two classes."""
+    _binary_folder(tmp_path / "voc", values=(0, 1))
+    extra = np.zeros((24, 24))
+    extra[0, :5] = 255
+    _write_pair(tmp_path / "voc", "rim", extra, palette=False)
+    voc = segmentation.load_segmentation_source(f"folder:{tmp_path / 'voc'}", "train", 0.0)
+    assert voc.notes == () and voc.class_names == ["class_0", "class_1"]
+    assert masks.read_mask(str(tmp_path / "voc" / "masks" / "rim.png"))[0, 0] == 255
+    named = _binary_folder(tmp_path / "named")
+    (named / "classes.txt").write_text("tissue\nmembrane\n")
+    source = segmentation.load_segmentation_source(f"folder:{named}", "train", 0.0)
+    assert source.class_names == ["tissue", "membrane"] and source.notes
+
+
 @pytest.mark.parametrize("damage, message", [
     ("missing", "images without a mask in masks/: scene_1"),
     ("extra", "masks without an image in images/: lonely"),

@@ -1,6 +1,6 @@
 """A user's microscopy folder as it comes: grayscale slices of 512x512 px whose class is the
-thin membrane between cells (`benchmarks/dense_sets.py`), trained with no flag but the task, the
-folders and (here) one epoch. The small-data rule trains them as 128 px crops at their own
+thin membrane between cells, in binary masks of 0 and 255 (`benchmarks/dense_sets.py`),
+trained with no flag but the task, the folders and (here) one epoch. The small-data rule trains them as 128 px crops at their own
 resolution and says why; every file is written or refused by the gate's verdict, and `vit
 predict` segments a slice at its own size. How well the membranes are found (92-96% membrane
 IoU measured) is `benchmarks/segmentation.py --only membranes`' check."""
@@ -27,6 +27,7 @@ def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
     assert finished.returncode in (0, 3), finished.stdout[-3000:] + finished.stderr[-3000:]
     assert "recipe: digits_segment adapted to 8 images of 512x512 px" in finished.stdout
     assert "why: images of 512x512 px keep their resolution" in finished.stdout
+    assert "holds only 0 and 255: read as binary masks, 255 = foreground" in finished.stdout
     metrics = json.loads((output / "metrics.json").read_text())
     assert 0 <= metrics["val_class_iou"]["membrane"] <= 1, metrics["val_class_iou"]
     report = json.loads((output / "export.json").read_text())

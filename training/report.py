@@ -75,6 +75,8 @@ def header_lines(setup, forms: dict) -> list[str]:
     lines.append(f"data: train {setup.num_examples} examples of {preset.data.train} "
                  f"({data.train.num_classes} classes); validation {validation} from "
                  f"{data.val_origin}")
+    for source in (data.train, data.val):
+        lines.extend(note for note in (source.notes if source else ()) if note not in lines)
     note = setup.objective.loss_note()
     return lines + ([note] if note else [])
 

@@ -3,6 +3,10 @@ pair by file stem; a mask is a single-channel PNG of class ids or a palette PNG 
 are the class ids, as Pascal VOC ships them); 255 marks pixels to ignore; `DIR/classes.txt`
 (optional) names the classes in order, one per line.
 
+A folder whose every mask holds only 0 and 255 is read as binary masks, as most tools save
+them: 255 is the foreground (class 1), not "ignore". Read the VOC way, such a folder would have
+no class but the background to learn; the run says how it read them.
+
 Every pair is checked before training starts (a run that dies hours in is the worst outcome):
 a missing or extra mask is named, and so is an image and mask of different sizes, an RGB mask
 that is no palette and a class id beyond the classes.
@@ -10,6 +14,7 @@ that is no palette and a class id beyond the classes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +28,21 @@ from vit_keras.segmentation_scores import IGNORE
 CLASSES_FILE = "classes.txt"
 MAX_LISTED = 20
 MASK_MODES = ("P", "L", "1", "I;16", "I")  # palette, 8-bit, 1-bit and 16/32-bit class ids
+BINARY_CLASSES = ["background", "foreground"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskSummary:
+    """What the checked masks of a folder hold.
+
+    Attributes:
+        largest_id: the largest class id (-1 when every pixel is ignored).
+        binary: every mask holds only 0 and 255 (and some 255): binary masks, whose 255 is
+            the foreground (class 1).
+    """
+
+    largest_id: int
+    binary: bool = False
 
 
 def _by_stem(folder: str) -> dict[str, str]:
@@ -66,8 +86,12 @@ def pair_files(path: str) -> tuple[list[str], list[str]]:
     return [images[stem] for stem in stems], [masks[stem] for stem in stems]
 
 
-def read_mask(path: str) -> np.ndarray:
+def read_mask(path: str, binary: bool = False) -> np.ndarray:
     """A mask file -> uint8 [height, width] class ids (a palette PNG's indices).
+
+    Args:
+        path: the mask file.
+        binary: read 255 as the foreground, class 1 (`MaskSummary.binary`), not as "ignore".
 
     Raises:
         ValueError: an unreadable file, an RGB(A) mask, or ids above 255.
@@ -87,57 +111,75 @@ def read_mask(path: str) -> np.ndarray:
     if values.size and values.max() > 255:
         raise ValueError(f"mask {path} holds the id {int(values.max())}: expected class ids "
                          f"0..254 and {IGNORE} = ignore")
-    return values.astype(np.uint8)
+    values = values.astype(np.uint8)
+    return (values == IGNORE).astype(np.uint8) if binary else values
 
 
-def _pair_problem(image_path: str, mask_path: str) -> tuple[str | None, int]:
-    """(what is wrong with one pair or None, the mask's largest class id or -1)."""
+def _pair_problem(image_path: str, mask_path: str) -> tuple[str | None, int, set[int]]:
+    """(what is wrong with one pair or None, the mask's largest class id or -1, which of 0
+    and 255 it holds when it holds nothing else, else {-1})."""
     from PIL import Image
 
     why = images.file_problem(image_path)
     if why:
-        return f"{image_path}: {why}", -1
+        return f"{image_path}: {why}", -1, {-1}
     try:
         mask = read_mask(mask_path)
     except ValueError as error:
-        return str(error), -1
+        return str(error), -1, {-1}
     with Image.open(image_path) as image:
         width, height = image.size
     if mask.shape != (height, width):
         return (f"{mask_path}: the mask is {mask.shape[1]}x{mask.shape[0]}, its image "
-                f"{width}x{height}: expected the same size"), -1
+                f"{width}x{height}: expected the same size"), -1, {-1}
     labelled = mask[mask != IGNORE]
-    return None, int(labelled.max()) if labelled.size else -1
+    present = {int(value) for value in np.unique(mask)}
+    return (None, int(labelled.max()) if labelled.size else -1,
+            present if present <= {0, IGNORE} else {-1})
 
 
-def check_pairs(image_files: list[str], mask_files: list[str]) -> int:
-    """Checks every pair (readable image, readable mask of its size); returns the largest
-    class id found (-1 when every pixel is ignored).
+def check_pairs(image_files: list[str], mask_files: list[str]) -> MaskSummary:
+    """Checks every pair (readable image, readable mask of its size).
+
+    Returns:
+        The largest class id found, and whether the masks are binary (`MaskSummary`).
 
     Raises:
         ValueError: listing every bad pair.
     """
     with images.bomb_warnings_silenced(), ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(_pair_problem, image_files, mask_files))
-    problems = [why for why, _ in results if why]
+    problems = [why for why, _, _ in results if why]
     if problems:
         listing = "\n".join(f"  {why}" for why in problems[:MAX_LISTED])
         more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED \
             else ""
         raise ValueError(f"{len(problems)} of {len(image_files)} image/mask pairs cannot be "
                          f"used; fix or remove them before training:\n{listing}{more}")
-    return max(largest for _, largest in results)
+    values = set().union(*(present for _, _, present in results))
+    if -1 not in values and IGNORE in values:
+        return MaskSummary(largest_id=1, binary=True)
+    return MaskSummary(largest_id=max(largest for _, largest, _ in results))
 
 
-def class_names(path: str, largest_id: int) -> list[str]:
-    """The class names: `classes.txt` when the folder has one, else 'class_<i>' up to the
-    largest id found (at least two classes).
+def binary_note(path: str) -> str:
+    """The line a run prints for a folder of binary masks."""
+    return (f"masks: every mask in {path}/{MASKS_DIR}/ holds only 0 and {IGNORE}: read as "
+            f"binary masks, {IGNORE} = foreground (class 1), not VOC's {IGNORE} = ignore (a "
+            "mask with any other value keeps VOC's reading)")
+
+
+def class_names(path: str, largest_id: int, binary: bool = False) -> list[str]:
+    """The class names: `classes.txt` when the folder has one, else `BINARY_CLASSES` for binary
+    masks, else 'class_<i>' up to the largest id found (at least two classes).
 
     Raises:
         ValueError: a mask holds an id beyond the classes of classes.txt.
     """
     listed = os.path.join(path, CLASSES_FILE)
     if not os.path.isfile(listed):
+        if binary:
+            return list(BINARY_CLASSES)
         return [f"class_{index}" for index in range(max(largest_id + 1, 2))]
     with open(listed, encoding="utf-8") as handle:
         names = [line.strip() for line in handle if line.strip()]

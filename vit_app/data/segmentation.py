@@ -76,10 +76,12 @@ def digit_scenes_source(split: str) -> Source:
                   arrays=(scenes, scene_masks), decode_mask=lambda mask: mask)
 
 
-def decode_mask_file(path: tf.Tensor) -> tf.Tensor:
+def decode_mask_file(path: tf.Tensor, binary: bool = False) -> tf.Tensor:
     """A mask file's path -> uint8 [height, width] class ids (palette indices kept: TensorFlow's
-    PNG decoder would expand a palette to colours)."""
-    mask = tf.numpy_function(lambda name: masks.read_mask(name.decode()), [path], tf.uint8)
+    PNG decoder would expand a palette to colours); `binary` reads 255 as class 1
+    (`masks.read_mask`)."""
+    mask = tf.numpy_function(lambda name: masks.read_mask(name.decode(), binary), [path],
+                             tf.uint8)
     mask.set_shape([None, None])
     return mask
 
@@ -88,7 +90,8 @@ def folder_segmentation_source(path: str, subset: str, val_split: float, seed: i
     """`DIR/images` + `DIR/masks`; every pair checked before training (`vit_app.data.masks`)."""
     path = os.path.expanduser(path)
     image_files, mask_files = masks.pair_files(path)
-    class_names = masks.class_names(path, masks.check_pairs(image_files, mask_files))
+    summary = masks.check_pairs(image_files, mask_files)
+    class_names = masks.class_names(path, summary.largest_id, summary.binary)
     train, held_out = split_indices([0] * len(image_files), val_split, seed)
     chosen = held_out if subset == "val" else train
     paths = np.asarray(image_files)[chosen]
@@ -96,7 +99,9 @@ def folder_segmentation_source(path: str, subset: str, val_split: float, seed: i
     return Source(spec=f"folder:{path}", class_names=class_names,
                   records=lambda: tf.data.Dataset.from_tensor_slices((paths, mask_paths)),
                   decode=images.decode_file, num_examples=len(paths),
-                  arrays=(paths, mask_paths), decode_mask=decode_mask_file)
+                  arrays=(paths, mask_paths),
+                  decode_mask=lambda mask: decode_mask_file(mask, summary.binary),
+                  notes=(masks.binary_note(path),) if summary.binary else ())
 
 
 def load_segmentation_source(spec: str, subset: str = "train", val_split: float = 0.1,

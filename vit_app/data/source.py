@@ -34,6 +34,8 @@ class Source:
             ignore); None for labels that are class ids.
         boxes: labels are boxes, float32 [max_objects, 5] per image (x0, y0, x1, y1 in pixels
             of the stored image, class id; class -1 pads): `vit_app.data.detection`.
+        notes: how the reader chose to read the data where it had a choice (printed by a run
+            under its data line).
     """
 
     spec: str
@@ -46,6 +48,7 @@ class Source:
     multilabel: bool = False
     decode_mask: Callable[[tf.Tensor], tf.Tensor] | None = None
     boxes: bool = False
+    notes: tuple[str, ...] = ()
 
     @property
     def num_classes(self) -> int:
