@@ -145,6 +145,14 @@ def test_predict_writes_boxes_in_pixels_and_drawn_images(squares_run, tmp_path, 
     assert drawn.size == (4 * SIDE, 4 * SIDE)
     assert (np.asarray(drawn) != np.asarray(Image.open(big).convert("RGB"))).any()
 
+    # Again: the drawn copy exists, so nothing is written; --no-drawn writes none at all.
+    again = ["predict", str(big), "--model", str(squares_run / "run" / "model.keras"),
+             "--drawn", str(tmp_path / "drawn")]
+    assert cli.main(again) == 2
+    assert "--drawn" in capsys.readouterr().err
+    assert cli.main([*again[:-2], "--no-drawn", "--drawn", str(tmp_path / "none")]) == 0
+    assert "boxes drawn:" not in capsys.readouterr().out and not (tmp_path / "none").exists()
+
 
 def test_evaluate_scores_a_folder_of_voc_boxes(squares_run, tmp_path, capsys):
     from vit import cli

@@ -364,6 +364,19 @@ def test_predict_with_a_segmenter_writes_masks_and_overlays(tmp_path, capsys):
     predictions = json.loads((tmp_path / "shares.json").read_text())["predictions"]
     assert sum(entry["score"] for entry in predictions[0]["top"]) == pytest.approx(1.0)
 
+    # Run from inside the data folder, the default --masks is its ground truth: kept whole.
+    data = tmp_path / "data"
+    truth = {path.name: path.read_bytes() for path in (data / "masks").iterdir()}
+    capsys.readouterr()
+    status = cli.main(["predict", str(data / "images"), "--model",
+                       str(tmp_path / "model.keras"), "--masks", str(data / "masks")])
+    error = capsys.readouterr().err
+    assert status == 2 and "2 of the 4 files this run would write exist already" in error
+    assert "scene_0.png, scene_1.png" in error and "--overwrite" in error
+    assert {path.name: path.read_bytes() for path in (data / "masks").iterdir()} == truth
+    assert cli.main(["predict", *images, "--model", str(tmp_path / "model.keras"),
+                     "--masks", str(masks_dir), "--overwrite"]) == 0
+
 
 @pytest.mark.slow
 def test_a_killed_mirrored_segmentation_run_resumes_to_the_uninterrupted_result(tmp_path):

@@ -24,7 +24,9 @@ other heads show softmax probabilities. A segmenter (`vit train --task segment`)
 class-id mask and an overlay per image into --masks and shows each image's classes by the
 share of pixels they cover. A detector (`vit train --task detect`) writes each image's boxes
 (file, class, score, x0 y0 x1 y1 in pixels of the image) and a copy with them drawn into
---drawn.
+--drawn (none with --no-drawn). A file that exists in --masks or --drawn is never written over
+without --overwrite: the run stops before writing anything, naming the files (run from inside
+a data folder, --masks masks/ is its ground truth).
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drawn", default="drawn", metavar="DIR",
                         help="a detector (vit train --task detect) writes a copy of each image "
                         "with its boxes drawn here (default: %(default)s)")
+    parser.add_argument("--no-drawn", action="store_true",
+                        help="a detector writes no drawn copies (the table and --output only)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files that exist in --masks/--drawn (without it, a run "
+                        "that would write over one stops before writing anything)")
     parser.add_argument("--min-score", type=float, default=0.3,
                         help="a detector's boxes scoring below this are left out (default: "
                         "%(default)s)")

@@ -3,8 +3,10 @@ any of its exported files): boxes in pixels of each image as given.
 
 Each image is resized whole to the model's input; the boxes come back as fractions of it and
 are scaled to the image's own size (`vit_keras.detection_boxes.decode`). Per image, into the
-`--drawn` folder: `<stem>_boxes.png`, the image with each box drawn in its class's colour and
-labelled with its class and score. The table gives each image's boxes, best first.
+`--drawn` folder (unless `--no-drawn`): `<stem>_boxes.png`, the image with each box drawn in
+its class's colour and labelled with its class and score; an existing file there is kept unless
+`--overwrite` (`vit_app.inference.written_files`). The table gives each image's boxes, best
+first.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import numpy as np
 from vit_app.data.detection import labelled_images, to_model_size
 from vit_app.images import pixel_size
 from vit_app.inference import detection_eval
-from vit_app.inference.segment_predict import palette, unique_stem
+from vit_app.inference.segment_predict import palette
+from vit_app.inference.written_files import image_stems, refuse_to_overwrite
 from vit_keras import atomic, detection_boxes
 
 LINE_WIDTH = 2
@@ -30,13 +33,25 @@ def _detections(outputs: np.ndarray, sizes, min_score: float) -> list[dict]:
     return detection_boxes.decode(logits, sizes, min_score=min_score)
 
 
-def detect_files(model, readable, batch_size: int, min_score: float, folder: str) -> list[dict]:
-    """Every image's boxes scoring at least `min_score`, and its drawn copy in `folder`; rows
-    [{'file', 'width', 'height', 'drawn', 'boxes': [{'class', 'score', 'box'}]}]."""
+def detect_files(model, readable, batch_size: int, min_score: float, folder: str | None,
+                 overwrite: bool = False) -> list[dict]:
+    """Every image's boxes scoring at least `min_score`, and its drawn copy in `folder` (none
+    when None); rows [{'file', 'width', 'height', 'drawn', 'boxes': [{'class', 'score',
+    'box'}]}], 'drawn' None without a folder.
+
+    Raises:
+        ValueError: a drawn copy it would write exists and `overwrite` is off (nothing
+            written).
+    """
     classes = model.num_classes - detection_boxes.BOX_CHANNELS
     names, colours = model.class_names, palette(classes + 1)[1:]
-    atomic.makedirs(folder)
-    rows, stems = [], set()
+    drawn_files = iter([None] * len(readable))
+    if folder is not None:
+        planned = [os.path.join(folder, f"{stem}_boxes.png") for stem in image_stems(readable)]
+        refuse_to_overwrite(planned, "--drawn", folder, overwrite)
+        atomic.makedirs(folder)
+        drawn_files = iter(planned)
+    rows = []
     for start in range(0, len(readable), batch_size):
         batch = readable[start:start + batch_size]
         sizes = [pixel_size(data)[::-1] for _, data in batch]
@@ -47,8 +62,9 @@ def detect_files(model, readable, batch_size: int, min_score: float, folder: str
                       "box": [round(float(value), 2) for value in box]}
                      for box, score, class_id in zip(found["boxes"], found["scores"],
                                                      found["classes"])]
-            drawn = os.path.join(folder, f"{unique_stem(path, stems)}_boxes.png")
-            draw_boxes(drawn, data, found, names, colours)
+            drawn = next(drawn_files)
+            if drawn is not None:
+                draw_boxes(drawn, data, found, names, colours)
             rows.append({"file": path, "width": width, "height": height, "drawn": drawn,
                          "boxes": boxes})
     return rows

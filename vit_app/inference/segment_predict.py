@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_app.images import pixel_size
+from vit_app.inference.written_files import image_stems, refuse_to_overwrite
 from vit_keras import atomic
 
 OVERLAY_OPACITY = 0.5
@@ -63,34 +64,35 @@ def write_mask_files(folder: str, stem: str, image_bytes: bytes, mask: np.ndarra
     return paths
 
 
-def segment_files(model, readable, top_k: int, batch_size: int, folder: str) -> list[dict]:
+def planned_files(readable, folder: str) -> list[str]:
+    """The masks and overlays `segment_files` writes for `readable` into `folder`."""
+    return [os.path.join(folder, f"{stem}{suffix}.png") for stem in image_stems(readable)
+            for suffix in ("", "_overlay")]
+
+
+def segment_files(model, readable, top_k: int, batch_size: int, folder: str,
+                  overwrite: bool = False) -> list[dict]:
     """Masks and overlays of every image; rows [{'file', 'top': [(class, pixel share)],
-    'mask', 'overlay'}] for the table and `--output`."""
+    'mask', 'overlay'}] for the table and `--output`.
+
+    Raises:
+        ValueError: a file it would write exists and `overwrite` is off (nothing written).
+    """
+    refuse_to_overwrite(planned_files(readable, folder), "--masks", folder, overwrite)
     names, colours = model.class_names, palette(model.num_classes)
     atomic.makedirs(folder)
-    rows, stems = [], set()
+    rows, stems = [], iter(image_stems(readable))
     for start in range(0, len(readable), batch_size):
         batch = readable[start:start + batch_size]
         probabilities = model.predict_encoded([data for _, data in batch])["probabilities"]
         for (path, data), scores in zip(batch, probabilities):
             width, height = pixel_size(data)
             mask = class_mask(np.asarray(scores), height, width)
-            stem = unique_stem(path, stems)
-            mask_path, overlay_path = write_mask_files(folder, stem, data, mask, colours)
+            mask_path, overlay_path = write_mask_files(folder, next(stems), data, mask,
+                                                       colours)
             shares = np.bincount(mask.ravel(), minlength=len(names)) / mask.size
             order = [index for index in np.argsort(-shares, kind="stable") if shares[index]]
             rows.append({"file": path, "mask": mask_path, "overlay": overlay_path,
                          "top": [(names[index], float(shares[index]))
                                  for index in order[:top_k]]})
     return rows
-
-
-def unique_stem(path: str, taken: set) -> str:
-    """The file's stem, numbered when two images of the run share it."""
-    stem = os.path.splitext(os.path.basename(path))[0]
-    candidate, number = stem, 1
-    while candidate in taken:
-        number += 1
-        candidate = f"{stem}_{number}"
-    taken.add(candidate)
-    return candidate

@@ -63,10 +63,11 @@ class Detect(InferenceTask):
     verb = "Detecting"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
+        folder = None if args.no_drawn else args.drawn
         rows = detect_predict.detect_files(model, readable, args.batch_size, args.min_score,
-                                           args.drawn)
-        return rows, (f"{detect_predict.table(rows)}\nboxes drawn: {args.drawn}/ "
-                      "(<image>_boxes.png)")
+                                           folder, args.overwrite)
+        drawn = f"\nboxes drawn: {folder}/ (<image>_boxes.png)" if folder else ""
+        return rows, detect_predict.table(rows) + drawn
 
     def output_records(self, rows: list[dict]):
         return detect_predict.output_records(rows)

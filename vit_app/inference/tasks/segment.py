@@ -51,7 +51,7 @@ class Segment(InferenceTask):
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         rows = segment_predict.segment_files(model, readable, args.top_k, args.batch_size,
-                                             args.masks)
+                                             args.masks, args.overwrite)
         return rows, (f"{table(rows, score='share')}\nmasks and overlays: {args.masks}/ "
                       "(<image>.png, <image>_overlay.png)")
 
