@@ -4,6 +4,7 @@ Multi-device and multi-worker cases run in subprocesses: logical devices and col
 runtimes must be configured before TensorFlow initialises.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -156,6 +157,26 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1.0001
     assert cli.main(["predict", str(tmp_path / "missing.png"), "--model", model]) == 2
     assert capsys.readouterr().err.startswith("vit predict: error: ")
+
+
+@pytest.mark.parametrize("data, objective, expected", [
+    ("digits", "classify", "digits_tiny"),
+    ("folder:~/pets", "classify", "pets_classify"),
+    ("folder:/data/boxes/train/", "detect", "boxes_detect"),
+    ("folder:my cells", "segment", "my_cells_segment"),
+    ("csv:~/photos/train.csv", "multilabel", "photos_multilabel"),
+    ("csv:/x/tags.csv", "classify", "tags_classify"),
+    ("tfds:oxford_flowers102:train", "classify", "oxford_flowers102_classify"),
+    ("tfrecord:gs://bucket/pets/train-*.tfrecord", "classify", "pets_classify"),
+])
+def test_a_run_on_your_data_is_named_after_it(data, objective, expected):
+    """Without --output: the preset's name on its built-in data, else the data's and the
+    objective's (a split's folder gives way to its parent)."""
+    preset = get_preset("digits_tiny")
+    preset = dataclasses.replace(
+        preset, data=dataclasses.replace(preset.data, train=data),
+        objective=dataclasses.replace(preset.objective, kind=objective))
+    assert run.default_output(preset) == os.path.join("saved_models", expected)
 
 
 def test_tpu_strategy_without_tpu_fails_fast_and_clearly(monkeypatch, capsys):

@@ -16,6 +16,7 @@ else differs between objectives; between phases every process may stop together 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import keras
@@ -24,6 +25,7 @@ from training import callbacks, fitting, objectives, preemption, presets, report
 from training.finish import evaluate, finish
 from training.setup import set_up
 from vit_app import console, outputs
+from vit_app.data.specs import BUILT_IN, parse_spec
 from vit_keras import atomic
 from vit_keras.fast_paths import training_forms
 
@@ -34,13 +36,47 @@ class Run:
     Args:
         preset: the fully resolved preset.
         options: where and how it runs (`RunOptions`); the output folder defaults to
-            saved_models/<preset.name>.
+            `default_output(preset)`.
     """
 
     def __init__(self, preset: presets.Preset, options: presets.RunOptions):
         self.preset, self.options = preset, options
         objectives.get_objective(preset)  # fails fast on a bad objective
-        self.output = options.output or os.path.join("saved_models", preset.name)
+        self.output = options.output or default_output(preset)
+
+
+def default_output(preset: presets.Preset) -> str:
+    """Where a run without --output writes: saved_models/<preset name> on the preset's built-in
+    data, else saved_models/<the data's name>_<objective> (`folder:~/pets` ->
+    saved_models/pets_classify), so that a model of one's own photos is not filed under the
+    digits' preset."""
+    kind, argument = parse_spec(preset.data.train)
+    if kind in BUILT_IN:
+        return os.path.join("saved_models", preset.name)
+    return os.path.join("saved_models", f"{data_name(kind, argument)}_{preset.objective.kind}")
+
+
+SPLIT_NAMES = ("train", "training", "trainval", "val", "valid", "validation", "test", "images")
+
+
+def data_name(kind: str, argument: str) -> str:
+    """A short name of a user's data spec for a folder name: the folder's name (folder:), the
+    file's stem (csv:), the data set's name (tfds:), the files' folder (tfrecord:); a split's
+    name (~/boxes/train, ~/cells/train.csv) gives way to its parent's (boxes, cells)."""
+    path = os.path.abspath(os.path.expanduser(argument))  # folder:. is the folder it names
+    if kind == "tfds":
+        return _folder_safe(argument.partition(":")[0])
+    if kind == "tfrecord":
+        path = os.path.dirname(path)
+    elif kind == "csv":
+        path = os.path.splitext(path)[0]
+    if os.path.basename(path).lower() in SPLIT_NAMES:
+        path = os.path.dirname(path)
+    return _folder_safe(os.path.basename(path))
+
+
+def _folder_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "data"
 
     def execute(self) -> int:
         """Runs the phases; returns 0, or `EXIT_EXPORT_FAILED` when the training succeeded

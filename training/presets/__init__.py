@@ -46,7 +46,8 @@ class Preset:
     """Everything a training run needs to know.
 
     Attributes:
-        name: preset name; also the default output folder `saved_models/<name>/`.
+        name: preset name; also the default output folder `saved_models/<name>/` on the
+            preset's built-in data (`training.run.default_output`).
         seed: seed of the split, the initialisation, the shuffles and the augmentation.
         model: the `vit_keras.ViTConfig` of the model (set a field with `--set
             model.FIELD=...`, take a named variant's shape with `--model S/16`); `num_classes`
@@ -179,7 +180,7 @@ class RunOptions:
     """How and where one run executes, apart from its recipe (`vit train`'s other flags).
 
     Attributes:
-        output: output folder ('' = saved_models/<preset name>; local or gs://).
+        output: output folder ('' = `training.run.default_output`; local or gs://).
         resume: True: continue from the backup in the output folder (there must be one);
             'auto': continue when there is one, else start afresh (a finished run: nothing to
             do); False: start afresh.
