@@ -44,40 +44,6 @@ class Run:
         objectives.get_objective(preset)  # fails fast on a bad objective
         self.output = options.output or default_output(preset)
 
-
-def default_output(preset: presets.Preset) -> str:
-    """Where a run without --output writes: saved_models/<preset name> on the preset's built-in
-    data, else saved_models/<the data's name>_<objective> (`folder:~/pets` ->
-    saved_models/pets_classify), so that a model of one's own photos is not filed under the
-    digits' preset."""
-    kind, argument = parse_spec(preset.data.train)
-    if kind in BUILT_IN:
-        return os.path.join("saved_models", preset.name)
-    return os.path.join("saved_models", f"{data_name(kind, argument)}_{preset.objective.kind}")
-
-
-SPLIT_NAMES = ("train", "training", "trainval", "val", "valid", "validation", "test", "images")
-
-
-def data_name(kind: str, argument: str) -> str:
-    """A short name of a user's data spec for a folder name: the folder's name (folder:), the
-    file's stem (csv:), the data set's name (tfds:), the files' folder (tfrecord:); a split's
-    name (~/boxes/train, ~/cells/train.csv) gives way to its parent's (boxes, cells)."""
-    path = os.path.abspath(os.path.expanduser(argument))  # folder:. is the folder it names
-    if kind == "tfds":
-        return _folder_safe(argument.partition(":")[0])
-    if kind == "tfrecord":
-        path = os.path.dirname(path)
-    elif kind == "csv":
-        path = os.path.splitext(path)[0]
-    if os.path.basename(path).lower() in SPLIT_NAMES:
-        path = os.path.dirname(path)
-    return _folder_safe(os.path.basename(path))
-
-
-def _folder_safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "data"
-
     def execute(self) -> int:
         """Runs the phases; returns 0, or `EXIT_EXPORT_FAILED` when the training succeeded
         but an exported file failed its agreement check.
@@ -173,3 +139,37 @@ def train(preset: presets.Preset, options: presets.RunOptions | None = None, **f
     if options is not None and fields:
         raise ValueError("give either a RunOptions or its fields as keywords, not both")
     return Run(preset, options or presets.RunOptions(**fields)).execute()
+
+
+def default_output(preset: presets.Preset) -> str:
+    """Where a run without --output writes: saved_models/<preset name> on the preset's built-in
+    data, else saved_models/<the data's name>_<objective> (`folder:~/pets` ->
+    saved_models/pets_classify), so that a model of one's own photos is not filed under the
+    digits' preset."""
+    kind, argument = parse_spec(preset.data.train)
+    if kind in BUILT_IN:
+        return os.path.join("saved_models", preset.name)
+    return os.path.join("saved_models", f"{data_name(kind, argument)}_{preset.objective.kind}")
+
+
+SPLIT_NAMES = ("train", "training", "trainval", "val", "valid", "validation", "test", "images")
+
+
+def data_name(kind: str, argument: str) -> str:
+    """A short name of a user's data spec for a folder name: the folder's name (folder:), the
+    file's stem (csv:), the data set's name (tfds:), the files' folder (tfrecord:); a split's
+    name (~/boxes/train, ~/cells/train.csv) gives way to its parent's (boxes, cells)."""
+    path = os.path.abspath(os.path.expanduser(argument))  # folder:. is the folder it names
+    if kind == "tfds":
+        return _folder_safe(argument.partition(":")[0])
+    if kind == "tfrecord":
+        path = os.path.dirname(path)
+    elif kind == "csv":
+        path = os.path.splitext(path)[0]
+    if os.path.basename(path).lower() in SPLIT_NAMES:
+        path = os.path.dirname(path)
+    return _folder_safe(os.path.basename(path))
+
+
+def _folder_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "data"
