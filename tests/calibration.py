@@ -6,8 +6,9 @@ the same machine, never seconds. `.ci/run` runs the main job and passes its meas
 in `VIT_MAIN_JOB_SECONDS`; a plain `pytest` estimates it first: a slice of the main job (its
 model on batches of its size, forward, a few rounds of a few dozen steps after warm-up: about
 5 s) is timed and scaled by `MAIN_JOB_PER_STEP`, the main job's wall time over the slice's
-seconds a step, measured side by side on one machine (docs/testing.md, The two tiers). The estimate is put in the environment, so
-that xdist's workers and every pytest a test starts share it instead of measuring again.
+seconds a step, measured side by side on one machine (docs/testing.md, The two tiers). The
+estimate is put in the environment, so that xdist's workers and every pytest a test starts
+share it instead of measuring again.
 """
 
 import os

@@ -22,8 +22,8 @@ Outputs go to saved_models/<preset>/ on the built-in data, saved_models/<data>_<
 on yours (folder:~/pets -> saved_models/pets_classify/), or --output DIR (local or gs://):
 model.keras, labels.txt, metrics.json, history.csv, curves.png, config.json,
 best.weights.h5, logs/ (TensorBoard), backup/ (resumable state, removed when the run
-completes), the exports and inspect/. Every objective (classify, mpp, distill, multilabel, segment) runs through the same
-run.
+completes), the exports and inspect/. Every objective (classify, mpp, distill, multilabel,
+segment) runs through the same run.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def _add_model_arguments(group) -> None:
 def add_run_arguments(group) -> None:
     """The `RunOptions` flags: output, resume, strategy, backend and processes, what runs at
     the end (`vit.cli` reads --backend before Keras is imported)."""
-    group.add_argument("--output", help="output folder (default: saved_models/<preset> on the built-in data, "
-                       "saved_models/<data name>_<objective> on yours)")
+    group.add_argument("--output", help="output folder (default: saved_models/<preset> on "
+                       "the built-in data, saved_models/<data name>_<objective> on yours)")
     group.add_argument("--resume", nargs="?", const=True, default=False, type=_resume_value,
                        metavar="auto", help="continue from the backup in the output folder "
                        "(there must be one); --resume auto: continue when there is a backup, "
