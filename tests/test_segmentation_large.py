@@ -1,9 +1,10 @@
 """A user's microscopy folder as it comes: grayscale slices of 512x512 px whose class is the
 thin membrane between cells, in binary masks of 0 and 255 (`benchmarks/dense_sets.py`),
 trained with no flag but the task, the folders and (here) one epoch. The small-data rule
-trains them as 128 px crops at their own resolution and says why; every file is written or refused by the gate's verdict, and `vit
-predict` segments a slice at its own size. How well the membranes are found (92-96% membrane
-IoU measured) is `benchmarks/segmentation.py --only membranes`' check."""
+trains them as 128 px crops at their own resolution and says why; every file is written or
+refused by the gate's verdict, and `vit predict` segments a slice at its own size. How well
+the membranes are found (92-96% membrane IoU measured) is `benchmarks/segmentation.py --only
+membranes`' check."""
 
 import json
 import subprocess
