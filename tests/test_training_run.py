@@ -176,7 +176,7 @@ def test_a_run_on_your_data_is_named_after_it(data, objective, expected):
     preset = dataclasses.replace(
         preset, data=dataclasses.replace(preset.data, train=data),
         objective=dataclasses.replace(preset.objective, kind=objective))
-    assert run.default_output(preset) == os.path.join("saved_models", expected)
+    assert run.default_output(preset) == os.path.join(run.OUTPUT_ROOT, expected)
 
 
 def test_tpu_strategy_without_tpu_fails_fast_and_clearly(monkeypatch, capsys):

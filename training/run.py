@@ -141,6 +141,9 @@ def train(preset: presets.Preset, options: presets.RunOptions | None = None, **f
     return Run(preset, options or presets.RunOptions(**fields)).execute()
 
 
+OUTPUT_ROOT = "saved_models"  # below the working directory
+
+
 def default_output(preset: presets.Preset) -> str:
     """Where a run without --output writes: saved_models/<preset name> on the preset's built-in
     data, else saved_models/<the data's name>_<objective> (`folder:~/pets` ->
@@ -148,8 +151,8 @@ def default_output(preset: presets.Preset) -> str:
     digits' preset."""
     kind, argument = parse_spec(preset.data.train)
     if kind in BUILT_IN:
-        return os.path.join("saved_models", preset.name)
-    return os.path.join("saved_models", f"{data_name(kind, argument)}_{preset.objective.kind}")
+        return os.path.join(OUTPUT_ROOT, preset.name)
+    return os.path.join(OUTPUT_ROOT, f"{data_name(kind, argument)}_{preset.objective.kind}")
 
 
 SPLIT_NAMES = ("train", "training", "trainval", "val", "valid", "validation", "test", "images")
