@@ -194,12 +194,14 @@ def _photo_folder(root):
     return root / "photos"
 
 
-def test_vit_predict_takes_a_folder_and_writes_a_csv(user_model, tmp_path):
+def test_vit_predict_takes_a_folder_and_writes_a_csv(user_model, tmp_path, monkeypatch, capfd):
     _, folder = user_model
     photos = _photo_folder(tmp_path)
-    done, _ = run_vit(["predict", str(photos), "--model", "model.keras", "--top-k", "2",
-                       "--output", "predictions.csv", "--batch-size", "4"], folder)
-    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.chdir(folder)  # the paths are relative, as typed in the model's folder
+    code = cli.main(["predict", str(photos), "--model", "model.keras", "--top-k", "2",
+                     "--output", "predictions.csv", "--batch-size", "4"])
+    done = capfd.readouterr()
+    assert code == 0, done.err[-3000:]
     with open(folder / "predictions.csv") as file:
         rows = list(csv.reader(file))
     assert rows[0] == ["file", "class_1", "score_1", "class_2", "score_2"]
@@ -207,11 +209,11 @@ def test_vit_predict_takes_a_folder_and_writes_a_csv(user_model, tmp_path):
     assert predicted == ["img_00.png", "img_01.png", "img_02.png", os.path.join("trip", "dot.png"),
                          os.path.join("trip", "img_00.png"), os.path.join("trip", "img_01.png")]
     assert all(row[1] in ("bird", "cat", "dog") for row in rows[1:])
-    table = done.stdout.splitlines()
+    table = done.out.splitlines()
     assert table[0].split()[:3] == ["file", "top-1", "score"] and len(table) >= 7
-    assert "6 images predicted (written to predictions.csv), 1 skipped:" in done.stderr
-    assert "broken.png is a corrupt image" in done.stderr
-    assert re.search(r"dot\.png is 1x1 px, smaller than one 4x4 patch", done.stderr)
+    assert "6 images predicted (written to predictions.csv), 1 skipped:" in done.err
+    assert "broken.png is a corrupt image" in done.err
+    assert re.search(r"dot\.png is 1x1 px, smaller than one 4x4 patch", done.err)
 
 
 def test_vit_predict_takes_glob_patterns_and_writes_json(user_model, tmp_path, capsys):
