@@ -12,7 +12,11 @@
    alternately (float, int8, int4, float8, float, ...) so that machine noise hits all alike;
    the table gives the median and the ratio to float.
 
-Results go to benchmarks/results/quantization.json.
+Results go to benchmarks/results/quantization.json. With `--check` it exits 1 when a quantized
+copy loses more top-1 than `ACCURACY_BOUNDS` allows (int8 0.5 points, int4 2 points: Keras'
+quantization keeps a trained ViT's accuracy), or when there is no model to check:
+
+    python benchmarks/quantization.py --check --backends ""    # the accuracy check alone
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ("float32", "int8", "int4", "float8")
+DEFAULT_OUTPUT = os.path.join(REPO, "benchmarks", "results", "quantization.json")
+ACCURACY_BOUNDS = {"int8": 0.005, "int4": 0.02}  # top-1 a quantized copy may lose, as a fraction
 
 
 def _quantized(model_path: str, mode: str):
@@ -46,6 +52,14 @@ def accuracy(model_path: str) -> dict:
     source = sources.digits_source("test")
     return {mode: evaluate.evaluate(_quantized(model_path, mode), source)["top1"]
             for mode in MODES}
+
+
+def accuracy_failures(top1: dict) -> list[str]:
+    """A line per quantized copy that lost more top-1 than `ACCURACY_BOUNDS` allows."""
+    return [f"{mode} loses {100 * (top1['float32'] - top1[mode]):.2f} points of top-1 "
+            f"(float {100 * top1['float32']:.2f}%, {mode} {100 * top1[mode]:.2f}%), over "
+            f"{100 * bound:g}" for mode, bound in ACCURACY_BOUNDS.items()
+            if top1["float32"] - top1[mode] > bound]
 
 
 def weight_bytes(model) -> int:
@@ -112,17 +126,24 @@ def main(argv=None) -> None:
     parser.add_argument("--backends", default="tensorflow,jax,torch")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=os.path.join(REPO, "benchmarks", "results",
-                                                         "quantization.json"))
+    parser.add_argument("--output", default=None,
+                        help="the results' JSON file (default: benchmarks/results/"
+                             "quantization.json when any backend is timed)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a quantized copy loses more top-1 than "
+                             "ACCURACY_BOUNDS allows, or the model is missing")
     args = parser.parse_args(argv)
     results = {"accuracy": None, "speed": {}}
+    failures = []
     if os.path.exists(args.model):
         results["accuracy"] = accuracy(args.model)
         print("default job, digits test top-1: " + "  ".join(
             f"{mode} {100 * top1:.2f}%" for mode, top1 in results["accuracy"].items()))
+        failures = accuracy_failures(results["accuracy"])
     else:
         print(f"{args.model} not found: run `vit train` first for the accuracy table")
-    for backend in args.backends.split(","):
+        failures = [f"no model to check at {args.model}"] if args.check else []
+    for backend in filter(None, args.backends.split(",")):
         for variant in args.variants.split(","):
             rows = _in_subprocess(backend, variant, args.batch, args.repeats)
             results["speed"][f"{backend} {variant}"] = rows
@@ -133,9 +154,17 @@ def main(argv=None) -> None:
                 print(f"{backend:10s} {variant:5s} {mode:8s} {row['weight_mb']:8.1f} MB "
                       f"({row['memory_vs_float']:.2f}x)  {row['img_per_s']:6.2f} img/s "
                       f"({row['speed_vs_float']:.2f}x)")
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as file:
-        json.dump(results, file, indent=2)
+    output = args.output or (DEFAULT_OUTPUT if results["speed"] else None)
+    if output:  # the accuracy check alone leaves the quoted results as they are
+        sys.path.insert(0, REPO)
+        from vit_keras import atomic
+
+        atomic.makedirs(os.path.dirname(output))
+        atomic.write_bytes(output, json.dumps(results, indent=2).encode())
+    for line in failures:
+        print(f"CHECK FAILED: {line}")
+    if args.check and failures:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -96,8 +96,8 @@ def registered(monkeypatch):
         objective=f"{module}:TopTwoObjective"))
 
 
-def test_a_task_registered_by_one_line_trains_predicts_serves_and_exports(registered,
-                                                                          tmp_path, capsys):
+def test_a_task_registered_by_one_line_trains_predicts_and_serves(registered, tmp_path,
+                                                                  capsys):
     output = tmp_path / "run"
     assert cli.main(["train", "--task", TOY, *TINY, "--epochs", "1", "--no-export",
                      "--no-inspect", "--output", str(output)]) == 0
@@ -121,9 +121,14 @@ def test_a_task_registered_by_one_line_trains_predicts_serves_and_exports(regist
                              json={"instances": np.zeros((1, 8, 8, 3)).tolist()}).json()
         assert set(answer["predictions"][0]) == {"top_two"}
 
-    from vit_keras import export
+
+@pytest.mark.slow  # a SavedModel export (5-8 s); the task's other parts run in the default tier
+def test_a_registered_tasks_contract_adds_its_serving_signature(registered, tmp_path):
+    from vit_keras import ViTConfig, export
     import tensorflow as tf
 
+    model = TopTwoViT(ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32,
+                                num_heads=2, num_layers=1, num_classes=3))
     path = export.saved_model(model, str(tmp_path / "saved_model"))
     signatures = tf.saved_model.load(path).signatures
     assert "serve_top_two" in signatures

@@ -52,23 +52,47 @@ def test_default_preset_short_run_writes_every_file(tmp_path, capsys):
     assert not (tmp_path / "backup").exists()            # removed after a complete run
 
 
-def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3(tmp_path, capsys,
-                                                                           monkeypatch):
-    """The final table lists every exported file with its agreement; a file below its bar
-    (forced here: int8's bar above 100%) is refused, the run's own files stay, status 3."""
+def _run_whose_int8_file_fails() -> tuple[object, int, str, str]:
+    """A 1-epoch float32 run of the tiny model with every export, its int8 TFLite file forced
+    under its bar (a bar above 100%), shared by the tests that read it (`artifacts.shared`):
+    (its folder, its exit status, what it printed, what it warned).
+
+    float32: the run's evaluation and `vit evaluate` must agree to the image, which bfloat16
+    rounding in two differently traced graphs does not promise on a one-epoch model."""
+    import contextlib
+    import io
+
+    from artifacts import shared
     from vit_app.inference import export as export_command
 
-    monkeypatch.setattr(export_command, "min_agreements", lambda formats, value=None: {
-        name: 1.01 if name == "tflite_int8" else 0.0 for name in formats})
-    preset = get_preset("digits_tiny").replace(schedule={"epochs": 2, "warmup_epochs": 1},
-                                               loop={"eval_every": 2}).replace_model(**TINY_MODEL)
-    status = run.train(preset, output=str(tmp_path), strategy="default", inspect=False)
+    preset = get_preset("digits_tiny").replace(
+        schedule={"epochs": 1}, loop={"eval_every": 1, "mixed_precision": ""}, model=TINY_MODEL)
+
+    def build(folder):
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            patch.setattr(export_command, "min_agreements", lambda formats, value=None: {
+                name: 1.01 if name == "tflite_int8" else 0.0 for name in formats})
+            status = run.train(preset, output=str(folder / "run"), strategy="default",
+                               inspect=False)
+        (folder / "log.json").write_text(json.dumps(
+            {"status": status, "out": out.getvalue(), "err": err.getvalue()}))
+
+    folder = shared("run-int8-refused", repr(preset), build)
+    log = json.loads((folder / "log.json").read_text())
+    return folder / "run", log["status"], log["out"], log["err"]
+
+
+def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3():
+    """The final table lists every exported file with its agreement; a file below its bar
+    (forced here: int8's bar above 100%) is refused, the run's own files stay, status 3."""
+    output, status, out, err = _run_whose_int8_file_fails()
     assert status == finish.EXIT_EXPORT_FAILED == 3
-    out, err = capsys.readouterr()
     for name in ("model.keras", "metrics.json", "config.json", "model.tflite", "model.onnx",
                  "model_int8.onnx", "rejected/model_int8.tflite"):
-        assert (tmp_path / name).exists(), name
-    assert not (tmp_path / "model_int8.tflite").exists()
+        assert (output / name).exists(), name
+    assert not (output / "model_int8.tflite").exists()
     assert "the training succeeded" in out
     for row in ("model.tflite", "model_int8.onnx", "saved_model"):
         assert re.search(rf"\| {re.escape(row)} +\| agreement [\d.]+%, top-1 [\d.]+%, ok", out)
@@ -119,22 +143,16 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
 
     from vit_app.data import sources
 
-    # float32: the run's evaluation and `vit evaluate` must agree to the image, which bfloat16
-    # rounding in two differently traced graphs does not promise on a one-epoch model.
-    preset = get_preset("digits_tiny").replace(
-        schedule={"epochs": 1}, loop={"eval_every": 1, "mixed_precision": ""}, model=TINY_MODEL)
-    assert run.train(preset, output=str(tmp_path), strategy="default", export=False,
-                     inspect=False) == 0
-    capsys.readouterr()
-    model = str(tmp_path / "model.keras")
+    output = _run_whose_int8_file_fails()[0]
+    model = str(output / "model.keras")
     assert cli.main(["evaluate", "--model", model, "--data", "digits",
                      "--output", str(tmp_path / "eval.json")]) == 0
     report = json.loads((tmp_path / "eval.json").read_text())
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    metrics = json.loads((output / "metrics.json").read_text())
     assert report["examples"] == 360 and len(report["per_class"]) == 10
     assert report["top1"] == pytest.approx(metrics["val_top1"], abs=1e-6)
     # One loss in every report: plain cross-entropy (the run trains with label smoothing 0.1).
-    assert preset.objective.label_smoothing > 0
+    assert get_preset("digits_tiny").objective.label_smoothing > 0
     assert report["loss"] == pytest.approx(metrics["val_cross_entropy"], abs=1e-4)
     assert cli.main(["evaluate", "--model", model, "--data", "digits", "--few-shot", "1", "10",
                      "--block", "0", "--output", str(tmp_path / "few_shot.json")]) == 0
