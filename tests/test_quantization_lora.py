@@ -8,7 +8,7 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from helpers import random_images, randomize_weights, requires_tf, to_numpy
+from helpers import random_images, randomize_weights, requires_tf, script_module, to_numpy
 
 from vit_keras import VisionTransformer, ViTConfig, convert, lora
 from vit_keras.checkpoints import save_npz
@@ -221,3 +221,14 @@ def test_export_of_a_keras_quantized_model_is_refused_clearly(tiny_config, tmp_p
     model.quantize("int8")
     with pytest.raises(ValueError, match="export takes the float model"):
         export.saved_model(model, str(tmp_path / "saved_model"))
+
+
+def test_the_accuracy_benchmark_fails_a_copy_past_its_bound():
+    """`benchmarks/quantization.py --check`: int8 may lose 0.5 points of top-1, int4 2."""
+    quantization = script_module("benchmarks", "quantization")
+    within = {"float32": 0.99, "int8": 0.985, "int4": 0.975, "float8": 0.5}
+    assert quantization.accuracy_failures(within) == []
+    (failure,) = quantization.accuracy_failures(dict(within, int8=0.98))
+    assert failure.startswith("int8 loses 1.00 points of top-1") and "over 0.5" in failure
+    assert [line.split()[0] for line in quantization.accuracy_failures(
+        dict(within, int8=0.9, int4=0.9))] == ["int8", "int4"]
