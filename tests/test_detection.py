@@ -323,6 +323,21 @@ def test_a_small_box_moved_by_a_fraction_of_a_pixel_still_counts():
     assert task.file_agreement(moved, outputs, None, (32, 32))["box_agreement"] == 0.0
 
 
+def test_a_file_computing_keras_boxes_agrees_however_low_their_scores():
+    """An early model's best box may score under every bar (a photo detector after two epochs:
+    0.1): a file giving the same outputs repeats it; one that loses it does not."""
+    outputs = np.full((2, 3, 2 + 4), -8.0, np.float32)
+    outputs[:, 0, 0] = -2.2   # the best box scores 0.10
+    box = np.array([0.4, 0.5, 0.3, 0.2])
+    outputs[:, :, 2:] = np.log(box / (1 - box))
+    task = detect_task.TASK
+    same = task.file_agreement(outputs.copy(), outputs, None, (48, 64))
+    assert same == {"box_agreement": 1.0, "keras_boxes": 2}
+    lost = outputs.copy()
+    lost[0, 0, 0] = -8.0
+    assert task.file_agreement(lost, outputs, None, (48, 64))["box_agreement"] == 0.5
+
+
 @pytest.mark.slow
 def test_the_set_loss_trains_on_jax_through_a_host_callback(tmp_path):
     """JAX compiles the step whole and calls SciPy's matching through `pure_callback`."""

@@ -231,8 +231,8 @@ def test_a_folder_of_voc_photographs_trains_with_no_flags_and_reports_coco_map(t
     `benchmarks/detection.py --only photo-boxes`' check."""
     from vit import cli
 
-    train = write_voc_photos(tmp_path / "train", 300, seed=0)
-    val = write_voc_photos(tmp_path / "val", 60, seed=1)
+    train = write_voc_photos(tmp_path / "train", 120, seed=0)
+    val = write_voc_photos(tmp_path / "val", 24, seed=1)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         status = cli.main(["train", "--task", "detect", "--data", f"folder:{train}",
@@ -242,7 +242,10 @@ def test_a_folder_of_voc_photographs_trains_with_no_flags_and_reports_coco_map(t
     assert status in (0, 3), text[-3000:]
     assert "photographs of 150x200 px" in text and "flip False -> True" in text, text[:2000]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["val_class_ap"].keys() == {"cat"} and metrics["val_objects"] >= 60
+    assert metrics["val_class_ap"].keys() == {"cat"} and metrics["val_objects"] >= 24
     assert 0 <= metrics["val_mAP"] <= metrics["val_mAP50"] <= 1, metrics
     report = json.loads((tmp_path / "run" / "export.json").read_text())
     assert status == (3 if report["failed"] else 0) and len(report["formats"]) == 6
+    # However early the model, a float file computing its outputs is never refused.
+    for name in ("saved_model", "tflite", "onnx"):
+        assert report["formats"][name]["passed"], report["formats"][name]

@@ -110,10 +110,14 @@ class Detect(InferenceTask):
         many there were (`keras_boxes`); on labelled images, how far the file's mAP and
         mAP@0.5 are from Keras' (`mAP_delta`, `mAP50_delta`: file - Keras)."""
         side = tuple(image_hw) if image_hw is not None else (NOMINAL_SIDE, NOMINAL_SIDE)
-        ours = detection_boxes.decode(np.asarray(logits), side, min_score=CHECKED_SCORE / 2)
         theirs = [{key: values[:max(1, int((image["scores"] >= CHECKED_SCORE).sum()))]
                    for key, values in image.items()}
                   for image in detection_boxes.decode(np.asarray(keras_logits), side)]
+        # The file's boxes down to half the lowest score checked: an early model's best box
+        # may score under CHECKED_SCORE, and the file's copy of it must still be a candidate.
+        lowest = min([CHECKED_SCORE, *(float(image["scores"][-1]) for image in theirs
+                                       if len(image["scores"]))])
+        ours = detection_boxes.decode(np.asarray(logits), side, min_score=lowest / 2)
         tolerance = MATCH_PIXELS if image_hw is not None else 0.0
         matched = [detection_boxes.matched_pairs(keras, file, MATCH_IOU, tolerance)
                    for keras, file in zip(theirs, ours)]
