@@ -581,3 +581,41 @@ def vit_predict(arguments, output_dir) -> tuple[int, list[dict]]:
         return status, []
     with open(path) as file:
         return status, json.load(file)["predictions"]
+
+
+def assert_a_runs_export_and_stages(run, printed: str, refused=(), blocks: int = 1,
+                                    int8_smaller: bool = True):
+    """What a `vit train` run with every default export prints and writes: a timed line per
+    export stage, a wall time covering training and every stage (as `metrics.json` says), and
+    `export.json` listing every default format: each file where its row says (under rejected/
+    for the `refused` ones), the float files computing the model to rounding, the int8 files
+    smaller (unless `int8_smaller` is False: in a model 16 wide the QDQ nodes' scales outweigh
+    the bytes saved), the ONNX file's norms fused (two a block and the final one)."""
+    import re
+
+    from vit_app.inference import export as export_command
+
+    stages = re.findall(r"^(export: .+|analysis: .+) \.\.\. (\d+\.\d) s$", printed, re.M)
+    assert [name for name, _ in stages][:4] == [
+        "export: SavedModel", "export: TFLite fp32", "export: TFLite fp16", "export: TFLite int8"]
+    wall = float(re.search(r"\| wall time +\| ([\d.]+) s", printed).group(1))
+    train = float(re.search(r"\| train time +\| ([\d.]+) s", printed).group(1))
+    assert wall >= train + sum(float(seconds) for _, seconds in stages)
+    assert json.loads((run / "metrics.json").read_text())["wall_seconds"] == \
+        pytest.approx(wall, abs=0.06)
+    report = json.loads((run / "export.json").read_text())
+    formats = report["formats"]
+    assert tuple(formats) == export_command.DEFAULT_FORMATS
+    assert report["failed"] == list(refused)
+    for name, entry in formats.items():
+        where = run / ("rejected" if name in refused else "") / entry["file"]
+        assert where.exists() and entry["size_bytes"] > 0, name
+        assert name in ("saved_model", *refused) or entry["latency_ms"] > 0, name
+    for name in ("saved_model", "tflite", "onnx"):
+        assert formats[name]["top1_agreement"] == 1.0, name
+        assert formats[name]["max_abs_logit_diff"] <= 1e-4, name
+    if int8_smaller:
+        assert formats["tflite_int8"]["size_bytes"] < formats["tflite"]["size_bytes"]
+        assert formats["onnx_int8"]["size_bytes"] < formats["onnx"]["size_bytes"]
+    assert formats["onnx"]["fused_layer_norms"] == 2 * blocks + 1
+    assert {"QuantizeLinear", "DequantizeLinear"} <= set(formats["onnx_int8"]["ops"])

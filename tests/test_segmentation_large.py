@@ -15,10 +15,13 @@ from PIL import Image
 from runs import dense_sets, vit_command, vit_env
 
 
-@pytest.mark.slow  # 10 slices of 512 px made, trained one epoch, exported in six formats
+# The plumbing at the size promised, on as few slices as hold it: every format is built,
+# calibrated and checked at 512 px (the int8 files calibrate on the training slices), so each
+# slice costs seconds in each of six formats.
+@pytest.mark.slow  # 5 slices of 512 px made, trained one epoch, exported in six formats
 def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
-    train = dense_sets().make_membranes(str(tmp_path / "train"), 8, seed=0)
-    val = dense_sets().make_membranes(str(tmp_path / "val"), 2, seed=1)
+    train = dense_sets().make_membranes(str(tmp_path / "train"), 4, seed=0)
+    val = dense_sets().make_membranes(str(tmp_path / "val"), 1, seed=1)
     output = tmp_path / "run"
     finished = subprocess.run(vit_command("train", "--task", "segment", "--data", train,
                                           "--val-data", val, "--output", output,
@@ -26,7 +29,7 @@ def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
                               cwd=tmp_path, env=vit_env(), capture_output=True, text=True,
                               timeout=900)
     assert finished.returncode in (0, 3), finished.stdout[-3000:] + finished.stderr[-3000:]
-    assert "recipe: digits_segment adapted to 8 images of 512x512 px" in finished.stdout
+    assert "recipe: digits_segment adapted to 4 images of 512x512 px" in finished.stdout
     assert "why: images of 512x512 px keep their resolution" in finished.stdout
     assert "holds only 0 and 255: read as binary masks, 255 = foreground" in finished.stdout
     metrics = json.loads((output / "metrics.json").read_text())
@@ -37,6 +40,8 @@ def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
     for name, entry in report["formats"].items():
         where = output / ("" if entry["passed"] else "rejected") / entry["file"]
         assert where.exists() and entry["passed"] == (name not in report["failed"]), name
+    for name in ("saved_model", "tflite", "onnx"):  # the float files compute the model
+        assert report["formats"][name]["passed"], report["formats"][name]
     masks = tmp_path / "masks"
     slice_path = tmp_path / "val" / "images" / "0000.png"
     predicted = subprocess.run(vit_command("predict", "--model", output / "model.keras",

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from artifacts import shared
-from localhost import free_ports
 from runs import kill_after_backup, start_vit, vit_env
 
 TINY = ["--backend", "jax", "--mixed-precision", "float32", "--batch-size", "32",
@@ -125,27 +124,6 @@ def test_model_parallel_shards_attention_heads_and_mlp_units(tmp_path):
     assert specs[block + "MlpBlock_3/Dense_0/kernel"] == [None, "model"]
     assert specs[block + "MlpBlock_3/Dense_1/kernel"] == ["model", None]
     assert not any(specs["head/kernel"]) and not any(specs["embedding/projection/kernel"])
-
-
-@pytest.mark.slow
-def test_two_processes_over_loopback_train_and_only_the_chief_writes(tmp_path):
-    """Two processes of one device each train as the one-device run does (the shared
-    reference), and only the chief writes the run folder."""
-    reference, _ = _one_device_reference()
-    (port,) = free_ports(1)
-    output = tmp_path / "shared"
-    processes = [_start([*ONE_EPOCH, "--coordinator", f"127.0.0.1:{port}", "--num-processes",
-                         "2", "--process-id", str(index)], output) for index in range(2)]
-    logs = [process.communicate(timeout=600)[0] for process in processes]
-    for process, log in zip(processes, logs):
-        assert process.returncode == 0, log[-4000:]
-    assert "DataParallel over 2 processes on 2 cpu devices x2" in logs[0]
-    assert "top-1 (val/test)" in logs[0] and "top-1 (val/test)" not in logs[1]
-    assert not [name for name in os.listdir(output) if name.startswith(".")]
-    assert not (output / "backup").exists()
-    np.testing.assert_allclose(_losses(output)[:, 0], _losses(reference)[:, 0], rtol=1e-4)
-    for got, want in zip(_weights(output), _weights(reference)):
-        np.testing.assert_allclose(got, want, atol=2e-5)
 
 
 @pytest.mark.slow

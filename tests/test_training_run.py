@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 from runs import killed_run_resumes_exactly, vit_env
-from helpers import vit_predict
+from helpers import assert_a_runs_export_and_stages, vit_predict
 from vit import cli
 from training import finish, run
 from training.presets import get_preset
@@ -86,7 +86,8 @@ def _run_whose_int8_file_fails() -> tuple[object, int, str, str]:
 
 def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3():
     """The final table lists every exported file with its agreement; a file below its bar
-    (forced here: int8's bar above 100%) is refused, the run's own files stay, status 3."""
+    (forced here: int8's bar above 100%) is refused, the run's own files stay, status 3;
+    every other default format is written, each stage timed."""
     output, status, out, err = _run_whose_int8_file_fails()
     assert status == finish.EXIT_EXPORT_FAILED == 3
     for name in ("model.keras", "metrics.json", "config.json", "model.tflite", "model.onnx",
@@ -99,6 +100,8 @@ def test_an_export_that_fails_its_check_keeps_the_trained_run_and_exits_3():
     assert re.search(r"\| rejected/model_int8.tflite +\| agreement [\d.]+%, top-1 [\d.]+%, "
                      r"FAILED \(< 101.00%\)", out)
     assert "tflite_int8 FAILED: top-1 agreement" in err and "exit status 3" in err
+    # The default tier's end-to-end run: every stage timed, every default format written.
+    assert_a_runs_export_and_stages(output, out, refused=("tflite_int8",), int8_smaller=False)
 
 
 class _Killed(Exception):

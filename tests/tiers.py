@@ -39,7 +39,9 @@ SAMPLED = {
 
 
 def mark_sampled(items) -> None:
-    """Marks `slow` every case of a `SAMPLED` family past its count (before `-m` selects)."""
+    """Marks `slow` and `sampled` every case of a `SAMPLED` family past its count (before `-m`
+    selects): the other backends' passes (tests/test_backends.py) leave the `sampled` ones out,
+    since a backend breaks an op, never one variant of a contract its first cases hold."""
     seen: dict[str, int] = {}
     for item in items:
         family = item.nodeid.split("[", 1)[0]
@@ -48,3 +50,4 @@ def mark_sampled(items) -> None:
         seen[family] = seen.get(family, 0) + 1
         if seen[family] > SAMPLED[family]:
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.sampled)

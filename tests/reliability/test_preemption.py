@@ -176,6 +176,12 @@ def test_two_jax_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path)
     assert not [name for name in os.listdir(output) if name.startswith(".")]
     resumed = [_finish(process) for process in _two_processes([*args, "--resume"], output)]
     assert f"(global step {step})" in resumed[0]
+    # Two processes over loopback train as one process on two devices does, and only the chief
+    # writes the run folder.
+    assert "DataParallel over 2 processes on 2 cpu devices x2" in resumed[0]
+    assert "top-1 (val/test)" in resumed[0] and "top-1 (val/test)" not in resumed[1]
+    assert not [name for name in os.listdir(output) if name.startswith(".")]
+    assert not (output / "backup").exists()
     _finish(reference)
     _assert_same_weights(output, tmp_path / "ref")
 
