@@ -205,6 +205,25 @@ def test_documented_command_parses(vit_parser, capsys, path, line, command, args
         pytest.fail(f"{path}:{line}: {command}\n{error[-1] if error else ''}", pytrace=False)
 
 
+TRAIN_COMMANDS = [entry for entry in COMMANDS if entry[3][:1] == ["train"]]
+
+
+@pytest.mark.parametrize(("path", "line", "command", "args"), TRAIN_COMMANDS,
+                         ids=[f"{path}:{line}" for path, line, _, _ in TRAIN_COMMANDS])
+def test_documented_train_command_resolves(vit_parser, path, line, command, args):
+    """`vit train` as written gets past everything it checks before reading data: its preset,
+    keys and values, model and weight names, what --weights sets up, the run options (a
+    documented line once stopped at once: the release's pooling was the user's to add)."""
+    from training.presets import command_line
+
+    parsed = vit_parser.parse_args(args)
+    try:
+        command_line.resolve_preset(parsed)
+        command_line.run_options(parsed)
+    except ValueError as error:
+        pytest.fail(f"{path}:{line}: {command}\n{error}", pytrace=False)
+
+
 # --- relative links, images and anchors ------------------------------------------------------
 
 

@@ -117,6 +117,14 @@ def test_no_hint_for_the_built_in_digits():
 
     assert report.few_images_hint(Setup) == ""
     Setup.preset = Setup.preset.replace(data={"train": "folder:/photos"})
-    assert report.few_images_hint(Setup).startswith("hint: 1437 training images")
+    hint = report.few_images_hint(Setup)
+    assert hint.startswith("hint: 1437 training images")
+    # The command it gives runs as written: the release sets up its model and recipe.
+    from vit import cli
+    from training.presets.command_line import resolve_preset
+
+    command = hint.split("usual route: vit ")[1].split(" (")[0].split()
+    preset = resolve_preset(cli.build_parser().parse_args(command))
+    assert (preset.model.classifier, preset.model.image_size) == ("token", 224)
     Setup.num_examples = 2000
     assert report.few_images_hint(Setup) == ""

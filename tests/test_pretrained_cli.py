@@ -121,13 +121,66 @@ def test_vit_train_starts_from_a_named_release(mirror, ti16_file):
     (["--config", "digits_tiny", "--weights", "augreg-in21k"], "add --model B/16"),
     (["--config", "digits_tiny", "--model", "Ti/16", "--weights", "imagenet21k"],
      "no 'imagenet21k' weights for ViT-Ti/16"),
-    (["--config", "digits_tiny", "--model", "Ti/16", "--weights", "augreg-in21k"],
-     "trained with classifier='token'.*add --set model.classifier=token"),
+    (["--model", "Ti/16", "--weights", "augreg-in21k", "--set", "model.classifier=gap"],
+     "trained with classifier='token'; --set model.classifier=gap.*drop that --set"),
 ])
 def test_vit_train_checks_a_weight_name_before_reading_data(argv, message):
     args = cli.build_parser().parse_args(["train", *argv])
     with pytest.raises(ValueError, match=message):
         resolve_preset(args)
+
+
+def test_a_named_release_sets_up_its_model_and_the_fine_tuning_recipe():
+    """The README's line as written: the release fixes the pooling and the image size, and the
+    official fine-tuning recipe replaces the default job's from-scratch one; what the user
+    set stays, and a --config keeps its own recipe and image size."""
+    from training.presets import command_line, get_preset
+
+    def resolved(*argv):
+        return resolve_preset(cli.build_parser().parse_args(["train", *argv]))
+
+    preset = resolved("--model", "B/16", "--weights", "augreg-in21k", "--data",
+                      "folder:~/pets", "--finetune", "lora")
+    recipe = get_preset(command_line.RECIPE_PRESET)
+    assert (preset.model.classifier, preset.model.image_size) == ("token", 224)
+    assert preset.optim == recipe.optim and preset.augment == recipe.augment
+    assert preset.schedule.epochs == recipe.schedule.epochs
+    assert (preset.schedule.warmup_steps, preset.schedule.warmup_epochs) == (0, 1.0)
+    assert preset.finetune.mode == "lora" and preset.model.drop_path_rate == 0.0
+    assert "optim.lr = 0.01  (--weights (fine-tuning recipe))" in preset.resolution()
+    mine = resolved("--model", "S/16", "--weights", "augreg-in21k", "--image-size", "384",
+                    "--lr", "0.003", "--set", "augment.flip=false")
+    assert (mine.model.image_size, mine.optim.lr, mine.augment.flip) == (384, 0.003, False)
+    configured = resolved("--config", "digits_tiny", "--model", "Ti/16", "--weights",
+                          "augreg-in21k")
+    assert configured.optim == get_preset("digits_tiny").optim
+    assert configured.model.classifier == "token" and configured.model.image_size == 16
+    assert resolved("--config", "finetune_384", "--weights",
+                    "augreg-in21k").model.image_size == 384
+    scratch = resolved("--model", "B/16")
+    assert scratch.optim == get_preset("digits_tiny").optim
+
+
+@pytest.mark.slow  # a ViT-Ti/16 at 224 px traced for training (about a minute on 2 cores)
+def test_the_readmes_fine_tuning_line_trains_a_folder(mirror, tmp_path):
+    """`vit train --model M --weights NAME --data folder:DIR --finetune lora`, as the README
+    writes it (a Ti/16 for the B/16), runs to its end at the release's size and pooling."""
+    import json
+
+    for label in ("cat", "dog"):
+        (tmp_path / "pets" / label).mkdir(parents=True)
+        for index in range(8):
+            pixels = np.random.default_rng(index).integers(0, 255, (40, 48, 3), np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "pets" / label / f"{index}.jpg")
+    output = tmp_path / "run"
+    assert cli.main(["train", "--model", "Ti/16", "--weights", TI16_RELEASE[0], "--data",
+                     f"folder:{tmp_path / 'pets'}", "--finetune", "lora", "--epochs", "1",
+                     "--no-export", "--no-inspect", "--output", str(output)]) == 0
+    config = json.loads((output / "config.json").read_text())
+    model = config["preset"]["model"]
+    assert (model["classifier"], model["image_size"]) == ("token", 224)
+    assert config["preset"]["optim"]["optimizer"] == "sgd"
+    assert config["preset"]["finetune"]["mode"] == "lora"
 
 
 def test_imagenet21k_heads_score_with_a_sigmoid():

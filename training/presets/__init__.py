@@ -37,7 +37,10 @@ RENAMED_FLAT_KEYS = {"data": "data.train", "val_data": "data.val", "schedule": "
 MOVED_KEYS = {"model.preprocessing": "data.preprocessing"}
 # Sources that fit a preset to its data rather than express a choice: the fields they set stay
 # free for the next such step (and a resumed run's rule), unlike a user's.
-DERIVED_SOURCES = ("small-data rule", "batch fitting")
+# Sources that choose for the user, not the user's own: a later rule (batch fitting) may
+# change what they set.
+FINETUNE_RECIPE_SOURCE = "--weights (fine-tuning recipe)"
+DERIVED_SOURCES = ("small-data rule", "batch fitting", FINETUNE_RECIPE_SOURCE)
 TOP_LEVEL_KEYS = ("name", "seed")
 
 

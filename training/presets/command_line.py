@@ -6,6 +6,7 @@ key, value or name before TensorFlow is imported (`vit.commands.train.check`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from training import presets
@@ -53,7 +54,12 @@ def resolve_preset(args: argparse.Namespace) -> presets.Preset:
                                         f"--{flag.replace('_', '-')}")
     check_weight_name(preset)
     preset = preset.with_values(preset_architecture(preset), "--weights (keras-hub preset)")
-    return preset.with_values(weights_preprocessing(preset), "--weights (family tag)")
+    config_named = getattr(args, "config", None) is not None
+    preset = preset.with_values(release_model(preset, config_named), "--weights (release)")
+    preset = preset.with_values(weights_preprocessing(preset), "--weights (family tag)")
+    if not config_named:
+        preset = preset.with_values(finetune_recipe(preset), presets.FINETUNE_RECIPE_SOURCE)
+    return preset
 
 
 def _flag_value(flag: str, value):
@@ -98,11 +104,56 @@ def check_weight_name(preset: presets.Preset) -> None:
                              "architecture; this preset's model is not one: add --model B/16 "
                              "(or another from `vit weights list`)")
         release = registry.find(preset.finetune.weights, variant)
-        if preset.model.classifier != release.classifier:
+        if "model.classifier" in explicit_keys(preset) and \
+                preset.model.classifier != release.classifier:
             raise ValueError(f"--weights {preset.finetune.weights} was trained with classifier="
-                             f"{release.classifier!r}, this preset's model has "
-                             f"{preset.model.classifier!r}: add --set model.classifier="
-                             f"{release.classifier}")
+                             f"{release.classifier!r}; --set model.classifier="
+                             f"{preset.model.classifier} asks for another pooling, which its "
+                             "encoder never learned: drop that --set")
+
+
+def release_model(preset: presets.Preset, config_named: bool = False) -> dict:
+    """`--weights` naming an official release, as preset values: the model pools as the
+    release was trained (`classifier`) and takes the release's image size, unless the user
+    set one (`--image-size`, `--set`) or named a preset (`--config finetune_384`: 384 px)
+    whose size the patch divides."""
+    weights = preset.finetune.weights
+    variant = variant_of(preset.model)
+    if not (weights and registry.is_weight_name(weights) and variant):
+        return {}
+    release = registry.find(weights, variant)
+    values = {"model.classifier": release.classifier}
+    if not (config_named or "model.image_size" in explicit_keys(preset)) or \
+            any(side % preset.model.patch_size for side in preset.model.image_hw):
+        values["model.image_size"] = release.image_size
+    return values
+
+
+# The official fine-tuning recipe (finetune_384: SGD momentum 0.9, lr 0.01, no weight decay,
+# clip 1.0, batch 512 in 8 accumulated steps, cosine, inception crop and flip, no stochastic
+# depth) with its warmup in epochs: a folder of a few thousand images is a few dozen steps of
+# 512, which finetune_384's 500 warmup steps would cover whole.
+RECIPE_PRESET = "finetune_384"
+RECIPE_SECTIONS = ("optim", "schedule", "augment")
+RECIPE_WARMUP = {"schedule.warmup_steps": 0, "schedule.warmup_epochs": 1.0}
+
+
+def finetune_recipe(preset: presets.Preset) -> dict:
+    """The recipe of a model fine-tuned on classes from `--weights` when no `--config` names
+    one, as preset values: the task's default preset trains from scratch (the digits' 80
+    epochs of AdamW at 3e-3 would undo the pre-training), so `RECIPE_PRESET`'s optimizer,
+    schedule and augmentation replace its own, except the keys the user set."""
+    labels, _ = sections.objective_data(preset.objective.kind)
+    if not preset.finetune.weights or labels != "classes":  # its crops move no masks or boxes
+        return {}
+    recipe = presets.get_preset(RECIPE_PRESET)
+    values = {f"{name}.{field.name}": getattr(getattr(recipe, name), field.name)
+              for name in RECIPE_SECTIONS
+              for field in dataclasses.fields(getattr(recipe, name))}
+    values.update(RECIPE_WARMUP, **{"model.drop_path_rate": recipe.model.drop_path_rate})
+    explicit = explicit_keys(preset)
+    return {key: value for key, value in values.items()
+            if key not in explicit and preset.value(key) != value}
 
 
 def weights_preprocessing(preset: presets.Preset) -> dict:
