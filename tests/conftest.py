@@ -122,11 +122,21 @@ def tiny_config():
 _slow_deselected = []
 
 
-# The slow tier's longest tests, started first so that the rest fills the other worker around
-# them instead of waiting for them at the end.
+# Each tier's longest tests (the whole runs, and what builds the artifacts others wait for),
+# started first so that the rest fills the other worker around them instead of waiting for
+# them at the end: xdist hands each worker a contiguous half and a worker that runs out takes
+# the tail of the other's, so the last tests left are short ones.
 LONGEST_FIRST = ("tests/test_backends.py::test_library_tests_pass_on",
                  "tests/reliability/test_preemption.py::test_two_jax_processes",
-                 "tests/test_gpu_benchmarks.py::test_gpu_benchmark_rows_run_on_a_cpu")
+                 "tests/test_gpu_benchmarks.py::test_gpu_benchmark_rows_run_on_a_cpu",
+                 "tests/test_detection_run.py::test_a_folder_of_yolo_boxes",
+                 "tests/test_export_command.py::test_an_int8_file_below_its_bar",
+                 "tests/test_tasks.py::test_a_task_registered_by_one_line",
+                 "tests/test_segmentation_data.py::test_train_segment_on_a_folder",
+                 "tests/test_training_adapt.py::test_vit_train_on_a_folder_adapts",
+                 "tests/test_training_run.py::test_an_export_that_fails_its_check",
+                 "tests/test_segmentation_deploy.py::test_every_format_matches_keras",
+                 "tests/test_structure.py::test_keras_files_load_after_import_vit_keras_alone")
 
 
 def pytest_collection_modifyitems(config, items):
