@@ -35,10 +35,9 @@ RENAMED_FLAT_KEYS = {"data": "data.train", "val_data": "data.val", "schedule": "
 # Keys that moved to another section, with their new place: the model's preprocessing is its
 # data contract, apart from the architecture (`ViTConfig`).
 MOVED_KEYS = {"model.preprocessing": "data.preprocessing"}
-# Sources that fit a preset to its data rather than express a choice: the fields they set stay
-# free for the next such step (and a resumed run's rule), unlike a user's.
-# Sources that choose for the user, not the user's own: a later rule (batch fitting) may
-# change what they set.
+# Sources that choose for the user rather than express the user's choice (fitting a preset to
+# its data, the recipe `--weights` brings): the fields they set stay free for the next such
+# step (batch fitting, a resumed run's rule), unlike a user's.
 FINETUNE_RECIPE_SOURCE = "--weights (fine-tuning recipe)"
 DERIVED_SOURCES = ("small-data rule", "batch fitting", FINETUNE_RECIPE_SOURCE)
 TOP_LEVEL_KEYS = ("name", "seed")
