@@ -61,6 +61,26 @@ def test_folder_source_pairs_by_stem_and_names_the_classes(tmp_path):
     np.testing.assert_array_equal(masks_read[0], _blocks(0))
 
 
+def test_a_microscopy_folder_of_16_bit_tiffs_reads_its_images_and_label_masks(tmp_path):
+    """Microscopy's own files: 12-bit frames stored as 16-bit TIFFs and 16-bit TIFF label
+    masks. The images come stretched to the full 0..255 range (inputs -1..1), the masks as
+    their class ids."""
+    rng = np.random.default_rng(0)
+    for root in ("images", "masks"):
+        (tmp_path / root).mkdir()
+    for index in range(3):
+        mask = _blocks(index)
+        frame = (mask * 900 + rng.integers(0, 200, mask.shape)).astype(np.uint16)
+        Image.fromarray(np.where(mask == 255, 0, frame).astype(np.uint16)).save(
+            tmp_path / "images" / f"cell_{index}.tif")
+        Image.fromarray(mask.astype(np.uint16)).save(tmp_path / "masks" / f"cell_{index}.tiff")
+    source = segmentation.load_segmentation_source(f"folder:{tmp_path}", "train", 0.0)
+    assert source.num_examples == 3 and source.class_names == ["class_0", "class_1", "class_2"]
+    inputs, read = next(segmentation.eval_dataset(source, 24, 3).as_numpy_iterator())
+    np.testing.assert_array_equal(read, np.stack([_blocks(index) for index in range(3)]))
+    assert inputs.min() == -1.0 and inputs.max() == 1.0
+
+
 def _binary_folder(root, values=(0, 255), count=3):
     """Grey masks of two values, as most tools save binary masks: a square of the second."""
     for index in range(count):

@@ -165,10 +165,14 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     assert cli.main(["evaluate", "--model", model, "--data", "digits", "--block", "0"]) == 2
     image, label = sources.digits_arrays("test")[0][0], sources.digits_arrays("test")[1][0]
     Image.fromarray(image).save(tmp_path / "digit.png")
+    Image.fromarray(image).save(tmp_path / "digit.tif")
     capsys.readouterr()
     status, predictions = vit_predict([str(tmp_path / "digit.png"), "--model", model,
                                        "--top-k", "3"], tmp_path)
     assert status == 0 and predictions[0]["file"].endswith("digit.png")
+    _, from_tiff = vit_predict([str(tmp_path / "digit.tif"), "--model", model, "--top-k", "3"],
+                               tmp_path)
+    assert from_tiff[0]["top"] == predictions[0]["top"]  # a TIFF reads as the same pixels
     probabilities = [shown["score"] for shown in predictions[0]["top"]]
     assert len(probabilities) == 3
     assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1.0001

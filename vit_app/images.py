@@ -2,13 +2,15 @@
 pipeline, evaluation, `vit predict`, `vit serve` and `vit inspect` alike.
 
 The resize rule, everywhere: decode to RGB uint8 (grayscale and RGBA become RGB, a GIF gives its
-first frame), then resize to the model's (height, width) in float32 0..255 by the rule its
-weights were made with (`vit_keras.preprocessing.resize_image`: for the official weights a
-bilinear, antialiased, half-pixel-centre resize of the whole image; for timm's DeiT-III, DINOv2,
-SigLIP and CLIP files a bicubic resize of the shorter side and a centre crop), then normalise
-by the weights' mean and std ([-1, 1] for the official ones). The SavedModel's `serve_bytes`
-signature decodes and resizes the same way in its graph (`vit_keras.export.serving`), with the
-same pixel limit.
+first frame, a TIFF its first page; an image of more than 8 bits a sample, as microscopes and
+scanners write them, is stretched from its own 1st to 99.8th percentile: `decode`), then resize
+to the model's (height, width) in float32 0..255 by the rule its weights were made with
+(`vit_keras.preprocessing.resize_image`: for the official weights a bilinear, antialiased,
+half-pixel-centre resize of the whole image; for timm's DeiT-III, DINOv2, SigLIP and CLIP files
+a bicubic resize of the shorter side and a centre crop), then normalise by the weights' mean and
+std ([-1, 1] for the official ones). The SavedModel's `serve_bytes` signature decodes and
+resizes the same way in its graph (`vit_keras.export.serving`), with the same pixel limit; in a
+graph there is no PIL, so it reads JPEG, PNG, BMP and GIF, not TIFF.
 
 timm's rules (bicubic) are PIL's: where files are decoded on the host (`decode_checked`:
 `vit predict`, `vit serve`, `vit embed`), PIL itself decodes and resizes them, so the pixels
@@ -37,9 +39,18 @@ from vit_keras.preprocessing import MAX_IMAGE_PIXELS
 # The rules PIL resizes by on the host, as timm does (the value: PIL's filter number)
 PIL_INTERPOLATIONS = {"bicubic": 3}
 
-# File signatures of the formats tf.io.decode_image reads.
+# File signatures of the formats `decode` reads: TensorFlow's ops read the first five, PIL on the
+# host the TIFFs (and PNGs of 16-bit samples: see `decode`).
 SIGNATURES = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG\r\n\x1a\n", "bmp": b"BM",
-              "gif87": b"GIF87a", "gif89": b"GIF89a"}
+              "gif87": b"GIF87a", "gif89": b"GIF89a", "tiff_le": b"II*\x00", "tiff_be": b"MM\x00*"}
+FORMATS = "JPEG, PNG, BMP, GIF or TIFF"
+# An image of more than 8 bits a sample (16-bit, 32-bit integer or float: microscopy, medical
+# scans) is stretched to 0..255 from these percentiles of its own pixels, the usual normalisation
+# of microscopy: a 12-bit camera's frame stored in 16 bits would otherwise be 16 levels of near
+# black, and a few hot pixels do not set the white.
+HIGH_DEPTH_PERCENTILES = (1.0, 99.8)
+HIGH_DEPTH_MODES = ("I", "F", "I;16", "I;16L", "I;16B", "I;16N")
+PNG_BIT_DEPTH_AT = 24  # the bit depth's byte in a PNG: after the signature and IHDR's header
 REASONS = ("unreadable", "not_an_image", "too_large", "corrupt", "channels")
 
 
@@ -48,7 +59,7 @@ class ImageError(ValueError):
 
     Attributes:
         reason: one of `REASONS`: `unreadable` (the file cannot be read), `not_an_image` (not
-            JPEG/PNG/BMP/GIF), `too_large` (over `MAX_IMAGE_PIXELS`), `corrupt` (broken or
+            JPEG/PNG/BMP/GIF/TIFF), `too_large` (over `MAX_IMAGE_PIXELS`), `corrupt` (broken or
             truncated), `channels` (a channel count the model cannot take).
     """
 
@@ -58,7 +69,7 @@ class ImageError(ValueError):
 
 
 def problem(data: bytes) -> tuple[str, str] | None:
-    """Why `data` is not a readable JPEG/PNG/BMP/GIF file, or None if it is.
+    """Why `data` is not a readable JPEG/PNG/BMP/GIF/TIFF file, or None if it is.
 
     The format comes from the file's signature, the size from its header (a file declaring more
     than `MAX_IMAGE_PIXELS` pixels is refused before any decoding); the structure is verified
@@ -73,9 +84,13 @@ def problem(data: bytes) -> tuple[str, str] | None:
     from PIL import Image
 
     if not data.startswith(tuple(SIGNATURES.values())):
-        return "not_an_image", "is not a JPEG, PNG, BMP or GIF file"
+        return "not_an_image", f"is not a {FORMATS} file"
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with warnings.catch_warnings():
+            # PIL warns of a broken TIFF header's tags, the very faults refused below
+            warnings.filterwarnings("ignore", category=UserWarning, module="PIL")
+            image = Image.open(io.BytesIO(data))
+        with image:
             width, height = image.size
             image.verify()
     except Image.DecompressionBombError as error:  # PIL refuses before reading the size out
@@ -91,12 +106,19 @@ def problem(data: bytes) -> tuple[str, str] | None:
 
 
 def _end_problem(data: bytes) -> tuple[str, str] | None:
-    """PIL's verify reads neither the end markers nor BMP/GIF pixels: check those here."""
+    """PIL's verify reads neither the end markers nor BMP/GIF/TIFF pixels: check those here."""
     if data.startswith(SIGNATURES["jpeg"]) and b"\xff\xd9" not in data[-1024:]:
         return "corrupt", "is a truncated JPEG (no end-of-image marker)"
     if data.startswith(SIGNATURES["png"]) and b"IEND\xaeB`\x82" not in data[-1024:]:
         return "corrupt", "is a truncated PNG (no complete IEND chunk)"
-    if data.startswith((b"BM", b"GIF")):  # PIL reads BMP/GIF variants TensorFlow does not
+    if read_on_host(data):  # a TIFF's strips are read only when decoded
+        try:
+            with warnings.catch_warnings():  # PIL warns of the very faults this refuses
+                warnings.simplefilter("ignore")
+                decode_on_host(data)
+        except Exception as error:  # PIL raises many types for broken files
+            return "corrupt", f"cannot be decoded ({type(error).__name__}: {error})"
+    elif data.startswith((b"BM", b"GIF")):  # PIL reads BMP/GIF variants TensorFlow does not
         try:
             decode(tf.constant(data))
         except tf.errors.OpError as error:
@@ -106,7 +128,7 @@ def _end_problem(data: bytes) -> tuple[str, str] | None:
 
 
 def check(data: bytes, what: str = "the image") -> None:
-    """Raises `ImageError` "`what` is not a JPEG, PNG, BMP or GIF file", "... is too large
+    """Raises `ImageError` "`what` is not a JPEG, PNG, BMP, GIF or TIFF file", "... is too large
     (...)", "... is a corrupt image (...)" unless `data` is a readable image file."""
     with bomb_warnings_silenced():
         found = problem(data)
@@ -159,8 +181,74 @@ def bomb_warnings_silenced():
 
 
 def decode(encoded: tf.Tensor) -> tf.Tensor:
-    """Encoded JPEG/PNG/BMP/GIF bytes -> uint8 [height, width, 3] (first frame of a GIF)."""
-    return rules.decode_image(encoded)
+    """Encoded JPEG/PNG/BMP/GIF/TIFF bytes -> uint8 [height, width, 3] (a GIF's first frame, a
+    TIFF's first page), in TensorFlow ops (it runs in tf.data).
+
+    TensorFlow's ops (`vit_keras.preprocessing.decode_image`) read JPEG, PNG, BMP and GIF; PIL
+    reads, on the host, what they cannot or would read wrong: TIFF, and PNGs of 16-bit samples
+    (which they would scale by 1/257). Such images go through `decode_on_host`, so a file of more
+    than 8 bits a sample is stretched by `HIGH_DEPTH_PERCENTILES`.
+    """
+    image = tf.cond(_read_on_host_op(encoded),
+                    lambda: tf.numpy_function(decode_on_host, [encoded], tf.uint8,
+                                              stateful=False),
+                    lambda: rules.decode_image(encoded))
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _read_on_host_op(encoded: tf.Tensor) -> tf.Tensor:
+    """`read_on_host` in TensorFlow ops."""
+    head = tf.strings.substr(tf.strings.join([encoded, b"\x00" * (PNG_BIT_DEPTH_AT + 1)]),
+                             0, PNG_BIT_DEPTH_AT + 1)
+    tiff = tf.logical_or(tf.equal(tf.strings.substr(head, 0, 4), SIGNATURES["tiff_le"]),
+                         tf.equal(tf.strings.substr(head, 0, 4), SIGNATURES["tiff_be"]))
+    png16 = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 8), SIGNATURES["png"]),
+                           tf.equal(tf.strings.substr(head, PNG_BIT_DEPTH_AT, 1), b"\x10"))
+    return tf.logical_or(tiff, png16)
+
+
+def read_on_host(data: bytes) -> bool:
+    """Whether `decode` reads `data` with PIL on the host: a TIFF, or a PNG of 16-bit samples."""
+    return data.startswith((SIGNATURES["tiff_le"], SIGNATURES["tiff_be"])) or (
+        data.startswith(SIGNATURES["png"]) and data[PNG_BIT_DEPTH_AT:PNG_BIT_DEPTH_AT + 1]
+        == b"\x10")
+
+
+def decode_on_host(data) -> np.ndarray:
+    """Encoded bytes -> uint8 [height, width, 3], decoded by PIL (a TIFF's first page):
+    `to_rgb8` of the image."""
+    from PIL import Image
+
+    if isinstance(data, np.ndarray):  # a string tensor, as tf.numpy_function passes it
+        data = data.item()
+    with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
+        return to_rgb8(image)
+
+
+def to_rgb8(image) -> np.ndarray:
+    """A PIL image -> uint8 [height, width, 3]: 8-bit images as PIL converts them to RGB (grey
+    repeated, alpha dropped, a palette looked up); images of more than 8 bits a sample stretched
+    from their own `HIGH_DEPTH_PERCENTILES` to 0..255, then repeated to RGB."""
+    if image.mode not in HIGH_DEPTH_MODES:
+        return np.asarray(image.convert("RGB"))
+    return np.repeat(stretch_to_8_bits(np.asarray(image))[..., None], 3, axis=-1)
+
+
+def stretch_to_8_bits(values: np.ndarray) -> np.ndarray:
+    """Samples of any depth -> uint8: the `HIGH_DEPTH_PERCENTILES` of the finite values map to
+    0 and 255, what lies outside is clipped (not-a-number to 0); a constant image is all 0."""
+    values = values.astype(np.float64)
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return np.zeros(values.shape, np.uint8)
+    low, high = np.percentile(finite, HIGH_DEPTH_PERCENTILES)
+    if high <= low:  # most pixels equal: stretch the whole range instead
+        low, high = finite.min(), finite.max()
+    if high <= low:
+        return np.zeros(values.shape, np.uint8)
+    scaled = (np.nan_to_num(values, nan=low, posinf=high, neginf=low) - low) / (high - low)
+    return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
 def decode_file(path: tf.Tensor) -> tf.Tensor:
@@ -270,7 +358,7 @@ def _decode_with_pil(data: bytes, size: tuple[int, int], preprocessing) -> np.nd
     from PIL import Image
 
     with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
-        rgb = image.convert("RGB")
+        rgb = Image.fromarray(to_rgb8(image))
     (height, width), (top, left) = rules.resize_plan(rgb.height, rgb.width, size, preprocessing)
     resized = rgb.resize((width, height), PIL_INTERPOLATIONS[preprocessing.interpolation])
     return np.asarray(resized, np.float32)[top:top + size[0], left:left + size[1]]

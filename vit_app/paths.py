@@ -7,7 +7,7 @@ from __future__ import annotations
 import glob
 import os
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff")
 GLOB_CHARACTERS = "*?["
 
 

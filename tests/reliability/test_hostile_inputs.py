@@ -25,19 +25,22 @@ from vit_app.data import sources
 EXAMPLES = int(os.environ.get("VIT_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=EXAMPLES or 25, deadline=None, derandomize=not EXAMPLES,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
-SIGNATURES = [b"", b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"GIF89a"]
+SIGNATURES = [b"", b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"GIF89a", b"II*\x00", b"MM\x00*"]
 TINY = vit_keras.ViTConfig(image_size=8, patch_size=4, hidden_size=8, mlp_dim=8, num_heads=1,
                            num_layers=1, num_classes=2)
 
 
-def _encoded(fmt: str, seed: int = 0) -> bytes:
+def _encoded(fmt: str, seed: int = 0, dtype=np.uint8) -> bytes:
     image = np.random.default_rng(seed).integers(0, 256, (12, 10, 3), np.uint8)
+    if dtype != np.uint8:  # a grey image of 16-bit samples
+        image = image[..., 0].astype(dtype) * 16
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, format=fmt)
     return buffer.getvalue()
 
 
-VALID = {fmt: _encoded(fmt) for fmt in ("JPEG", "PNG", "BMP", "GIF")}
+VALID = {**{fmt: _encoded(fmt) for fmt in ("JPEG", "PNG", "BMP", "GIF", "TIFF")},
+         **{f"{fmt}16": _encoded(fmt, dtype=np.uint16) for fmt in ("PNG", "TIFF")}}
 
 
 # Random bytes behind a real image signature, and valid images cut at any point.

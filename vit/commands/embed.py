@@ -21,7 +21,7 @@ from vit_app.paths import expand_images
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit embed` options."""
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG/BMP/GIF files")
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG/BMP/GIF/TIFF files")
     parser.add_argument("--model", required=True,
                         help="a .keras model written by `vit train` or a keras-hub "
                         "preset folder; with --weights an "

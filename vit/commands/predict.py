@@ -41,7 +41,7 @@ from vit_app.paths import expand_images
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit predict` options."""
     parser.add_argument("images", nargs="+", metavar="IMAGE",
-                        help="JPEG/PNG/BMP/GIF files, folders of them (searched recursively) "
+                        help="JPEG/PNG/BMP/GIF/TIFF files, folders of them (searched recursively) "
                         "or glob patterns")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a .keras model or SavedModel directory written by "

@@ -8,7 +8,7 @@ names the columns `file` and `labels` (other columns are allowed and ignored):
     images/0002.jpg,dog
     /data/extra/0003.png,
 
-- `file`: the image (JPEG, PNG, BMP or GIF), relative to the CSV file's folder, or absolute.
+- `file`: the image (JPEG, PNG, BMP, GIF or TIFF), relative to the CSV file's folder, or absolute.
 - `labels`: the classes present in the image, separated by spaces, `;` or `|` (any of them:
   `cat dog`, `cat;dog` and `cat | dog` are the same), so a class name holds none of these
   characters; a name repeated in a row counts once; an empty cell = no class present.

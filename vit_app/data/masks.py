@@ -1,6 +1,6 @@
-"""Segmentation folders: `DIR/images/` and `DIR/masks/`
-pair by file stem; a mask is a single-channel PNG of class ids or a palette PNG (its indices
-are the class ids, as Pascal VOC ships them); 255 marks pixels to ignore; `DIR/classes.txt`
+"""Segmentation folders: `DIR/images/` and `DIR/masks/` pair by file stem; a mask is a
+single-channel PNG or TIFF of class ids (8 or 16 bits) or a palette PNG (its indices are the
+class ids, as Pascal VOC ships them); 255 marks pixels to ignore; `DIR/classes.txt`
 (optional) names the classes in order, one per line.
 
 A folder whose every mask holds only 0 and 255 is read as binary masks, as most tools save
@@ -27,7 +27,8 @@ from vit_keras.segmentation_scores import IGNORE
 
 CLASSES_FILE = "classes.txt"
 MAX_LISTED = 20
-MASK_MODES = ("P", "L", "1", "I;16", "I")  # palette, 8-bit, 1-bit and 16/32-bit class ids
+# palette, 8-bit, 1-bit and 16/32-bit class ids (a TIFF's 16-bit ids in either byte order)
+MASK_MODES = ("P", "L", "1", "I;16", "I;16L", "I;16B", "I")
 BINARY_CLASSES = ["background", "foreground"]
 
 
@@ -105,8 +106,8 @@ def read_mask(path: str, binary: bool = False) -> np.ndarray:
     except (OSError, UnidentifiedImageError) as error:
         raise ValueError(f"mask {path}: cannot be read ({error})") from None
     if mode not in MASK_MODES:
-        raise ValueError(f"mask {path} is a {mode} image: expected a single-channel PNG of "
-                         "class ids or a palette PNG (an RGB mask is no palette: map its "
+        raise ValueError(f"mask {path} is a {mode} image: expected a single-channel PNG or "
+                         "TIFF of class ids or a palette PNG (an RGB mask is no palette: map its "
                          "colours to class ids first)")
     if values.size and values.max() > 255:
         raise ValueError(f"mask {path} holds the id {int(values.max())}: expected class ids "

@@ -3,8 +3,9 @@
 Data specs:
     `digits`             scikit-learn's bundled 8x8 digits (1797 images, offline); a stratified,
                          seeded 80/20 split: split 'train' or 'test'.
-    `folder:PATH`        one sub-folder per class holding JPEG/PNG/BMP/GIF files; the classes are
-                         the sorted sub-folder names; `val_split` holds out a stratified fraction.
+    `folder:PATH`        one sub-folder per class holding JPEG/PNG/BMP/GIF/TIFF files; the
+                         classes are the sorted sub-folder names; `val_split` holds out a
+                         stratified fraction.
     `csv:PATH`           a multi-label image list: a CSV file with the columns `file,labels`
                          (see `vit_app.data.csv_source`); `val_split` holds out a seeded random
                          fraction. Its labels are multi-hot float32 vectors.

@@ -146,7 +146,7 @@ class Classifier:
                 prepare_decoder(self.image_size, preprocessing=self.resize_rule)
 
     def predict_encoded(self, files) -> dict[str, np.ndarray]:
-        """Encoded JPEG/PNG/BMP/GIF files (already checked) -> the outputs of `predict`; for a
+        """Encoded JPEG/PNG/BMP/GIF/TIFF files (already checked) -> the outputs of `predict`; for a
         model fed at the images' own size (`preprocessing.native`), lists of one array per
         file at its size (`predict_native`)."""
         if self.preprocessing.native:
