@@ -6,9 +6,9 @@ cells with their own brightness and texture, dark organelles inside them that ar
 membrane, blur and noise. A thin, rare class at its own resolution, which a model that shrinks
 the slices loses.
 
-    python benchmarks/dense_sets.py membranes OUT [--count 24] [--size 512] [--seed 0]
+    python benchmarks/dense_sets.py membranes OUT [--count 24] [--size 512] [--seed 0] [--bits 16]
 
-writes OUT/images/*.png, OUT/masks/*.png (0 = cell, 255 = membrane: binary masks, as most
+writes OUT/images/*.png (16-bit *.tif with --bits 16), OUT/masks/*.png (0 = cell, 255 = membrane: binary masks, as most
 annotation and microscopy tools save them) and OUT/classes.txt, the layout `vit train --task
 segment --data folder:OUT` reads.
 
@@ -27,9 +27,12 @@ import numpy as np
 
 CELL_SIDE = 64  # typical cell diameter in pixels at size 512
 MEMBRANE_HALF_WIDTH = (0.6, 1.6)  # half the membrane's width, pixels, drawn per slice
+# A 16-bit slice's counts for black and white: a 12-bit camera's range above its dark level,
+# stored in 16 bits (scaled by 1/257 as 8-bit files are, it would be 15 levels of near black).
+TWELVE_BIT_COUNTS = (180, 3900)
 
 
-def make_membranes(folder: str, count: int, seed: int, size: int = 512) -> str:
+def make_membranes(folder: str, count: int, seed: int, size: int = 512, bits: int = 8) -> str:
     """Writes `count` membrane slices of `size` x `size` px into `folder`.
 
     Args:
@@ -37,18 +40,28 @@ def make_membranes(folder: str, count: int, seed: int, size: int = 512) -> str:
         count: slices.
         seed: the random seed (the same seed gives the same files).
         size: side in pixels.
+        bits: 8 (PNG slices) or 16 (TIFF slices of a 12-bit camera's counts, as microscopes
+            write them: `TWELVE_BIT_COUNTS`).
 
     Returns:
         The `folder:` data spec.
     """
     from PIL import Image
 
+    if bits not in (8, 16):
+        raise ValueError(f"bits must be 8 or 16, got {bits}")
     rng = np.random.default_rng(seed)
     for name in ("images", "masks"):
         os.makedirs(os.path.join(folder, name), exist_ok=True)
     for index in range(count):
         image, mask = membrane_slice(rng, size)
-        Image.fromarray(image).save(os.path.join(folder, "images", f"{index:04d}.png"))
+        if bits == 8:
+            Image.fromarray(image).save(os.path.join(folder, "images", f"{index:04d}.png"))
+        else:
+            dark, full = TWELVE_BIT_COUNTS
+            counts = (dark + image.astype(np.float32) / 255 * (full - dark)).astype(np.uint16)
+            Image.fromarray(counts).save(os.path.join(folder, "images", f"{index:04d}.tif"),
+                                         compression="tiff_lzw")
         Image.fromarray(mask * np.uint8(255)).save(os.path.join(folder, "masks",
                                                                 f"{index:04d}.png"))
     with open(os.path.join(folder, "classes.txt"), "w") as handle:
@@ -151,11 +164,13 @@ def main() -> None:
     parser.add_argument("--count", type=int, help="default: 24 slices, 300 photographs")
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bits", type=int, default=8, choices=[8, 16],
+                        help="membranes: 8-bit PNG or 16-bit TIFF slices (default 8)")
     args = parser.parse_args()
     if args.kind == "photos":
         print(make_voc_photos(args.output, args.count or 300, args.seed))
     else:
-        print(make_membranes(args.output, args.count or 24, args.seed, args.size))
+        print(make_membranes(args.output, args.count or 24, args.seed, args.size, args.bits))
 
 
 if __name__ == "__main__":

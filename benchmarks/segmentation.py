@@ -26,6 +26,7 @@ small-data rule for large images); the U-Net trains on random 128x128 crops of t
     python benchmarks/segmentation.py                  # about 15 minutes on 2 cores
     python benchmarks/segmentation.py --pretrained     # + the default job, 3 fine-tunings
     python benchmarks/segmentation.py --only membranes # the membrane slices alone: 6 minutes
+    python benchmarks/segmentation.py --only membranes --bits 16   # as 16-bit TIFF files
     python benchmarks/segmentation.py --no-unet --train-args "--set objective.segment_head=linear"
 
 It exits 1 when a check fails: a ViT more than `MARGIN_POINTS` below its same-time U-Net, or
@@ -240,17 +241,16 @@ def run_unet(budget_seconds: float, train_spec: str, val_spec: str) -> dict:
 
 def _slices(folder: str):
     """A membranes folder as (float32 [N, H, W, 3] in [-1, 1], uint8 [N, H, W] class ids:
-    its binary masks read as `vit train` reads them)."""
+    its slices and binary masks read as `vit train` reads them)."""
     import glob
 
     import numpy as np
-    from PIL import Image
 
     from vit_app.data.masks import read_mask
+    from vit_app.images import decode_native, read_file
 
-    names = sorted(glob.glob(os.path.join(folder, "images", "*.png")))
-    images = np.stack([np.asarray(Image.open(name).convert("RGB"), np.float32) / 127.5 - 1
-                       for name in names])
+    names = sorted(glob.glob(os.path.join(folder, "images", "*.*")))
+    images = np.stack([decode_native(read_file(name)) / 127.5 - 1 for name in names])
     masks = np.stack([read_mask(name.replace(os.sep + "images" + os.sep,
                                              os.sep + "masks" + os.sep), binary=True)
                       for name in names])
@@ -330,13 +330,13 @@ def run_unet_crops(budget_seconds: float, train_dir: str, val_dir: str, crop: in
             "total_weights": int(sum(w.size for w in model.get_weights()))}
 
 
-def membrane_rows(train_args: list, folder: str, unet: bool = True) -> list:
-    """The ViT by the plain command on the membrane slices, and the U-Net on native crops given
-    its training seconds."""
+def membrane_rows(train_args: list, folder: str, unet: bool = True, bits: int = 8) -> list:
+    """The ViT by the plain command on the membrane slices (8-bit PNG or 16-bit TIFF files),
+    and the U-Net on native crops given its training seconds."""
     from dense_sets import make_membranes
 
-    train = make_membranes(os.path.join(folder, "membranes-train"), 24, seed=0)
-    val = make_membranes(os.path.join(folder, "membranes-val"), 6, seed=1)
+    train = make_membranes(os.path.join(folder, "membranes-train"), 24, seed=0, bits=bits)
+    val = make_membranes(os.path.join(folder, "membranes-val"), 6, seed=1, bits=bits)
     vit = run_vit(["--data", train, "--val-data", val, *train_args],
                   os.path.join(folder, "vit-membranes"))
     rows = [("membranes: ViT (vit train --task segment)", vit)]
@@ -392,6 +392,9 @@ def main() -> None:
                         help="only this data set's rows (repeatable; default: all three)")
     parser.add_argument("--no-unet", action="store_true",
                         help="the ViT rows alone (to compare `--train-args` variants)")
+    parser.add_argument("--bits", type=int, choices=[8, 16], default=8,
+                        help="membranes: 8-bit PNG or 16-bit TIFF slices, a 12-bit camera's "
+                        "counts (default 8)")
     parser.add_argument("--unet", help=argparse.SUPPRESS)  # the U-Net's own process
     args = parser.parse_args()
     if args.unet:
@@ -418,7 +421,7 @@ def main() -> None:
                             make_shape_scenes(shapes + "-val", 300, seed=2), train_args,
                             folder, unet)
         if "membranes" in only:
-            rows += membrane_rows(train_args, folder, unet)
+            rows += membrane_rows(train_args, folder, unet, args.bits)
     print(f"\n{'model':<58} {'mIoU':>7} {'pixel acc':>10} {'train s':>8} {'epochs':>7} "
           f"{'weights':>9} {'peak MB':>8}")
     for name, result in rows:

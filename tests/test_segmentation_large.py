@@ -1,8 +1,9 @@
-"""A user's microscopy folder as it comes: grayscale slices of 512x512 px whose class is the
-thin membrane between cells, in binary masks of 0 and 255 (`benchmarks/dense_sets.py`),
-trained with no flag but the task, the folders and (here) one epoch. The small-data rule
-trains them as 128 px crops at their own resolution and says why; every file is written or
-refused by the gate's verdict, and `vit predict` segments a slice at its own size. How well
+"""A user's microscopy folder as it comes: 16-bit TIFF slices of 512x512 px (a 12-bit camera's
+counts) whose class is the thin membrane between cells, in binary masks of 0 and 255
+(`benchmarks/dense_sets.py`), trained with no flag but the task, the folders and (here) one
+epoch. The small-data rule trains them as 128 px crops at their own resolution and says why;
+every file is written or refused by the gate's verdict, and `vit predict` segments a slice at
+its own size. How well
 the membranes are found (92-96% membrane IoU measured) is `benchmarks/segmentation.py --only
 membranes`' check."""
 
@@ -20,8 +21,8 @@ from runs import dense_sets, vit_command, vit_env
 # slice costs seconds in each of six formats.
 @pytest.mark.slow  # 5 slices of 512 px made, trained one epoch, exported in six formats
 def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
-    train = dense_sets().make_membranes(str(tmp_path / "train"), 4, seed=0)
-    val = dense_sets().make_membranes(str(tmp_path / "val"), 1, seed=1)
+    train = dense_sets().make_membranes(str(tmp_path / "train"), 4, seed=0, bits=16)
+    val = dense_sets().make_membranes(str(tmp_path / "val"), 1, seed=1, bits=16)
     output = tmp_path / "run"
     finished = subprocess.run(vit_command("train", "--task", "segment", "--data", train,
                                           "--val-data", val, "--output", output,
@@ -43,7 +44,7 @@ def test_a_folder_of_large_grayscale_slices_trains_with_no_flags(tmp_path):
     for name in ("saved_model", "tflite", "onnx"):  # the float files compute the model
         assert report["formats"][name]["passed"], report["formats"][name]
     masks = tmp_path / "masks"
-    slice_path = tmp_path / "val" / "images" / "0000.png"
+    slice_path = tmp_path / "val" / "images" / "0000.tif"
     predicted = subprocess.run(vit_command("predict", "--model", output / "model.keras",
                                            slice_path, "--masks", masks),
                                cwd=tmp_path, env=vit_env(), capture_output=True, text=True,
