@@ -242,18 +242,14 @@ def run_unet(budget_seconds: float, train_spec: str, val_spec: str) -> dict:
 def _slices(folder: str):
     """A membranes folder as (float32 [N, H, W, 3] in [-1, 1], uint8 [N, H, W] class ids:
     its slices and binary masks read as `vit train` reads them)."""
-    import glob
-
     import numpy as np
 
-    from vit_app.data.masks import read_mask
+    from vit_app.data.masks import pair_files, read_mask
     from vit_app.images import decode_native, read_file
 
-    names = sorted(glob.glob(os.path.join(folder, "images", "*.*")))
-    images = np.stack([decode_native(read_file(name)) / 127.5 - 1 for name in names])
-    masks = np.stack([read_mask(name.replace(os.sep + "images" + os.sep,
-                                             os.sep + "masks" + os.sep), binary=True)
-                      for name in names])
+    image_files, mask_files = pair_files(folder)
+    images = np.stack([decode_native(read_file(name)) / 127.5 - 1 for name in image_files])
+    masks = np.stack([read_mask(name, binary=True) for name in mask_files])
     return images, masks
 
 
