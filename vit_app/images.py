@@ -201,8 +201,9 @@ def _read_on_host_op(encoded: tf.Tensor) -> tf.Tensor:
     """`read_on_host` in TensorFlow ops."""
     head = tf.strings.substr(tf.strings.join([encoded, b"\x00" * (PNG_BIT_DEPTH_AT + 1)]),
                              0, PNG_BIT_DEPTH_AT + 1)
-    tiff = tf.logical_or(tf.equal(tf.strings.substr(head, 0, 4), SIGNATURES["tiff_le"]),
-                         tf.equal(tf.strings.substr(head, 0, 4), SIGNATURES["tiff_be"]))
+    first_four = tf.strings.substr(head, 0, 4)
+    tiff = tf.logical_or(tf.equal(first_four, SIGNATURES["tiff_le"]),
+                         tf.equal(first_four, SIGNATURES["tiff_be"]))
     png16 = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 8), SIGNATURES["png"]),
                            tf.equal(tf.strings.substr(head, PNG_BIT_DEPTH_AT, 1), b"\x10"))
     return tf.logical_or(tiff, png16)
