@@ -68,6 +68,24 @@ def test_quantize_converts_every_projection_quietly_and_saves(tiny_config, mode,
     np.testing.assert_allclose(to_numpy(loaded(images)), quantized, atol=1e-5)
 
 
+def test_quantize_frees_each_float_kernel_without_a_full_collection_per_layer(tiny_config,
+                                                                             monkeypatch):
+    """Keras collects garbage after each variable a layer drops (a full collection: 16.5 s of
+    ViT-B/16's 0.6 s quantize); the float kernels go by reference counting all the same."""
+    import gc
+    import weakref
+
+    model = _model(tiny_config.replace(num_layers=1))
+    kernels = [weakref.ref(layer._kernel) for layer in _projections(model)]
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(args) or 0)
+    model.quantize("int8")
+    assert not collections and gc.collect is not None
+    gc.collect()
+    assert len(collections) == 1, "gc.collect is itself again after quantize"
+    assert not [kernel for kernel in kernels if kernel() is not None]
+
+
 def test_quantized_mlp_block_is_its_dense_layers(tiny_config):
     """The block calls its Dense layers: quantized, it equals them called one after the other
     (the earlier block multiplied by the raw int8 kernels)."""

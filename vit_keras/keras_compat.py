@@ -17,6 +17,9 @@ The project relies on a few internals that have no public equivalent:
    `kernel` property returns with LoRA merged in (`stored_kernel`, for `vit_keras.lora`).
 6. TensorFlow's `convert_variables_to_constants_v2` and the TFLite converter's
    `_experimental_disable_per_channel` (`freeze_concrete_function`, `set_per_channel`).
+7. `Layer.__delattr__` runs a full `gc.collect()` after each variable a layer drops, so that a
+   device buffer goes at once; `Model.quantize` drops every projection's kernel
+   (`no_collection_per_variable`).
 
 Under MultiWorkerMirroredStrategy `fit` reduces every log with `strategy.reduce("MEAN", value,
 axis=0)`, which fails on scalars (tensorflow/tensorflow#72388); `vector_logs` (public API only)
@@ -30,6 +33,8 @@ changes any of them.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import warnings
 
 import keras
@@ -151,3 +156,17 @@ def set_per_channel(converter, per_channel: bool) -> None:
                            "_experimental_disable_per_channel: per-tensor int8 is unavailable")
     converter._experimental_disable_per_channel = not per_channel
 
+
+
+@contextlib.contextmanager
+def no_collection_per_variable():
+    """Runs the block with `gc.collect` a no-op: Keras' `Layer.__delattr__` calls it after
+    every variable a layer drops. Quantizing ViT-B/16 drops 74 kernels: 16.5 s with a full
+    collection for each, 0.6 s without, and reference counting freed every dropped kernel all
+    the same (none was alive after; tests/test_quantization_lora.py holds both)."""
+    collect = gc.collect
+    gc.collect = lambda generation=2: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect

@@ -59,7 +59,8 @@ def quantize(model, keras_quantize, mode, config=None, filters=None, **kwargs) -
     def selected(layer):
         return isinstance(layer, QUANTIZABLE) and _selected_by(filters, layer)
 
-    keras_quantize(mode, config=config, filters=selected, **kwargs)
+    with keras_compat.no_collection_per_variable():
+        keras_quantize(mode, config=config, filters=selected, **kwargs)
 
 
 def _own_policy(layer):
