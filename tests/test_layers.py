@@ -85,6 +85,23 @@ def test_encoder_block_is_pre_ln_with_official_epsilon_and_tanh_gelu():
     assert scores.shape == (2, 3, 5, 5)
 
 
+@pytest.mark.parametrize("block_cls", [EncoderBlock, RematEncoderBlock])
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_a_blocks_stated_output_spec_is_its_traced_calls(block_cls, policy):
+    """The block states its outputs' shapes and dtypes (a model's construction then skips
+    tracing each block): they are those Keras finds by tracing the call, in every form."""
+    block = block_cls(num_heads=2, mlp_dim=8, locality=block_cls is EncoderBlock, dtype=policy)
+    block.build((2, None, 4))
+    for tokens in (5, None):
+        inputs = keras.KerasTensor((2, tokens, 4), block.compute_dtype)  # as __call__ casts
+        for options in ({}, dict(output_tokens=1), dict(return_attention_scores=True),
+                        dict(output_tokens=3, return_attention_scores=True)):
+            stated = block.compute_output_spec(inputs, **options)
+            traced = keras.Operation.compute_output_spec(block, inputs, **options)
+            assert [(spec.shape, spec.dtype) for spec in keras.tree.flatten(stated)] == \
+                [(spec.shape, spec.dtype) for spec in keras.tree.flatten(traced)], options
+
+
 def test_weight_paths_read_like_checkpoint_keys():
     block = EncoderBlock(num_heads=2, mlp_dim=8, name="encoderblock_0")
     block.build((1, 3, 4))

@@ -405,6 +405,18 @@ class EncoderBlock(keras.layers.Layer):
             return outputs, scores
         return outputs
 
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False,
+                            output_tokens=None):
+        # Without it Keras traces `call` into a scratch graph for each block of each model
+        # built: about 60% of building a small model.
+        batch, tokens, width = inputs.shape
+        queries = tokens if output_tokens is None or tokens is None else \
+            min(output_tokens, tokens)
+        outputs = keras.KerasTensor((batch, queries, width), dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        return outputs, keras.KerasTensor((batch, self.num_heads, queries, tokens), "float32")
+
     def get_config(self):
         config = super().get_config()
         config.update(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
