@@ -410,8 +410,8 @@ class EncoderBlock(keras.layers.Layer):
         # Without it Keras traces `call` into a scratch graph for each block of each model
         # built: about 60% of building a small model.
         batch, tokens, width = inputs.shape
-        queries = tokens if output_tokens is None or tokens is None else \
-            min(output_tokens, tokens)
+        queries = tokens if output_tokens is None else \
+            output_tokens if tokens is None else min(output_tokens, tokens)
         outputs = keras.KerasTensor((batch, queries, width), dtype=self.compute_dtype)
         if not return_attention_scores:
             return outputs
