@@ -127,7 +127,9 @@ _slow_deselected = []
 # them at the end: xdist hands each worker a contiguous half and a worker that runs out takes
 # the tail of the other's, so the last tests left are short ones.
 LONGEST_FIRST = ("tests/test_backends.py::test_library_tests_pass_on",
+                 "tests/test_segmentation_large.py::test_a_folder_of_large_grayscale_slices",
                  "tests/reliability/test_preemption.py::test_two_jax_processes",
+                 "tests/test_detection_run.py::test_a_folder_of_voc_photographs",
                  "tests/test_gpu_benchmarks.py::test_gpu_benchmark_rows_run_on_a_cpu",
                  "tests/test_detection_run.py::test_a_folder_of_yolo_boxes",
                  "tests/test_export_command.py::test_an_int8_file_below_its_bar",
