@@ -157,7 +157,6 @@ def set_per_channel(converter, per_channel: bool) -> None:
     converter._experimental_disable_per_channel = not per_channel
 
 
-
 @contextlib.contextmanager
 def no_collection_per_variable():
     """Runs the block with `gc.collect` a no-op: Keras' `Layer.__delattr__` calls it after

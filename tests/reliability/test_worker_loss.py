@@ -11,12 +11,14 @@ import pytest
 from localhost import free_ports
 from runs import read_state, start_vit, vit_env, wait_for_backup
 
-EPOCHS = 3
+# Two epochs: the kill comes after a backup at step 10 or later, well before the end, and the
+# restart trains the rest (a third epoch only made each of the four processes longer).
+EPOCHS = 2
 ARGS = ["train", "--strategy", "multi_worker", "--epochs", str(EPOCHS), "--batch-size", "32",
         "--no-export", "--no-inspect", "--seed", "2",
         "--set", "model.image_size=8", "--set", "model.patch_size=4", "--set", "model.hidden_size=16",
         "--set", "model.mlp_dim=32", "--set", "model.num_heads=2", "--set", "model.num_layers=1",
-        "--set", "loop.eval_every=3", "--set", "loop.backup_every=5"]
+        "--set", "loop.eval_every=2", "--set", "loop.backup_every=5"]
 
 
 def _start_workers(output, resume):
