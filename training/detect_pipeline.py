@@ -18,7 +18,7 @@ import tensorflow as tf
 from training.pipeline import paired_train_dataset
 from training.segment_pipeline import photometric
 from vit_app.data.detection import PAD_CLASS, examples, targets, to_model_size
-from vit_app.data.evaluation import with_options
+from vit_app.data.evaluation import traced_as_written, with_options
 from vit_app.data.source import Source
 from vit_app.images import image_hw, scale
 from vit_keras.preprocessing import OFFICIAL
@@ -101,6 +101,6 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
 def eval_dataset(source: Source, image_size, batch_size: int,
                  preprocessing=OFFICIAL) -> tf.data.Dataset:
     """Validation batches `(model inputs, targets)`: each image resized whole."""
-    dataset = examples(source, image_hw(image_size)).map(
-        lambda image, found: (scale(image, preprocessing or OFFICIAL), found))
+    dataset = examples(source, image_hw(image_size)).map(traced_as_written(
+        lambda image, found: (scale(image, preprocessing or OFFICIAL), found)))
     return with_options(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from vit_app.data.evaluation import targets, with_options
+from vit_app.data.evaluation import targets, traced_as_written, with_options
 from vit_app.data.source import Source
 from vit_app.images import resize, scale
 from vit_keras.preprocessing import OFFICIAL
@@ -49,6 +49,7 @@ def shuffled(source: Source, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices((tf.gather(records, order),
                                                    tf.gather(labels, order)))
 
+    @traced_as_written
     def permute(block, batch):
         records, labels = batch
         keys = tf.random.stateless_uniform(tf.shape(labels)[:1], tf.stack([seed[0] + 1,
@@ -112,6 +113,7 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
     dataset = tf.data.Dataset.range(start_epoch, epochs).flat_map(batches)
     dataset = dataset.skip(start_step)
 
+    @traced_as_written
     def finish(epoch, step, batch):
         images, labels = batch
         if augment is not None:
@@ -139,6 +141,7 @@ def epoch_batches(source: Source, prepare, shuffle_seed: int, shuffle_buffer: in
         epoch -> a dataset of that epoch's `(epoch, step, batch)`.
     """
 
+    @traced_as_written
     def one_epoch(epoch):
         def one_pass(index):
             return shuffled(source, shuffle_buffer,
@@ -184,5 +187,5 @@ def paired_train_dataset(source: Source, preset, batch_size: int, prepare_pair, 
     batches = epoch_batches(source, prepare, seed * 1_000_003 + 999_983, shuffle_buffer,
                             batch_size, True, steps_per_epoch, passes)
     dataset = tf.data.Dataset.range(start_epoch, preset.schedule.epochs).flat_map(batches)
-    dataset = dataset.skip(start_step).map(lambda epoch, step, batch: batch)
+    dataset = dataset.skip(start_step).map(traced_as_written(lambda epoch, step, batch: batch))
     return with_options(dataset.prefetch(tf.data.AUTOTUNE))

@@ -16,6 +16,7 @@ import numpy as np
 from training import adapt, distribute, jax_distribution, objectives, presets
 from vit_app import console, hardware, outputs
 from vit_app.data import sources
+from vit_app.data.evaluation import traced_as_written
 from vit_app.data.source import Source
 from vit_keras import atomic
 
@@ -158,7 +159,8 @@ def count_examples(source: Source) -> int:
     if source.num_examples:
         return source.num_examples
     console.say(f"counting the examples of {source.spec} (one pass) ...")
-    return int(source.records().reduce(np.int64(0), lambda count, _: count + 1))
+    return int(source.records().reduce(np.int64(0),
+                                       traced_as_written(lambda count, _: count + 1)))
 
 
 def check_same_start(placement, start: str, output: str) -> None:

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from vit_app import images
 from vit_app.data import box_files
-from vit_app.data.evaluation import with_options
+from vit_app.data.evaluation import traced_as_written, with_options
 from vit_app.data.source import Source
 from vit_app.data.sources import (TrainingData, digits_arrays, open_paired_data,
                                   split_indices)
@@ -184,6 +184,7 @@ def targets(boxes, image_shape):
 
 def examples(source: Source, image_size) -> tf.data.Dataset:
     """(float32 images 0..255 resized whole to `image_size`, targets [max_objects, 5])."""
+    @traced_as_written
     def prepare(record, label):
         image = source.decode(record)
         return to_model_size(image, image_size), targets(tf.cast(label, tf.float32),

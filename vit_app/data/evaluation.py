@@ -16,6 +16,14 @@ def targets(labels: tf.Tensor, depth: int, multilabel: bool) -> tf.Tensor:
     return tf.cast(labels, tf.float32) if multilabel else tf.one_hot(labels, depth)
 
 
+def traced_as_written(function):
+    """`function`, for tf.data to trace as it is written: without autograph's rewrite of its
+    source (and of every function it calls) into graph control flow first. The pipelines'
+    functions branch on Python values only, never on a tensor's, so the rewrite changed
+    nothing but the start-up: about a second of every `vit` process (docs/testing.md)."""
+    return tf.autograph.experimental.do_not_convert(function)
+
+
 def with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """Deterministic order; sharded by data under a multi-worker strategy."""
     options = tf.data.Options()
@@ -27,10 +35,9 @@ def with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
 def eval_images(source: Source, image_size, preprocessing=OFFICIAL) -> tf.data.Dataset:
     """Unbatched `(image float32 0..255 [height, width, 3], label)` resized to `image_size`
     (an int or (height, width)) by the weights' rule (`preprocessing`), in source order."""
-    dataset = source.records().map(lambda record, label: (resize(source.decode(record),
-                                                                 image_size, preprocessing),
-                                                          label),
-                                   num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = source.records().map(traced_as_written(
+        lambda record, label: (resize(source.decode(record), image_size, preprocessing), label)),
+        num_parallel_calls=tf.data.AUTOTUNE)
     if source.ignore_errors:
         dataset = dataset.ignore_errors(log_warning=True)
     return dataset
@@ -52,9 +59,10 @@ def eval_dataset(source: Source, image_size, batch_size: int,
     if max_examples is not None:
         dataset = dataset.take(max_examples)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    dataset = dataset.map(lambda images, labels: (scale(images, preprocessing),
-                                                  targets(labels, depth, source.multilabel)),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.map(traced_as_written(
+        lambda images, labels: (scale(images, preprocessing),
+                                targets(labels, depth, source.multilabel))),
+        num_parallel_calls=tf.data.AUTOTUNE)
     return with_options(dataset.prefetch(tf.data.AUTOTUNE))
 
 

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from vit_app import images
 from vit_app.data import masks
-from vit_app.data.evaluation import with_options
+from vit_app.data.evaluation import traced_as_written, with_options
 from vit_app.data.source import Source
 from vit_app.data.sources import (TrainingData, digits_arrays, open_paired_data,
                                   split_indices)
@@ -163,9 +163,9 @@ def eval_pairs(source: Source, image_size) -> tf.data.Dataset:
     """Unbatched (image float32 0..255 at `image_size`, uint8 mask at its own size), in source
     order."""
     size = images.image_hw(image_size)
-    return source.records().map(
+    return source.records().map(traced_as_written(
         lambda record, label: (image_to_size(source.decode(record), size),
-                               source.decode_mask(label)),
+                               source.decode_mask(label))),
         num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -182,7 +182,8 @@ def take_pairs(source: Source, image_size, count: int) -> tuple[np.ndarray, np.n
         255 where pixels are ignored).
     """
     size = images.image_hw(image_size)
-    pairs = eval_pairs(source, size).map(lambda image, mask: (image, mask_to_size(mask, size)))
+    pairs = eval_pairs(source, size).map(
+        traced_as_written(lambda image, mask: (image, mask_to_size(mask, size))))
     taken = list(pairs.take(count).as_numpy_iterator())
     if not taken:
         return np.zeros((0, *size, 3), np.float32), np.zeros((0, *size), np.uint8)
@@ -196,6 +197,7 @@ def native_tiles(source: Source, image_size) -> tf.data.Dataset:
     (pixels 0, mask 255 = ignored). What a model trained on native crops is validated on."""
     rows, cols = images.image_hw(image_size)
 
+    @traced_as_written
     def tiles(record, label):
         image, mask = tf.cast(source.decode(record), tf.float32), source.decode_mask(label)
         height, width, channels = tf.unstack(tf.shape(image))
@@ -226,9 +228,10 @@ def native_eval_dataset(source: Source, image_size, batch_size: int,
     """`eval_dataset` for a model trained on native crops: batches of `native_tiles`, their
     number counted once (Keras takes a stream of unknown length for one that ran short)."""
     tiles = native_tiles(source, image_size)
-    count = int(tiles.reduce(tf.constant(0, tf.int64), lambda total, _: total + 1))
-    dataset = tiles.apply(tf.data.experimental.assert_cardinality(count)).map(
-        lambda image, mask: (images.scale(image, preprocessing), tf.cast(mask, tf.int32)))
+    count = int(tiles.reduce(tf.constant(0, tf.int64),
+                             traced_as_written(lambda total, _: total + 1)))
+    dataset = tiles.apply(tf.data.experimental.assert_cardinality(count)).map(traced_as_written(
+        lambda image, mask: (images.scale(image, preprocessing), tf.cast(mask, tf.int32))))
     return with_options(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 
@@ -245,9 +248,9 @@ def eval_dataset(source: Source, image_size, batch_size: int, drop_remainder: bo
         preprocessing: what the weights expect of pixels.
     """
     size = images.image_hw(image_size)
-    dataset = eval_pairs(source, size).map(
+    dataset = eval_pairs(source, size).map(traced_as_written(
         lambda image, mask: (images.scale(image, preprocessing),
-                             tf.cast(mask_to_size(mask, size), tf.int32)))
+                             tf.cast(mask_to_size(mask, size), tf.int32))))
     if max_examples is not None:
         dataset = dataset.take(max_examples)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from vit_app import images
 from vit_app.data.csv_source import csv_source
+from vit_app.data.evaluation import traced_as_written
 from vit_app.data.source import Source, check_files, file_list_source
 from vit_app.data.specs import list_folder, parse_spec
 
@@ -273,8 +274,8 @@ def tfds_source(argument: str, subset: str, data_dir: str | None) -> Source:
         builder.download_and_prepare()
         dataset = builder.as_dataset(split=split, shuffle_files=False,
                                      decoders={"image": tfds.decode.SkipDecoding()})
-        return dataset.map(lambda example: (example["image"],
-                                            tf.cast(example["label"], tf.int32)))
+        return dataset.map(traced_as_written(
+            lambda example: (example["image"], tf.cast(example["label"], tf.int32))))
 
     return Source(spec=f"tfds:{argument}", class_names=class_names, records=records,
                   decode=images.decode, num_examples=num_examples or None, ignore_errors=True)
@@ -305,7 +306,8 @@ def tfrecord_source(pattern: str) -> Source:
     class_names = _read_label_file(files)
     num_examples = None
     if class_names is None:  # one pass over the labels only, to learn the number of classes
-        labels = tf.data.TFRecordDataset(files).map(lambda p: parse(p)["image/class/label"])
+        labels = tf.data.TFRecordDataset(files).map(
+            traced_as_written(lambda p: parse(p)["image/class/label"]))
         labels = np.fromiter(labels.as_numpy_iterator(), dtype=np.int64)
         num_examples = len(labels)
         class_names = [f"class_{i}" for i in range(int(labels.max()) + 1 if len(labels) else 0)]
@@ -314,8 +316,9 @@ def tfrecord_source(pattern: str) -> Source:
 
     def records():
         dataset = tf.data.TFRecordDataset(files)
-        return dataset.map(lambda proto: (parse(proto)["image/encoded"],
-                                          tf.cast(parse(proto)["image/class/label"], tf.int32)))
+        return dataset.map(traced_as_written(
+            lambda proto: (parse(proto)["image/encoded"],
+                           tf.cast(parse(proto)["image/class/label"], tf.int32))))
 
     return Source(spec=f"tfrecord:{pattern}", class_names=class_names, records=records,
                   decode=images.decode, num_examples=num_examples, ignore_errors=True)

@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from vit_app.data.evaluation import traced_as_written
 from vit_app.data.source import Source
 
 
@@ -53,8 +54,9 @@ def keep_classes(source: Source, names: list[str]) -> Source:
     records = source.records
 
     def filtered():
-        dataset = records().map(lambda record, label: (record, tf.gather(table, label)))
-        return dataset.filter(lambda record, label: label >= 0)
+        dataset = records().map(
+            traced_as_written(lambda record, label: (record, tf.gather(table, label))))
+        return dataset.filter(traced_as_written(lambda record, label: label >= 0))
 
     return dataclasses.replace(source, class_names=class_names, records=filtered,
                                num_examples=None, arrays=None)

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from vit_app.data.evaluation import traced_as_written
 from vit_app.data.segmentation import eval_pairs
 from vit_app.data.source import Source
 from vit_app.images import scale
@@ -43,7 +44,8 @@ def confusion(predict: Callable, source: Source, image_size, num_classes: int,
     if max_examples is not None:
         pairs = pairs.take(max_examples)
 
-    def with_size(image, mask):  # a named function: autograph cannot read this lambda's source
+    @traced_as_written
+    def with_size(image, mask):
         return image, mask, tf.shape(mask)
 
     pairs = pairs.map(with_size)
@@ -76,9 +78,10 @@ def native_confusion(segment: Callable, source: Source, num_classes: int,
     Returns:
         [num_classes, num_classes] int64 counts (rows: the masks' classes).
     """
-    pairs = source.records().map(
+    pairs = source.records().map(traced_as_written(
         lambda record, label: (tf.cast(source.decode(record), tf.float32),
-                               source.decode_mask(label)), num_parallel_calls=tf.data.AUTOTUNE)
+                               source.decode_mask(label))),
+        num_parallel_calls=tf.data.AUTOTUNE)
     if max_examples is not None:
         pairs = pairs.take(max_examples)
     total = np.zeros((num_classes, num_classes), np.int64)
