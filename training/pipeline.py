@@ -26,7 +26,11 @@ def inception_crop(image: tf.Tensor, size, area_min: float, seed: tf.Tensor) -> 
         tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
         area_range=(area_min, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
         min_object_covered=0.0, use_image_if_no_bounding_boxes=True)
-    return resize(tf.slice(image, begin, crop_size), size)
+    crop = tf.slice(image, begin, crop_size)
+    # The crop's size is drawn, its channels are the image's: RandAugment's colour operations
+    # need them known when they are traced.
+    crop.set_shape([None, None, image.shape[-1]])
+    return resize(crop, size)
 
 
 def pad_crop(image: tf.Tensor, pad: int, seed: tf.Tensor) -> tf.Tensor:
