@@ -45,19 +45,32 @@ import pytest  # noqa: E402
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from vit_app import console  # noqa: E402
+from vit_keras import ViTConfig  # noqa: E402  (no framework: the configuration alone)
 
-with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines, as `vit` does
-    import keras  # noqa: E402
+keras = None  # imported by `_load_frameworks` in the processes that run tests
 
-from vit_keras import ViTConfig  # noqa: E402
 
-if _THREADS_LIMITED and keras.backend.backend() == "tensorflow":
-    import tensorflow as tf  # noqa: E402
+def _runs_tests(config) -> bool:
+    """False only in xdist's controller, which hands the tests to its workers."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
 
-    tf.config.threading.set_intra_op_parallelism_threads(_THREADS)
-for _name in _SET_HERE:  # read by now (NumPy's OpenBLAS, OpenMP); children start unlimited
-    os.environ.pop(_name)
+
+def _load_frameworks():
+    """Keras (and the backend under it) with the core share `_share_the_cores` chose. Only the
+    processes that run tests pay for the import: xdist's workers start a few seconds sooner
+    when the controller does not import Keras first."""
+    global keras
+    from vit_app import console
+
+    with console.quiet_native_stderr():  # TensorFlow's and jaxlib's start-up lines, as `vit`
+        import keras as imported
+    keras = imported
+    if _THREADS_LIMITED and keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(_THREADS)
+    for name in _SET_HERE:  # read by now (NumPy's OpenBLAS, OpenMP); children start unlimited
+        os.environ.pop(name)
 
 
 def pytest_configure(config):
@@ -70,6 +83,8 @@ def pytest_configure(config):
     import artifacts
     import budget
 
+    if _runs_tests(config):
+        _load_frameworks()
     if not hasattr(config, "workerinput"):
         if os.environ.get("VIT_TEST_ARTIFACTS") == "":
             os.environ["VIT_TEST_RUN_ARTIFACTS"] = tempfile.mkdtemp(prefix="vit-test-artifacts-")
