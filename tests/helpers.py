@@ -109,6 +109,17 @@ def randomize_weights(target, seed=0, stddev=0.1, mean=0.0):
     return target
 
 
+def quantize_layers(*layers, mode="int8"):
+    """`layer.quantize(mode)` for each Keras layer, without the full garbage collection Keras
+    runs for every kernel a layer drops (`keras_compat.no_collection_per_variable`): in a test
+    worker's heap each took up to a second, and what is quantized is the same."""
+    from vit_keras import keras_compat
+
+    with keras_compat.no_collection_per_variable():
+        for layer in layers:
+            layer.quantize(mode)
+
+
 def assert_builtin_tflite_ops(operators):
     """No Flex (TF Select) or custom operator among a TFLite file's operators."""
     operators = list(operators)

@@ -12,7 +12,8 @@ import os
 import keras
 import numpy as np
 import pytest
-from helpers import dtype_name, randomize_weights, requires_tf, to_numpy, value_and_gradients
+from helpers import (dtype_name, quantize_layers, randomize_weights, requires_tf, to_numpy,
+                     value_and_gradients)
 from keras import ops
 
 import vit_keras
@@ -331,7 +332,7 @@ def test_patch_embedding_fast_path_equals_the_einsum_projection():
         assert not vit_keras.fast_paths.fused_training_available()  # only TensorFlow has one
         return
     np.testing.assert_allclose(to_numpy(fast), plain, atol=1e-5)
-    layer.projection.quantize("int8")  # a quantized projection always runs Keras' own call
+    quantize_layers(layer.projection)  # a quantized projection always runs Keras' own call
     assert vit_keras.fast_paths.patch_projection(layer.projection, images, 4) is None
 
 

@@ -8,7 +8,8 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from helpers import random_images, randomize_weights, requires_tf, script_module, to_numpy
+from helpers import (quantize_layers, random_images, randomize_weights, requires_tf,
+                     script_module, to_numpy)
 
 from vit_keras import VisionTransformer, ViTConfig, convert, lora
 from vit_keras.checkpoints import save_npz
@@ -95,8 +96,7 @@ def test_quantized_mlp_block_is_its_dense_layers(tiny_config):
     block.build(tokens.shape)
     randomize_weights(block)
     expected = to_numpy(block(tokens))
-    for dense in (block.dense_0, block.dense_1):
-        dense.quantize("int8")
+    quantize_layers(block.dense_0, block.dense_1)
     flat = tokens.reshape(-1, 32)
     by_hand = to_numpy(block.dense_1(gelu(block.dense_0(flat)))).reshape(tokens.shape)
     np.testing.assert_allclose(to_numpy(block(tokens)), by_hand, atol=1e-5)

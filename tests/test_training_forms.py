@@ -5,7 +5,7 @@ and PyTorch too)."""
 import keras
 import numpy as np
 import pytest
-from helpers import (dtype_name, random_images, randomize_weights, to_numpy,
+from helpers import (dtype_name, quantize_layers, random_images, randomize_weights, to_numpy,
                      value_and_gradients)
 from keras import ops
 
@@ -112,8 +112,7 @@ def test_fused_qkv_includes_lora_and_leaves_quantized_layers_alone():
     with training_forms.using(fused_qkv=True):
         np.testing.assert_allclose(to_numpy(layer(inputs)), plain, atol=1e-5)
     quantized = _attention_layer()
-    for projection in (quantized.query, quantized.key, quantized.value):
-        projection.quantize("int8")
+    quantize_layers(quantized.query, quantized.key, quantized.value)
     assert training_forms.fused_self_attention_projections(
         quantized.query, quantized.key, quantized.value, inputs) is None
     plain = to_numpy(quantized(inputs))
