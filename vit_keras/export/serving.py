@@ -61,8 +61,6 @@ class _ServingFunctions:
             model = graph.at_image_size(model, image_size)
         self.model = graph.float32_model(model)
         logits_model, self._activation = graph.split_activation(self.model, activation)
-        self._logits = graph.logits_function(logits_model, include_preprocessing,
-                                             self.preprocessing)
         # serve_bytes resizes to the training size; serving_default of an any-size model
         # takes any size.
         self.height, self.width = input_image_size(self.model)
@@ -70,6 +68,11 @@ class _ServingFunctions:
         self.images_spec = tf.TensorSpec(
             [None, self.height if fixed else None, self.width if fixed else None, 3],
             tf.float32, name="images")
+        # One trace of the model that every endpoint calls: traced inside each endpoint (and
+        # again when it is saved), the model's graph was built six times.
+        self._logits = tf.function(
+            graph.logits_function(logits_model, include_preprocessing, self.preprocessing),
+            input_signature=[self.images_spec], autograph=False)
         self.bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
 
     def _outputs(self, images):
