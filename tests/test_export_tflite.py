@@ -17,6 +17,22 @@ def _classifier(config, **kwargs):
     return model
 
 
+def test_the_float_files_of_a_model_share_one_frozen_graph(tiny_config, tmp_path,
+                                                           monkeypatch):
+    """Inside `graphs_shared` (as `vit export` writes its files) the float32 and fp16 files are
+    converted from one traced and frozen graph of the model, and each still matches Keras."""
+    from vit_keras.export import lite
+
+    model, traced = _classifier(tiny_config), []
+    trace = lite._trace
+    monkeypatch.setattr(lite, "_trace", lambda *args: (traced.append(args), trace(*args))[1])
+    with export.graphs_shared():
+        reports = [export.tflite(model, str(tmp_path / f"{name}.tflite"), quantization=name)
+                   for name in (None, "fp16")]
+    assert len(traced) == 1
+    assert reports[0]["max_abs_logit_diff"] <= 1e-4 and reports[1]["max_abs_logit_diff"] <= 1e-2
+
+
 @pytest.mark.parametrize("quantization,bound", [(None, 1e-4), ("fp16", 1e-2),
                                                 ("dynamic_int8", None), ("int8", None)])
 def test_each_precision_loads_in_litert_with_builtin_ops(tiny_config, tmp_path, quantization,

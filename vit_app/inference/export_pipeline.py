@@ -22,7 +22,7 @@ from vit_app.inference.export_writers import WriteJob
 from vit_keras import atomic, hub_presets
 from vit_keras import tasks as library_tasks
 from vit_keras.core.model import config_from_model
-from vit_keras.export import graph
+from vit_keras.export import graph, lite
 
 REJECTED_DIR = "rejected"
 STAGING_PREFIX = ".export-"  # one export at a time writes into an output folder
@@ -112,13 +112,14 @@ def _write_formats(job: WriteJob, folders, report: dict, evaluation: Evaluation,
     """Writes, checks and publishes each format, recording its entry in `report`; returns the
     runners of the published TFLite and ONNX files. `folders` is (output, staging)."""
     runners, written = {}, {}
-    for export_format in job.options.chosen:
-        name = export_format.name
-        entry, written[name] = _write_checked(export_format, job, folders, evaluation,
-                                              bars[name], written)
-        if entry["passed"] and export_format.timed:
-            runners[name] = export_writers.runner(export_format, written[name])
-        report["formats"][name] = entry
+    with lite.graphs_shared():  # the TFLite files of one model: one trace per graph form
+        for export_format in job.options.chosen:
+            name = export_format.name
+            entry, written[name] = _write_checked(export_format, job, folders, evaluation,
+                                                  bars[name], written)
+            if entry["passed"] and export_format.timed:
+                runners[name] = export_writers.runner(export_format, written[name])
+            report["formats"][name] = entry
     return runners
 
 

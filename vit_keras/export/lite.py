@@ -10,6 +10,7 @@ and compared with the Keras model before `tflite` returns.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 
@@ -30,6 +31,23 @@ _UNFROZEN_OPS = {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"}
 
 class NonBuiltinOpsError(ValueError):
     """The model needs operators outside the TFLite builtin set (Flex/custom ops)."""
+
+
+_shared_graphs: dict | None = None  # while `graphs_shared` runs: its frozen graphs
+
+
+@contextlib.contextmanager
+def graphs_shared():
+    """Inside the block, the `tflite` files of a model share its traced and frozen graph: the
+    float32, fp16 and dynamic-range files are converted from one, the full-integer file from
+    its own form. An export of every format traced and froze the model once per file. The
+    models must not change inside the block (their weights are frozen into the graph)."""
+    global _shared_graphs
+    outer, _shared_graphs = _shared_graphs, {}
+    try:
+        yield
+    finally:
+        _shared_graphs = outer
 
 
 def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
@@ -96,7 +114,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     logits_model, _ = graph.split_activation(
         graph.float32_model(graph.at_image_size(model, image_size)))
     content, report = _converted(
-        logits_model, path, quantization, representative_data, io_type, batch_size,
+        model, logits_model, path, quantization, representative_data, io_type, batch_size,
         num_calibration_images, include_preprocessing, tuple(float_ops), per_channel,
         keep_tensor_names)
     bar = (quantization, min_agreement, on_low_agreement, _advice(quantization))
@@ -108,13 +126,23 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
                                       include_preprocessing=include_preprocessing, bar=bar)
 
 
-def _converted(logits_model, path, quantization, representative_data, io_type, batch_size,
-               num_calibration_images, include_preprocessing, float_ops, per_channel,
-               keep_tensor_names) -> tuple[bytes, dict]:
-    """The converted file's bytes and its report before verification (`tflite`'s arguments)."""
-    concrete_function = _trace(logits_model, include_preprocessing, batch_size,
-                               integer=quantization == "int8" and not float_ops)
-    content = _convert(concrete_function, quantization, representative_data, io_type,
+def _converted(model, logits_model, path, quantization, representative_data, io_type,
+               batch_size, num_calibration_images, include_preprocessing, float_ops,
+               per_channel, keep_tensor_names) -> tuple[bytes, dict]:
+    """The converted file's bytes and its report before verification (`tflite`'s arguments;
+    `logits_model`: `model` as a float32 model returning logits at the file's size)."""
+    integer = quantization == "int8" and not float_ops
+    key = (id(model), graph.image_size(logits_model), include_preprocessing, batch_size, integer)
+    if _shared_graphs is not None and key in _shared_graphs:
+        frozen = _shared_graphs[key][1]
+    else:
+        # Freezing the weights into constants first: converting Keras 3 variables directly
+        # leaves VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as uninitialised.
+        frozen = keras_compat.freeze_concrete_function(
+            _trace(logits_model, include_preprocessing, batch_size, integer))
+        if _shared_graphs is not None:
+            _shared_graphs[key] = (model, frozen)  # the model kept: its id stays its own
+    content = _convert(frozen, quantization, representative_data, io_type,
                        num_calibration_images, graph.image_size(logits_model), float_ops,
                        per_channel)
     ops = _check_operators(content, quantization, float_ops)
@@ -172,11 +200,8 @@ def _check_arguments(quantization, representative_data, io_type, batch_size, flo
         raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
 
 
-def _convert(concrete_function, quantization, representative_data, io_type,
-             num_calibration_images, image_hw, float_ops=(), per_channel=True) -> bytes:
-    # Freezing the weights into constants first: converting Keras 3 variables directly leaves
-    # VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as uninitialised.
-    frozen = keras_compat.freeze_concrete_function(concrete_function)
+def _convert(frozen, quantization, representative_data, io_type, num_calibration_images,
+             image_hw, float_ops=(), per_channel=True) -> bytes:
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantization is not None:
