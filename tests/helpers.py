@@ -109,6 +109,19 @@ def randomize_weights(target, seed=0, stddev=0.1, mean=0.0):
     return target
 
 
+def record_calls(monkeypatch, owner, name, record=lambda *args, **kwargs: args) -> list:
+    """Wraps `owner.name` (a function, method or class attribute) so that each call appends
+    `record(*the call's arguments)` to the returned list, then runs as before."""
+    calls, original = [], getattr(owner, name)
+
+    def recorded(*args, **kwargs):
+        calls.append(record(*args, **kwargs))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return calls
+
+
 def quantize_layers(*layers, mode="int8"):
     """`layer.quantize(mode)` for each Keras layer, without the full garbage collection Keras
     runs for every kernel a layer drops (`keras_compat.no_collection_per_variable`): in a test

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import assert_builtin_tflite_ops, random_pixels, randomize_weights
+from helpers import assert_builtin_tflite_ops, random_pixels, randomize_weights, record_calls
 
 from vit_keras import VisionTransformer, export, preprocess_input
 from vit_keras import atomic
@@ -23,9 +23,7 @@ def test_the_float_files_of_a_model_share_one_frozen_graph(tiny_config, tmp_path
     converted from one traced and frozen graph of the model, and each still matches Keras."""
     from vit_keras.export import lite
 
-    model, traced = _classifier(tiny_config), []
-    trace = lite._trace
-    monkeypatch.setattr(lite, "_trace", lambda *args: (traced.append(args), trace(*args))[1])
+    model, traced = _classifier(tiny_config), record_calls(monkeypatch, lite, "_trace")
     with export.graphs_shared():
         reports = [export.tflite(model, str(tmp_path / f"{name}.tflite"), quantization=name)
                    for name in (None, "fp16")]

@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import record_calls
 from PIL import Image
 
 from vit_app.data import evaluation, sources
@@ -128,10 +129,8 @@ def test_the_pipelines_are_traced_as_written_without_autograph(monkeypatch):
     rewrite took about a second of each `vit` process and changed nothing)."""
     from tensorflow.python.autograph.impl import api
 
-    rewritten = []
-    transform = api._TRANSPILER.transform
-    monkeypatch.setattr(api._TRANSPILER, "transform", lambda function, context: (
-        rewritten.append(function.__qualname__), transform(function, context))[1])
+    rewritten = record_calls(monkeypatch, api._TRANSPILER, "transform",
+                             lambda function, context: function.__qualname__)
     source = sources.digits_source("train")
     preset = Preset(seed=3).replace(augment={"flip": True, "randaugment_ops": 1,
                                              "mixup_alpha": 0.2, "cutmix_alpha": 1.0,

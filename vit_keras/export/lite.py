@@ -131,17 +131,8 @@ def _converted(model, logits_model, path, quantization, representative_data, io_
                per_channel, keep_tensor_names) -> tuple[bytes, dict]:
     """The converted file's bytes and its report before verification (`tflite`'s arguments;
     `logits_model`: `model` as a float32 model returning logits at the file's size)."""
-    integer = quantization == "int8" and not float_ops
-    key = (id(model), graph.image_size(logits_model), include_preprocessing, batch_size, integer)
-    if _shared_graphs is not None and key in _shared_graphs:
-        frozen = _shared_graphs[key][1]
-    else:
-        # Freezing the weights into constants first: converting Keras 3 variables directly
-        # leaves VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as uninitialised.
-        frozen = keras_compat.freeze_concrete_function(
-            _trace(logits_model, include_preprocessing, batch_size, integer))
-        if _shared_graphs is not None:
-            _shared_graphs[key] = (model, frozen)  # the model kept: its id stays its own
+    frozen = _frozen_graph(model, logits_model, include_preprocessing, batch_size,
+                           integer=quantization == "int8" and not float_ops)
     content = _convert(frozen, quantization, representative_data, io_type,
                        num_calibration_images, graph.image_size(logits_model), float_ops,
                        per_channel)
@@ -153,6 +144,20 @@ def _converted(model, logits_model, path, quantization, representative_data, io_
     if quantization == "int8":
         report["per_channel"] = per_channel
     return content, report
+
+
+def _frozen_graph(model, logits_model, include_preprocessing: bool, batch_size, integer: bool):
+    """`_trace`'s function with the weights frozen into constants (converting Keras 3
+    variables directly leaves VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as
+    uninitialised); inside `graphs_shared`, made once per model and form."""
+    key = (id(model), graph.image_size(logits_model), include_preprocessing, batch_size, integer)
+    if _shared_graphs is not None and key in _shared_graphs:
+        return _shared_graphs[key][1]
+    frozen = keras_compat.freeze_concrete_function(
+        _trace(logits_model, include_preprocessing, batch_size, integer))
+    if _shared_graphs is not None:
+        _shared_graphs[key] = (model, frozen)  # the model kept: its id stays its own
+    return frozen
 
 
 def _advice(quantization) -> str:
