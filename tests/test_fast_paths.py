@@ -145,13 +145,32 @@ def test_fused_adam_update_equals_keras(optimizer, tiny_config):
     for cls in (ours, theirs):
         for weight, value in zip(model.trainable_weights, start):
             weight.assign(value)
-        instance = cls(learning_rate=1e-2, beta_1=0.8, beta_2=0.95, epsilon=1e-7)
+        schedule = recipe.WarmupDecay(1e-2, total_steps=4, warmup_steps=1)
+        instance = cls(learning_rate=schedule, beta_1=0.8, beta_2=0.95, epsilon=1e-7)
         for step in gradients:
             instance.apply(step, model.trainable_weights)
         results.append([to_numpy(weight) for weight in model.trainable_weights])
     for fused, reference, initial in zip(*results, start):
         assert np.abs(fused - initial).max() > 1e-3  # the weights moved
         np.testing.assert_allclose(fused, reference, atol=1e-6)
+
+
+@requires_tf
+def test_a_traced_update_builds_the_schedule_and_bias_corrections_once(tiny_config):
+    """One step's graph holds the learning-rate schedule once (not once per decayed weight) and
+    Adam's two bias corrections once per dtype (not once per weight)."""
+    import tensorflow as tf
+
+    model = vit_keras.VisionTransformer(tiny_config)
+    optimizer = recipe.AdamW(learning_rate=recipe.WarmupDecay(1e-2, total_steps=4),
+                             weight_decay=0.05)
+    optimizer.build(model.trainable_weights)
+    gradients = [ops.zeros_like(weight) for weight in model.trainable_weights]
+    step = tf.function(lambda: optimizer.apply(gradients, model.trainable_weights))
+    kinds = [op.type for op in step.get_concrete_function().graph.get_operations()]
+    assert len(model.trainable_weights) > 20
+    assert kinds.count("ResourceApplyAdam") == len(model.trainable_weights)
+    assert kinds.count("Cos") == 1 and kinds.count("Pow") == 2
 
 
 def test_mixed_bfloat16_training_path_stays_close_to_float32(tiny_config):

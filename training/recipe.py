@@ -65,6 +65,31 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "steps_per_update": self.steps_per_update}
 
 
+class _RateOncePerStep:
+    """Evaluates the learning-rate schedule once per optimizer step (a mixin for Keras
+    optimizers).
+
+    Keras reads `learning_rate` for the update and again for each weight it decays, and with a
+    schedule that property builds the schedule's ops each time: a small detector's train step
+    held 66 copies of the cosine schedule, a fifth of its graph. Every read within one step
+    gets the one rate of that step, as before.
+    """
+
+    _rate_of_this_step = None
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        self._rate_of_this_step = self._get_current_learning_rate()
+        try:
+            super()._backend_apply_gradients(grads, trainable_variables)
+        finally:
+            self._rate_of_this_step = None
+
+    def _get_current_learning_rate(self):
+        if self._rate_of_this_step is not None:
+            return self._rate_of_this_step
+        return super()._get_current_learning_rate()
+
+
 class _FusedAdamUpdate:
     """Adam's per-variable update as one TensorFlow kernel (a mixin for Keras Adam and AdamW).
 
@@ -75,6 +100,27 @@ class _FusedAdamUpdate:
     keep the Keras update.
     """
 
+    _scalars_of_this_step = None
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        self._scalars_of_this_step = {}
+        try:
+            super()._backend_update_step(grads, trainable_variables, learning_rate)
+        finally:
+            self._scalars_of_this_step = None
+
+    def _step_scalars(self, dtype) -> dict:
+        """The step's bias corrections and constants in `dtype`, built once per step and dtype
+        (not once per weight: most of a step's optimizer ops otherwise)."""
+        cache = self._scalars_of_this_step if self._scalars_of_this_step is not None else {}
+        if dtype not in cache:
+            step = ops.cast(self.iterations + 1, dtype)
+            beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+            cache[dtype] = dict(beta1_power=ops.power(beta_1, step),
+                                beta2_power=ops.power(beta_2, step), beta1=beta_1,
+                                beta2=beta_2, epsilon=ops.cast(self.epsilon, dtype))
+        return cache[dtype]
+
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad or keras.backend.backend() != "tensorflow":
             return super().update_step(gradient, variable, learning_rate)
@@ -83,14 +129,11 @@ class _FusedAdamUpdate:
         if isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
-        step = ops.cast(self.iterations + 1, dtype)
         momentum, velocity = keras_compat.adam_slots(self, variable)
-        beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable), m=_handle(momentum), v=_handle(velocity),
-            beta1_power=ops.power(beta_1, step), beta2_power=ops.power(beta_2, step),
-            lr=ops.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
-            epsilon=ops.cast(self.epsilon, dtype), grad=ops.cast(gradient, dtype))
+            lr=ops.cast(learning_rate, dtype), grad=ops.cast(gradient, dtype),
+            **self._step_scalars(dtype))
 
 
 class _LayerwiseRates:
@@ -172,19 +215,19 @@ def _handle(variable):
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class AdamW(_LayerwiseRates, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
+class AdamW(_LayerwiseRates, _RateOncePerStep, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
             keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class Adam(_LayerwiseRates, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
+class Adam(_LayerwiseRates, _RateOncePerStep, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
            keras.optimizers.Adam):
     """`keras.optimizers.Adam` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class SGD(_LayerwiseRates, keras_compat.ClipAfterAllReduce, keras.optimizers.SGD):
+class SGD(_LayerwiseRates, _RateOncePerStep, keras_compat.ClipAfterAllReduce, keras.optimizers.SGD):
     """`keras.optimizers.SGD` clipping the all-reduced gradient (see `keras_compat.ClipAfterAllReduce`)."""
 
 
