@@ -96,6 +96,35 @@ def test_fixed_batch_and_errors(tiny_config, tmp_path):
     assert not (tmp_path / "old.onnx").exists()
 
 
+def test_tf2onnx_passes_run_without_copies_and_a_failing_pass_is_undone(tiny_config, tmp_path,
+                                                                       monkeypatch):
+    """The conversion runs tf2onnx's graph passes on the graph itself (no copy of the graph
+    before each pass); a pass that raises sends the conversion again through tf2onnx's own
+    undo copies, and the file is still written and checked."""
+    import tf2onnx.optimizer as passes
+    from helpers import record_calls
+
+    model = _model(tiny_config)
+    copies = record_calls(monkeypatch, passes.copy, "deepcopy",
+                          lambda value, *rest: type(value).__name__)
+    report = export.onnx(model, str(tmp_path / "model.onnx"),
+                         verify_images=random_pixels(tiny_config, batch=4))
+    assert "Graph" not in copies and report["top1_agreement"] == 1.0
+
+    class Failing:
+        graph_been_opt = False
+
+        def optimize(self, graph, iteration):
+            raise RuntimeError("a pass that fails on this graph")
+
+    monkeypatch.setattr(passes, "_optimizers", {"failing": Failing, **passes._optimizers})
+    copies.clear()
+    report = export.onnx(model, str(tmp_path / "again.onnx"),
+                         verify_images=random_pixels(tiny_config, batch=4))
+    assert "Graph" in copies and report["top1_agreement"] == 1.0
+    assert (tmp_path / "again.onnx").exists()
+
+
 def test_int8_files(tiny_onnx, tiny_config, tmp_path):
     model, float_path, _ = tiny_onnx
     calibration = random_pixels(tiny_config, batch=32, seed=3)
