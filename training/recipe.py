@@ -215,20 +215,22 @@ def _handle(variable):
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class AdamW(_LayerwiseRates, _RateOncePerStep, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
-            keras.optimizers.AdamW):
+class AdamW(_LayerwiseRates, _RateOncePerStep, _FusedAdamUpdate,
+            keras_compat.ClipAfterAllReduce, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class Adam(_LayerwiseRates, _RateOncePerStep, _FusedAdamUpdate, keras_compat.ClipAfterAllReduce,
-           keras.optimizers.Adam):
+class Adam(_LayerwiseRates, _RateOncePerStep, _FusedAdamUpdate,
+           keras_compat.ClipAfterAllReduce, keras.optimizers.Adam):
     """`keras.optimizers.Adam` with a one-kernel update, clipping the all-reduced gradient."""
 
 
 @keras.saving.register_keras_serializable(package="vit_training")
-class SGD(_LayerwiseRates, _RateOncePerStep, keras_compat.ClipAfterAllReduce, keras.optimizers.SGD):
-    """`keras.optimizers.SGD` clipping the all-reduced gradient (see `keras_compat.ClipAfterAllReduce`)."""
+class SGD(_LayerwiseRates, _RateOncePerStep, keras_compat.ClipAfterAllReduce,
+          keras.optimizers.SGD):
+    """`keras.optimizers.SGD` clipping the all-reduced gradient (see
+    `keras_compat.ClipAfterAllReduce`)."""
 
 
 def make_schedule(preset, steps_per_epoch: int) -> WarmupDecay:
