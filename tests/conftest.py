@@ -74,7 +74,8 @@ def _load_frameworks():
 
 
 def pytest_configure(config):
-    """Caches every worker and every process it starts share, and the time-budget guard.
+    """Caches every worker and every process it starts share, XLA's quick compilation
+    (`runs.TEST_XLA_FLAGS`) and the time-budget guard.
 
     The controller (or a run without xdist) chooses the artifact folder (`tests/artifacts.py`)
     before the workers start, so they inherit it; the JAX compilation cache lies in it, so each
@@ -82,7 +83,9 @@ def pytest_configure(config):
     """
     import artifacts
     import budget
+    from runs import TEST_XLA_FLAGS, xla_flags
 
+    os.environ["XLA_FLAGS"] = xla_flags(*TEST_XLA_FLAGS)  # read when XLA starts, in any process
     if _runs_tests(config):
         _load_frameworks()
     if not hasattr(config, "workerinput"):

@@ -15,6 +15,19 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The tests' XLA compiles with LLVM at -O0 (tests/conftest.py sets them for every process a run
+# starts): their tiny models spend their time compiling, op by op on eager JAX, not running.
+# test_attention.py's JAX pass took 45 -> 35 s, three of test_training_jax.py's runs 82 -> 48 s,
+# the slow tier's 23 JAX tests about 714 -> 535 s of test time; the numbers the tests compare
+# agree within their tolerances either way.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+
+
+def xla_flags(*flags: str) -> str:
+    """This process's XLA_FLAGS with `flags` added (each once)."""
+    current = os.environ.get("XLA_FLAGS", "").split()
+    return " ".join([*current, *(flag for flag in flags if flag not in current)])
+
 
 def vit_env(**changes) -> dict:
     """The environment of a `vit` subprocess: quiet TensorFlow, no GPU, no TF_CONFIG of the
@@ -27,6 +40,13 @@ def vit_env(**changes) -> dict:
         else:
             env[name] = value
     return env
+
+
+def jax_env(devices: int = 1) -> dict:
+    """`vit_env` for JAX on `devices` simulated CPU devices (--backend jax chooses the Keras
+    backend)."""
+    return vit_env(XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
+                   JAX_PLATFORMS="cpu", KERAS_BACKEND=None)
 
 
 # `vit` in a process whose CPU is split into two logical devices before TensorFlow starts

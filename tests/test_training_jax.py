@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from artifacts import shared
-from runs import kill_after_backup, start_vit, vit_env
+from runs import jax_env, kill_after_backup, start_vit
 
 TINY = ["--backend", "jax", "--mixed-precision", "float32", "--batch-size", "32",
         "--set", "model.image_size=8", "--set", "model.patch_size=4",
@@ -24,16 +24,10 @@ TINY = ["--backend", "jax", "--mixed-precision", "float32", "--batch-size", "32"
         "--set", "loop.eval_every=1", "--seed", "3", "--no-inspect", "--no-export"]
 
 
-def _env(devices=1):
-    """JAX on `devices` simulated CPU devices; --backend jax chooses the Keras backend."""
-    return vit_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                   JAX_PLATFORMS="cpu", KERAS_BACKEND=None)
-
-
 def _start(args, output, devices=1, **kwargs):
     """Starts `vit train ARGS --output OUTPUT` in the folder holding `output`."""
     return start_vit(["train", *args, "--output", output], os.path.dirname(output),
-                     _env(devices), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                     jax_env(devices), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                      **kwargs)
 
 
@@ -114,7 +108,7 @@ SHARDING_PROBE = textwrap.dedent("""
 @pytest.mark.slow
 def test_model_parallel_shards_attention_heads_and_mlp_units(tmp_path):
     probe = subprocess.run([sys.executable, "-c", SHARDING_PROBE], env=dict(
-        _env(devices=2), KERAS_BACKEND="jax"), cwd=tmp_path, capture_output=True, text=True,
+        jax_env(devices=2), KERAS_BACKEND="jax"), cwd=tmp_path, capture_output=True, text=True,
         timeout=300)
     assert probe.returncode == 0, probe.stderr[-3000:]
     specs = json.loads(probe.stdout.strip().splitlines()[-1])
@@ -185,7 +179,7 @@ NAN_RUN = textwrap.dedent("""
 @pytest.mark.slow
 def test_nan_loss_stops_a_jax_run(tmp_path):
     finished = subprocess.run([sys.executable, "-c", NAN_RUN, str(tmp_path / "out")],
-                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
+                              env=dict(jax_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
                               capture_output=True, text=True, timeout=300)
     assert "stopped:" in finished.stdout and "no earlier check" in finished.stdout, (
         finished.stdout[-2000:] + finished.stderr[-3000:])
@@ -301,7 +295,7 @@ LORA_RESUME_RUN = textwrap.dedent("""
 @pytest.mark.slow
 def test_lora_with_layer_decay_killed_and_resumed_on_jax(tmp_path):
     finished = subprocess.run([sys.executable, "-c", LORA_RESUME_RUN, str(tmp_path)],
-                              env=dict(_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
+                              env=dict(jax_env(), KERAS_BACKEND="jax"), cwd=tmp_path,
                               capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-4000:]
     assert "killed" in finished.stdout and "finetune lora (rank 2" in finished.stdout

@@ -19,7 +19,7 @@ import calibration
 import numpy as np
 import pytest
 from localhost import free_ports
-from runs import read_state, start_vit, vit_env, wait_for_backup
+from runs import jax_env, read_state, start_vit, vit_env, wait_for_backup
 
 from training import preemption
 
@@ -48,11 +48,6 @@ def _limits(runs: int) -> tuple[float, float]:
     sharing = max(1.0, (runs + workers - 1) / len(os.sched_getaffinity(0)))
     scale = max(1.0, calibration.main_job_seconds()[0] / calibration.REFERENCE_MAIN_JOB) * sharing
     return SIGNAL_TO_BACKUP_LIMIT_S * scale, SIGNAL_TO_EXIT_LIMIT_S * scale
-
-
-def _jax_env(devices):
-    return vit_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                   JAX_PLATFORMS="cpu", KERAS_BACKEND=None)
 
 
 def _start(args, output, env=None, two_cpus=False):
@@ -168,13 +163,13 @@ def test_ctrl_c_under_mirrored_strategy_over_two_cpus(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_on_four_jax_devices_then_resume(tmp_path):
-    _stop_and_resume(tmp_path, [*TINY, *JAX], seed=2, env=_jax_env(4))
+    _stop_and_resume(tmp_path, [*TINY, *JAX], seed=2, env=jax_env(4))
 
 
 def _two_processes(args, output):
     (port,) = free_ports(1)
     return [_start([*args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                    "--process-id", str(index)], output, _jax_env(1)) for index in range(2)]
+                    "--process-id", str(index)], output, jax_env(1)) for index in range(2)]
 
 
 @pytest.mark.slow
@@ -182,7 +177,7 @@ def test_two_jax_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path)
     args = [*TINY, *JAX]
     # The uninterrupted reference: one process on two devices, the same data parallel step as
     # two processes of one device each (tests/test_training_jax.py), while they run.
-    reference = _start(args, tmp_path / "ref", _jax_env(2))
+    reference = _start(args, tmp_path / "ref", jax_env(2))
     output = tmp_path / "victim"
     processes = _two_processes(args, output)
     # Only process 1 hears the signal; process 0 (the chief) must stop at the same step.
