@@ -20,6 +20,10 @@ The project relies on a few internals that have no public equivalent:
 7. `Layer.__delattr__` runs a full `gc.collect()` after each variable a layer drops, so that a
    device buffer goes at once; `Model.quantize` drops every projection's kernel
    (`no_collection_per_variable`).
+8. `Model._distribute_strategy` (TensorFlow trainer): the strategy a model was made under, if
+   any. Without one, Keras builds the optimizer inside the first traced step, and TensorFlow,
+   seeing variables made, traces the step twice, with an initialisation guard per slot
+   (`build_optimizer_before_tracing`).
 
 Under MultiWorkerMirroredStrategy `fit` reduces every log with `strategy.reduce("MEAN", value,
 axis=0)`, which fails on scalars (tensorflow/tensorflow#72388); `vector_logs` (public API only)
@@ -169,3 +173,21 @@ def no_collection_per_variable():
         yield
     finally:
         gc.collect = collect
+
+
+def build_optimizer_before_tracing(model) -> None:
+    """Builds a compiled model's optimizer for its trainable variables now, where Keras'
+    TensorFlow trainer would build it inside the first traced training step.
+
+    Only there: a model made under a tf.distribute strategy has it built by Keras before the
+    step is traced, in the strategy's scope; JAX and PyTorch always build it first. The same
+    variables as Keras would build at the first step, so the same training; one trace instead
+    of two (a 2-block ViT's first epoch 5.1 -> 3.2 s on a 2-core CPU).
+    """
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or optimizer.built or keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    if getattr(model, "_distribute_strategy", None) is None and not tf.distribute.has_strategy():
+        optimizer.build(model.trainable_variables)

@@ -7,7 +7,7 @@ import functools
 import keras
 
 from vit_keras.core import layers as vit_layers
-from vit_keras import lora, names, quantization, tasks
+from vit_keras import keras_compat, lora, names, quantization, tasks
 from vit_keras.config import ViTConfig, split_preprocessing
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 from vit_keras.core.initializers import PACKAGE
@@ -253,10 +253,12 @@ class ConfiguredModel:
 
     def fit(self, x=None, *args, **kwargs):
         check_image_size(self.config, x)
+        keras_compat.build_optimizer_before_tracing(self)
         return super().fit(x, *args, **kwargs)
 
     def train_on_batch(self, x, *args, **kwargs):
         check_image_size(self.config, x)
+        keras_compat.build_optimizer_before_tracing(self)
         return super().train_on_batch(x, *args, **kwargs)
 
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
