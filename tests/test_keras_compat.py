@@ -7,10 +7,10 @@ import inspect
 import keras
 import numpy as np
 import pytest
+from keras.src.saving import saving_lib
 from helpers import random_images, requires_tf, to_numpy
 
 from vit_keras import keras_compat
-
 
 def test_installed_keras_is_the_tested_one():
     assert keras_compat.keras_minor() == keras_compat.TESTED_KERAS, (
@@ -37,6 +37,7 @@ def test_pin_admits_only_the_tested_keras():
     (keras.optimizers.Optimizer, "_clip_gradients", ["self", "grads"]),
     (keras.optimizers.Adam, "_get_variable_index", ["self", "variable"]),
     (keras.layers.Layer, "_flatten_layers", ["self", "include_self", "recursive"]),
+    (saving_lib, "get_attr_skipset", ["obj_type"]),
 ])
 def test_private_methods_keep_their_signatures(owner, name, parameters):
     assert list(inspect.signature(getattr(owner, name)).parameters) == parameters
@@ -122,3 +123,17 @@ def test_fit_builds_the_optimizer_before_tracing_and_trains_as_keras_does(tiny_c
     assert traces == [2, 1]
     for (path, theirs), (_, mine) in zip(*weights):
         np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7, err_msg=path)
+
+
+def test_saving_skipsets_are_computed_once_per_type_and_equal_keras_own():
+    """Keras' cache of them misses every time (keras_compat, item 9); ours holds Keras'
+    own sets, so `.keras` files are written and read as Keras writes and reads them."""
+    def walked(names):  # the walk skips every dunder name (a class gains some over time)
+        return {name for name in names if not name.startswith("__")}
+
+    keras_compat.cache_saving_skipsets()  # a second call keeps the one cache
+    for obj_type in ("Layer", "Functional", "Optimizer", "Metric", "Loss"):
+        first = saving_lib.get_attr_skipset(obj_type)
+        assert saving_lib.get_attr_skipset(obj_type) is first, obj_type
+        assert walked(saving_lib.get_attr_skipset.__wrapped__(obj_type)) == walked(first), \
+            obj_type

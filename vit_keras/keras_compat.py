@@ -24,6 +24,11 @@ The project relies on a few internals that have no public equivalent:
    any. Without one, Keras builds the optimizer inside the first traced step, and TensorFlow,
    seeing variables made, traces the step twice, with an initialisation guard per slot
    (`build_optimizer_before_tracing`).
+9. `keras.src.saving.saving_lib.get_attr_skipset`: which attributes of a layer, model or
+   optimizer the `.keras`/`.weights.h5` writers and readers skip as Keras' own. Keras caches
+   it under one key and looks it up under another, so every object of every save and load
+   builds a throw-away `Layer()` for its `dir()` (a third of a small model's backup time);
+   `cache_saving_skipsets` caches it per object type, as Keras means to.
 
 Under MultiWorkerMirroredStrategy `fit` reduces every log with `strategy.reduce("MEAN", value,
 axis=0)`, which fails on scalars (tensorflow/tensorflow#72388); `vector_logs` (public API only)
@@ -38,11 +43,13 @@ changes any of them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import warnings
 
 import keras
 from keras import ops
+from keras.src.saving import saving_lib
 
 TESTED_KERAS = (3, 15)
 _warned = False
@@ -191,3 +198,16 @@ def build_optimizer_before_tracing(model) -> None:
 
     if getattr(model, "_distribute_strategy", None) is None and not tf.distribute.has_strategy():
         optimizer.build(model.trainable_variables)
+
+
+def cache_saving_skipsets() -> None:
+    """Makes Keras' saving code compute each object type's skipped attributes once per process
+    (see the module's item 9); the sets, and so every file written or read, are unchanged."""
+    check(saving_lib, "get_attr_skipset")
+    if not getattr(saving_lib.get_attr_skipset, "_vit_keras_cached", False):
+        cached = functools.lru_cache(maxsize=None)(saving_lib.get_attr_skipset)
+        cached._vit_keras_cached = True
+        saving_lib.get_attr_skipset = cached
+
+
+cache_saving_skipsets()
