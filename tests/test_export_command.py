@@ -90,7 +90,7 @@ def test_an_int8_file_below_its_bar_is_refused_and_the_others_are_written(traine
     # A later export that passes (its bar moved: how close int8 comes is not the point here)
     # publishes the file and clears its rejected copy.
     export_command.export_model(model, str(tmp_path), formats=("tflite_int8",),
-                                representative_images=trained_tiny.train[:100],
+                                representative_images=trained_tiny.train[:10],
                                 eval_images=trained_tiny.held_out, latency_runs=1,
                                 min_agreement=0.0)
     assert (tmp_path / "model_int8.tflite").exists()
@@ -105,9 +105,12 @@ def test_vit_export_exits_3_after_writing_the_files_that_pass(trained_tiny, tmp_
     images = np.concatenate([np.zeros_like(trained_tiny.held_out[:1]), trained_tiny.held_out])
     np.savez(tmp_path / "data.npz", images=images.astype("uint8"),
              labels=np.concatenate([[0], trained_tiny.labels]))
-    argv = ["export", "--model", str(model_path), "--formats", "tflite,tflite_int8",
-            "--data", str(tmp_path / "data.npz"), "--latency-runs", "1"]
-    assert cli.main(argv + ["--calibration-images", "1"]) == 3
+
+    def export(*options, formats="tflite,tflite_int8"):
+        return cli.main(["export", "--model", str(model_path), "--formats", formats,
+                         "--data", str(tmp_path / "data.npz"), "--latency-runs", "1", *options])
+
+    assert export("--calibration-images", "1") == 3
     captured = capsys.readouterr()
     assert "| tflite_int8 |" in captured.out and "FAILED (< 98.00%)" in captured.out
     assert "tflite_int8 FAILED: top-1 agreement" in captured.err
@@ -115,11 +118,12 @@ def test_vit_export_exits_3_after_writing_the_files_that_pass(trained_tiny, tmp_
     assert (model_path.parent / "model.tflite").exists()
     assert not (model_path.parent / "model_int8.tflite").exists()
     # The bar is the user's to move: at 0 the same file is written.
-    assert cli.main(argv + ["--calibration-images", "1", "--min-agreement", "int8=0"]) == 0
+    assert export("--calibration-images", "1", "--min-agreement", "int8=0",
+                  formats="tflite_int8") == 0
     assert (model_path.parent / "model_int8.tflite").exists()
-    assert cli.main(argv + ["--min-agreement", "int8=high"]) == 2
+    assert export("--min-agreement", "int8=high") == 2
     assert "--min-agreement must be a fraction" in capsys.readouterr().err
-    assert cli.main(argv + ["--min-agreement", "coreml=0.5"]) == 2
+    assert export("--min-agreement", "coreml=0.5") == 2
     assert "min_agreement keys must be formats" in capsys.readouterr().err
 
 

@@ -93,36 +93,37 @@ def test_a_missing_internal_is_a_clear_error():
         keras_compat.check(keras.Model, "_no_such_internal")
 
 
-def _fit_counting_traces(model, fit, images, labels) -> int:
-    """Runs `fit(model, ...)` for an epoch of two batches; returns how many times the training
-    step was traced."""
+def _fit_counting_steps(model, images, labels, run_eagerly=False) -> int:
+    """Runs the model's `fit` for an epoch of two batches; returns how many times its training
+    step was called in Python: each trace of the step, or each batch when run eagerly."""
     traces = []
     step = model.train_step
     model.train_step = lambda data: traces.append(1) or step(data)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-2),
+    model.compile(optimizer=keras.optimizers.AdamW(1e-2), run_eagerly=run_eagerly,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    fit(model, images, labels, batch_size=5, epochs=1, shuffle=False, verbose=0)
+    model.fit(images, labels, batch_size=5, epochs=1, shuffle=False, verbose=0)
     return len(traces)
 
 
 @requires_tf
 def test_fit_builds_the_optimizer_before_tracing_and_trains_as_keras_does(tiny_config):
     """Keras' own `fit` builds the optimizer inside the traced step, which TensorFlow then
-    traces again; the model's `fit` builds it first: one trace, the same weights."""
+    traces again; the model's `fit` builds it first: one trace, and the weights of the same
+    steps run eagerly (where Keras builds it at the first update)."""
     from vit_keras import VisionTransformer
 
     config = tiny_config.replace(num_layers=1, hidden_size=16, mlp_dim=16, num_heads=2)
     images = random_images(config, batch=10)
     labels = np.arange(10) % config.num_classes
-    traces, weights = [], []
-    for fit in (keras.Model.fit, VisionTransformer.fit):
+    calls, weights = [], []
+    for run_eagerly in (True, False):
         keras.utils.set_random_seed(1)
         model = VisionTransformer(config)
-        traces.append(_fit_counting_traces(model, fit, images, labels))
+        calls.append(_fit_counting_steps(model, images, labels, run_eagerly))
         weights.append([(weight.path, to_numpy(weight)) for weight in model.weights])
-    assert traces == [2, 1]
+    assert calls == [2, 1]  # a call per batch eagerly; traced once in a graph (Keras: twice)
     for (path, theirs), (_, mine) in zip(*weights):
-        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7, err_msg=path)
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6, err_msg=path)
 
 
 def test_saving_skipsets_are_computed_once_per_type_and_equal_keras_own():
