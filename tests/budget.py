@@ -104,7 +104,7 @@ class BudgetGuard:
     def _ratio_line(self) -> str:
         ratio = self._wall() / self.main_job
         line = (f"{self.tier} tier: {self._wall():.0f} s wall = {ratio:.2f}x the main job "
-                f"(vit train: {self.main_job:.0f} s, {self.source})")
+                f"(vit train: {_seconds(self.main_job)} s, {self.source})")
         if self.tier != "default":
             return line
         if not self._over_tier_budget():
@@ -131,6 +131,12 @@ def _yardstick() -> tuple[float, str]:
         raise pytest.UsageError(str(error))
 
 
+def _seconds(value: float) -> str:
+    """Whole seconds, or two digits under ten (the sample suites of tests/test_budget.py time
+    main jobs of a fraction of a second)."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def _over_limit(nodeid: str, spent: float, building: float, guard: BudgetGuard) -> str:
     ratio = TEST_RATIOS[guard.tier]
     what_to_do = ("share its artifact (tests/artifacts.py) or mark it slow" if
@@ -138,6 +144,6 @@ def _over_limit(nodeid: str, spent: float, building: float, guard: BudgetGuard) 
                   "figure to a benchmark check (benchmarks/)")
     return (f"{nodeid} took {spent:.1f} s (setup and call, not counting {building:.1f} s of "
             f"shared artifacts), over the {guard.tier} tier's limit of {guard.limit:.3g} s per "
-            f"test ({ratio:g}x the main job's {guard.main_job:.0f} s, {guard.source}): "
+            f"test ({ratio:g}x the main job's {_seconds(guard.main_job)} s, {guard.source}): "
             f"{what_to_do}; a test that must stay goes in tests/budget.py's EXCEPTIONS with "
             "its reason.")

@@ -35,7 +35,7 @@ import pytest
 
 @pytest.fixture
 def slow_fixture():
-    time.sleep(0.3)
+    time.sleep(0.15)
 
 
 def test_fast():
@@ -43,7 +43,7 @@ def test_fast():
 
 
 def test_too_slow():
-    time.sleep(0.3)
+    time.sleep(0.15)
 
 
 def test_too_slow_in_its_fixture(slow_fixture):
@@ -51,18 +51,18 @@ def test_too_slow_in_its_fixture(slow_fixture):
 
 
 def test_slow_but_excused():
-    time.sleep(0.3)
+    time.sleep(0.15)
 
 
 def test_slow_only_in_building_a_shared_artifact():
     import artifacts
 
-    artifacts.shared("sample", {}, lambda folder: time.sleep(0.3))
+    artifacts.shared("sample", {}, lambda folder: time.sleep(0.15))
 
 
 @pytest.mark.slow
 def test_marked_slow():
-    time.sleep(0.3)
+    time.sleep(0.15)
 """
 
 
@@ -101,19 +101,19 @@ def _sample(tmp_path, tests=SAMPLE):
 
 
 def test_a_slow_default_tier_test_fails_the_guard_with_what_to_do(tmp_path):
-    done = _pytest(_sample(tmp_path), "not slow", main_job="0.6")   # a 0.15 s limit
+    done = _pytest(_sample(tmp_path), "not slow", main_job="0.4")   # a 0.1 s limit
     output = done.stdout
     assert done.returncode == 1, output
     assert "FAILED test_sample.py::test_too_slow " in output
     assert "FAILED test_sample.py::test_too_slow_in_its_fixture" in output
-    assert ("over the default tier's limit of 0.15 s per test (0.25x the main job's 1 s, "
+    assert ("over the default tier's limit of 0.1 s per test (0.25x the main job's 0.4 s, "
             "measured: by the test)") in output
     assert "share its artifact (tests/artifacts.py) or mark it slow" in output
     assert "PASSED test_sample.py::test_fast" in output
     assert "PASSED test_sample.py::test_slow_but_excused" in output
     assert "PASSED test_sample.py::test_slow_only_in_building_a_shared_artifact" in output
     assert "tier total: 5 tests" in output
-    assert "x the main job (vit train: 1 s, measured: by the test)" in output  # 0.6 s
+    assert "x the main job (vit train: 0.4 s, measured: by the test)" in output
 
 
 def test_the_limits_follow_the_main_job(tmp_path):
@@ -125,9 +125,9 @@ def test_the_limits_follow_the_main_job(tmp_path):
 
 def test_a_slow_tier_test_over_five_main_jobs_fails(tmp_path):
     folder = _sample(tmp_path)
-    over = _pytest(folder, "slow", main_job="0.04")   # a 0.2 s limit
+    over = _pytest(folder, "slow", main_job="0.024")   # a 0.12 s limit
     assert over.returncode == 1, over.stdout
-    assert "over the slow tier's limit of 0.2 s per test (5x the main job's" in over.stdout
+    assert "over the slow tier's limit of 0.12 s per test (5x the main job's" in over.stdout
     assert "move the quality figure to a benchmark check" in over.stdout
     within = _pytest(folder, "slow", main_job="1")
     assert within.returncode == 0 and "1 passed" in within.stdout, within.stdout
