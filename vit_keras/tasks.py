@@ -37,6 +37,9 @@ class TaskParts:
         labels: what its data labels images with: 'classes', 'masks' or 'boxes'.
         fewest_classes: the fewest classes its training data may have.
         preset: the preset `vit train --task NAME` starts from.
+        summary: what its model learns, in a few words (`vit train --help`).
+        data: the data specs it trains and is evaluated on, its built-in set first
+            (`vit train --help`, `vit evaluate --help`).
     """
 
     head: str
@@ -45,6 +48,9 @@ class TaskParts:
     labels: str = "classes"
     fewest_classes: int = 2
     preset: str = "digits_tiny"
+    summary: str = "a class per image"
+    data: str = "digits | folder:DIR of class folders | csv:PATH | tfds:NAME[:SPLIT] | " \
+        "tfrecord:GLOB"
 
 
 TASKS = {
@@ -52,11 +58,20 @@ TASKS = {
                           "training.objectives:Classification"),
     "segment": TaskParts("vit_keras.segmentation", "vit_app.inference.tasks.segment",
                          "training.segmentation:Segmentation", labels="masks",
-                         fewest_classes=1, preset="digits_segment"),
+                         fewest_classes=1, preset="digits_segment",
+                         summary="a class per pixel",
+                         data="digit-scenes | folder:DIR with DIR/images/ and DIR/masks/"),
     "detect": TaskParts("vit_keras.detection", "vit_app.inference.tasks.detect",
                         "training.detection:Detection", labels="boxes", fewest_classes=1,
-                        preset="digits_detect"),
+                        preset="digits_detect", summary="boxes and their classes",
+                        data="digit-boxes | folder:DIR of COCO JSON, YOLO or Pascal VOC "
+                             "boxes"),
 }
+
+
+def data_by_task() -> str:
+    """Each registered task's data specs, one clause a task (the CLI's help texts)."""
+    return "; ".join(f"{name}: {parts.data}" for name, parts in TASKS.items())
 
 
 @dataclasses.dataclass(frozen=True)

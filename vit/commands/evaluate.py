@@ -8,7 +8,7 @@ Examples:
   vit evaluate --model saved_models/digits_tiny/model_int8.onnx --data folder:~/digits/test
   vit evaluate --model run/model.keras --data folder:~/photos/val --output eval.json
   vit evaluate --model tags/model.keras --data csv:~/photos/val.csv
-  vit evaluate --model saved_models/digits_segment/model_int8.tflite --data digit-scenes
+  vit evaluate --model saved_models/digits_segment/model_int8.tflite --data folder:~/scans/val
 
 A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
 of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
@@ -22,10 +22,11 @@ export.json beside it records, and it normalises them itself; the report is the 
 `digits` and `tfds:NAME` (no split) are evaluated on their held-out split (digits: the 20%
 test split; tfds: validation, else test); `folder:`, `csv:` and `tfrecord:` on every image.
 
-Data with masks (`digit-scenes`, its 300 validation scenes, or a folder of `images/` and
-`masks/`) is scored as `vit train --task segment` scores it: each image goes through the model
-at its size, the class scores are resized to the mask's own size, and one confusion matrix over
-every labelled pixel (255 ignored) gives the mIoU, the pixel accuracy and each class's IoU.
+A segmenter's or a detector's data (its task's built-in set, on its validation scenes, or a
+folder: `--help` lists each task's) is scored as `vit train --task NAME` scores it. For masks,
+each image goes through the model at its size, the class scores are resized to the mask's own
+size, and one confusion matrix over every labelled pixel (255 ignored) gives the mIoU, the
+pixel accuracy and each class's IoU.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import argparse
 from vit.commands.checks import (add_preprocessing_argument, check_model,
                                  check_preprocessing_target)
 from vit_app.data.specs import check_spec, spec_labels
+from vit_keras import tasks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a .keras model, SavedModel directory, "
                         ".tflite or .onnx file written by `vit train` or `vit export`, or a "
                         "keras-hub preset folder")
-    parser.add_argument("--data", required=True, help="digits | folder:PATH | csv:PATH | "
-                        "tfds:NAME[:SPLIT] | tfrecord:GLOB; for a segmenter: digit-scenes | "
-                        "folder:PATH with images/ and masks/")
+    parser.add_argument("--data", required=True, help="by the model's task: " +
+                        tasks.data_by_task())
     parser.add_argument("--data-dir", help="tfds data_dir")
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
     parser.add_argument("--labels", help="labels.txt (default: next to the model, else the "

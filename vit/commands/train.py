@@ -42,10 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the `vit train` options, grouped like the preset's sections."""
     recipe = parser.add_argument_group("recipe (the preset and its fields)")
     recipe.add_argument("--task", choices=tuple(tasks.TASKS),
-                        help="what the model learns: 'classify' (a class per image) or "
-                        "'segment' (a class per pixel, on digit-scenes or folder:DIR with "
-                        "DIR/images/ and DIR/masks/); it sets objective.kind and picks the "
-                        "default preset (default: classify, the preset's objective)")
+                        help="what the model learns: " + "; ".join(
+                            f"'{name}' ({parts.summary}, on {parts.data})"
+                            for name, parts in tasks.TASKS.items()) +
+                        "; it sets objective.kind and picks the default preset (default: "
+                        "classify, the preset's objective)")
     recipe.add_argument("--config", choices=presets.PRESET_NAMES,
                         help=f"preset to start from (default: {presets.DEFAULT_PRESET}, or "
                         "the task's: " + ", ".join(f"{parts.preset} with --task {name}"
