@@ -136,6 +136,23 @@ def test_a_registered_tasks_contract_adds_its_serving_signature(registered, tmp_
     assert top_two.shape == (1, 2)
 
 
+def test_the_help_lists_what_each_registered_task_learns_and_reads(registered, capsys):
+    """`vit train --help` and `vit evaluate --help` take each task's words from its line."""
+    parts = tasks.TASKS[TOY]
+    for command in ("train", "evaluate"):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args([command, "--help"])
+        printed = _unwrapped(capsys.readouterr().out)  # argparse wraps at hyphens too
+        assert _unwrapped(f"{TOY}: {parts.data}") in printed or _unwrapped(
+            f"'{TOY}' ({parts.summary}, on {parts.data})") in printed, printed
+        for name in ("segment", "detect"):
+            assert _unwrapped(tasks.TASKS[name].data) in printed, (command, name)
+
+
+def _unwrapped(text: str) -> str:
+    return "".join(text.split())
+
+
 def test_an_unregistered_task_is_named_with_the_registry():
     with pytest.raises(ValueError, match="unknown task 'toptwo'.*vit_keras.tasks.TASKS"):
         tasks.contract(TOY)
