@@ -38,6 +38,7 @@ RUN_FLAGS = {
     "--tpu": (["--tpu", "grpc://10.0.0.1:8470"], "tpu", "grpc://10.0.0.1:8470"),
     "--data-dir": (["--data-dir", "/tfds"], "data_dir", "/tfds"),
     "--no-export": (["--no-export"], "export", False),
+    "--formats": (["--formats", "tflite, onnx_int8"], "formats", "tflite,onnx_int8"),
     "--min-agreement": (["--min-agreement", "0.99"], "min_agreement", "0.99"),
     "--no-inspect": (["--no-inspect"], "inspect", False),
     "--verbose": (["--verbose", "2"], "verbose", 2),
@@ -92,6 +93,11 @@ def test_a_run_flag_reaches_the_run_options(flag):
     preset, options = _resolve(tokens)
     assert getattr(options, field) == expected
     assert preset == get_preset("digits_tiny")  # the recipe is untouched
+
+
+def test_a_format_out_of_the_list_is_refused_before_training():
+    with pytest.raises(ValueError, match="formats must be a non-empty subset of .*'png'"):
+        _resolve(["--formats", "tflite,png"])
 
 
 def test_the_weights_tag_sets_the_preprocessing_unless_the_user_did():

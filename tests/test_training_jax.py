@@ -123,10 +123,10 @@ def test_model_parallel_shards_attention_heads_and_mlp_units(tmp_path):
 @pytest.mark.slow
 def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(tmp_path):
     args = [*TINY, "--epochs", "2", "--set", "loop.backup_every=4"]
-    # The export runs in a TensorFlow process; the tiny model's int8 files are not held to
-    # the bars (passed on to `vit export` as given).
-    reference = _start([*(arg for arg in args if arg != "--no-export"), "--min-agreement", "0"],
-                       tmp_path / "ref")
+    # The export runs in a TensorFlow process, of the formats asked for; the tiny model's
+    # files are not held to the bars (both passed on to `vit export` as given).
+    reference = _start([*(arg for arg in args if arg != "--no-export"), "--min-agreement", "0",
+                        "--formats", "saved_model,tflite"], tmp_path / "ref")
     victim_dir = tmp_path / "victim"
     victim = _start(args, victim_dir)
     state = kill_after_backup(victim, victim_dir, min_step=12, timeout=300)
@@ -138,6 +138,7 @@ def test_killed_and_resumed_equals_uninterrupted_and_exports_through_tensorflow(
         np.testing.assert_allclose(got, want, atol=1e-5)
     assert len((victim_dir / "history.csv").read_text().splitlines()) == 3
     export = json.loads((tmp_path / "ref" / "export.json").read_text())
+    assert list(export["formats"]) == ["saved_model", "tflite"]
     assert export["formats"]["saved_model"]["max_abs_logit_diff"] < 1e-4
     assert export["formats"]["tflite"]["top1_agreement"] == 1.0
 

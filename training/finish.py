@@ -13,8 +13,8 @@ from training import finetune, report
 from training.fitting import Fitted
 from training.setup import Setup
 from vit_app import console, hardware, outputs
-from vit_app.inference.export import (EXIT_EXPORT_FAILED, REPORT_NAME, ExportOptions,
-                                  export_model, parse_min_agreement)
+from vit_app.inference.export import (DEFAULT_FORMATS, EXIT_EXPORT_FAILED, REPORT_NAME,
+                                      ExportOptions, export_model, parse_min_agreement)
 from vit_app.inference.export import report_failures as report_export_failures
 from vit_app.inference.export import summary_rows as export_summary_rows
 from vit_app.inference.inspect import inspect_model
@@ -143,13 +143,14 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
     if export and setup.backend != "tensorflow":
         if setup.placement.chief:
             report_ = export_in_tensorflow(os.path.join(output, "model.keras"),
-                                           options.min_agreement)
+                                           options.min_agreement, options.formats)
     elif export:
         calibration, _ = objective.export_samples(setup.data.train, size, CALIBRATION_SAMPLES,
                                                   rule)
         report_ = export_model(classifier, output, representative_images=calibration,
                                eval_images=images, eval_labels=labels,
                                options=ExportOptions(
+                                   formats=options.formats or DEFAULT_FORMATS,
                                    activation=objective.activation,
                                    min_agreement=parse_min_agreement(options.min_agreement)))
     if options.inspect:
@@ -159,7 +160,7 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
     return report_
 
 
-def export_in_tensorflow(model_path: str, min_agreement: str = "") -> dict:
+def export_in_tensorflow(model_path: str, min_agreement: str = "", formats: str = "") -> dict:
     """Runs `vit export` on a saved model in a TensorFlow-backend process.
 
     SavedModel and TFLite are TensorFlow graphs, so a run on another backend exports its
@@ -168,6 +169,7 @@ def export_in_tensorflow(model_path: str, min_agreement: str = "") -> dict:
     Args:
         model_path: the run's model.keras.
         min_agreement: `--min-agreement`'s value ('' = the default bars).
+        formats: `--formats`' value ('' = the default formats).
 
     Returns:
         The export's report (export.json), failed files included.
@@ -177,6 +179,7 @@ def export_in_tensorflow(model_path: str, min_agreement: str = "") -> dict:
     """
     command = [sys.executable, "-m", "vit.cli", "export", "--model", model_path,
                *(["--min-agreement", min_agreement] if min_agreement else []),
+               *(["--formats", formats] if formats else []),
                *(["--verbose"] if console.is_verbose() else [])]
     environment = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
     console.say("export: SavedModel and TFLite are TensorFlow formats; exporting model.keras "

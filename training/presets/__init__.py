@@ -192,6 +192,8 @@ class RunOptions:
         tpu: TPU name or grpc:// address.
         data_dir: tfds data_dir.
         export: export SavedModel/TFLite/ONNX at the end.
+        formats: the formats that export writes, as `vit export --formats` takes them ('' =
+            its default formats).
         min_agreement: the export's bars, as `vit export --min-agreement` takes them ('' =
             0.999 top-1 agreement with Keras for float files, 0.98 for int8 ones).
         inspect: write the attention/embedding analysis at the end.
@@ -207,6 +209,7 @@ class RunOptions:
     tpu: str | None = None
     data_dir: str | None = None
     export: bool = True
+    formats: str = ""
     min_agreement: str = ""
     inspect: bool = True
     verbose: int = 0

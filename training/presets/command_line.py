@@ -74,14 +74,15 @@ def explicit_keys(preset: presets.Preset) -> set[str]:
 
 
 def run_options(args: argparse.Namespace) -> presets.RunOptions:
-    """The `RunOptions` of the command line (a bad --min-agreement fails here, before
-    training)."""
-    export_formats.min_agreements(export_formats.FORMATS,
-                                  export_formats.parse_min_agreement(args.min_agreement))
+    """The `RunOptions` of the command line (a bad --formats or --min-agreement fails here,
+    before training)."""
+    formats = export_formats.check_formats(args.formats)
+    export_formats.min_agreements(formats, export_formats.parse_min_agreement(args.min_agreement))
     return presets.RunOptions(
         output=args.output or "", resume=args.resume, overwrite=args.overwrite,
         strategy=args.strategy, tpu=args.tpu, data_dir=args.data_dir,
         export=not args.no_export, min_agreement=args.min_agreement,
+        formats="" if formats == export_formats.DEFAULT_FORMATS else ",".join(formats),
         inspect=not args.no_inspect, verbose=args.verbose,
         model_parallel=args.model_parallel, coordinator=args.coordinator,
         num_processes=args.num_processes, process_id=args.process_id)

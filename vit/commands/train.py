@@ -33,6 +33,7 @@ import argparse
 from training import presets
 from training.presets import command_line, overrides, sections
 from vit_app.backend import BACKENDS
+from vit_app.inference.export_formats import DEFAULT_FORMATS, FORMATS
 from vit.commands.checks import add_preprocessing_argument
 from vit_keras import tasks
 from vit_keras.pretrained.references import check_weights_reference
@@ -134,6 +135,9 @@ def add_run_arguments(group) -> None:
     group.add_argument("--process-id", type=int, help="JAX multi-host: this process's index")
     group.add_argument("--no-export", action="store_true",
                        help="skip the SavedModel/TFLite/ONNX export at the end")
+    group.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
+                       help="the formats the export at the end writes, comma-separated, out "
+                       f"of {', '.join(FORMATS)} (default: %(default)s)")
     group.add_argument("--min-agreement", default="", metavar="FRACTION|FORMAT=FRACTION,...",
                        help="the top-1 agreement with the trained model an exported file needs "
                        "(default: float=0.999,int8=0.98); a file below it is moved to "
