@@ -73,6 +73,19 @@ def _load_frameworks():
         os.environ.pop(name)
 
 
+DEFAULT_TIER_WORKERS = 2
+# A slow test mostly starts processes (`vit train` runs to kill and resume, JAX coordinators,
+# servers) and waits on them: two workers kept 2 cores 91% busy on such tests, and a third
+# took them from 316 to 284 s of wall time (docs/testing.md).
+SLOW_TIER_WORKERS = DEFAULT_TIER_WORKERS + 1
+
+
+def pytest_xdist_auto_num_workers(config):
+    """The workers of `-n auto` (the project's addopts): one more for the slow tier (`-m
+    slow`) than for the default one."""
+    return SLOW_TIER_WORKERS if config.getoption("markexpr") == "slow" else DEFAULT_TIER_WORKERS
+
+
 def pytest_configure(config):
     """Caches every worker and every process it starts share, XLA's quick compilation
     (`runs.TEST_XLA_FLAGS`) and the time-budget guard.
