@@ -202,7 +202,7 @@ def pytest_terminal_summary(terminalreporter, config):
     if count:
         terminalreporter.write_line(
             f"{count} slow test{'s' if count != 1 else ''} deselected (-m 'not slow'); run "
-            "them with: pytest -m slow -n 0")
+            "them with: pytest -m slow")
 
 
 class TrainedModel:
