@@ -75,8 +75,8 @@ def _load_frameworks():
 
 DEFAULT_TIER_WORKERS = 2
 # A slow test mostly starts processes (`vit train` runs to kill and resume, JAX coordinators,
-# servers) and waits on them: two workers kept 2 cores 91% busy on such tests, and a third
-# took them from 316 to 284 s of wall time (docs/testing.md).
+# servers) and waits on them: on 2 cores the whole slow tier took 1,137 s of wall with two
+# workers (the cores 88% busy) and 1,079 s with three (98%) (docs/testing.md).
 SLOW_TIER_WORKERS = DEFAULT_TIER_WORKERS + 1
 
 
