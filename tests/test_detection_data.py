@@ -165,6 +165,26 @@ def test_a_folder_without_boxes_names_the_layouts(tmp_path):
         specs.check_spec("digit-boxes")
 
 
+def test_vit_export_reads_a_detectors_data_as_its_run_read_it(tmp_path):
+    """`vit export` of a detector calibrates on the run's training folder (YOLO here) and
+    checks on its --val-data (VOC): images resized whole, targets (class, centre, size) in
+    fractions of the image, -1 for no object; the task's inference part reads them."""
+    from vit_app.inference import export_data, tasks
+
+    train, val = write_yolo(tmp_path / "train"), write_voc(tmp_path / "val")
+    got = export_data.load(f"folder:{train}", (32, 32), 5, 5,
+                           {"val_data": f"folder:{val}", "val_split": 0.1, "seed": 0},
+                           task=tasks.get("detect"))
+    assert got.calibration.shape == got.eval_images.shape == (2, 32, 32, 3)
+    (x0, y0, x1, y1, class_id), _ = BOXES["a"]
+    np.testing.assert_allclose(got.eval_labels[0, 0], [
+        class_id, (x0 + x1) / 2 / WIDTH, (y0 + y1) / 2 / HEIGHT, (x1 - x0) / WIDTH,
+        (y1 - y0) / HEIGHT], atol=1e-6)
+    assert (got.eval_labels[1, :, 0] == -1).all()   # the image without boxes
+    with pytest.raises(ValueError, match="a data spec is read by the model's task"):
+        export_data.load(f"folder:{train}", (32, 32))
+
+
 def test_evaluating_on_the_digit_boxes_reads_their_validation_scenes():
     from vit_app.data import sources
 

@@ -103,9 +103,9 @@ def options_from_arguments(args) -> ExportOptions:
         min_agreement=parse_min_agreement(args.min_agreement))
 
 
-def _label_kind(model) -> str:
-    """What the model's task labels images with ('classes', 'masks', 'boxes')."""
-    return tasks.get(library_tasks.task_of(model)).label_kind
+def _inference_task(model) -> tasks.InferenceTask:
+    """The inference part of the model's task, which reads its data."""
+    return tasks.get(library_tasks.task_of(model))
 
 
 def _command_images(args, model, options: ExportOptions) -> export_data.ExportImages:
@@ -120,7 +120,7 @@ def _command_images(args, model, options: ExportOptions) -> export_data.ExportIm
                         "model was trained on (from its config.json)")
         return export_data.load(data_spec, image_hw, args.calibration_images, args.eval_images,
                                 trained_on, preprocessing_of(model),
-                                labels=_label_kind(model))
+                                task=_inference_task(model))
     calibrated = ", ".join(name for name in options.formats if name in CALIBRATED_FORMATS)
     if calibrated:
         raise ValueError(f"{calibrated} needs --data to calibrate on (a few hundred training "

@@ -8,7 +8,6 @@ import dataclasses
 
 import numpy as np
 
-from vit_app.data import detection, evaluation, segmentation, sources
 from vit_keras.preprocessing import OFFICIAL
 
 
@@ -28,7 +27,7 @@ class ExportImages:
 
 
 def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000,
-         trained_on: dict | None = None, rule=None, labels: str = "classes") -> ExportImages:
+         trained_on: dict | None = None, rule=None, task=None) -> ExportImages:
     """The calibration and evaluation images of `spec`.
 
     Args:
@@ -41,11 +40,9 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
             split and seed.
         rule: the model's preprocessing, whose resize rule applies (default: the official
             one).
-        labels: what the model's task labels images with ('classes'; 'masks': `spec` is
-            segmentation data, images resized whole, labels are masks at the model's size,
-            tiles at the images' own resolution for a `native` rule; 'boxes': detection data,
-            images resized whole, labels are targets in fractions of them), or what an .npz's
-            'labels' are.
+        task: the model's task's inference part (`vit_app.inference.tasks`), which reads a
+            data spec as its task's runs read it (`export_examples`); needed for a data spec,
+            not for an .npz.
 
     Returns:
         The `ExportImages`.
@@ -53,7 +50,7 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
 
     if not spec.endswith(".npz"):
         return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {},
-                                 rule or OFFICIAL, labels)
+                                 rule or OFFICIAL, task)
     with np.load(spec, allow_pickle=False) as arrays:
         if "images" not in arrays:
             raise ValueError(f"{spec}: expected an array 'images' (N, H, W, 3), found "
@@ -65,26 +62,16 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
 
 
 def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
-                      rule, labels: str) -> ExportImages:
+                      rule, task) -> ExportImages:
     """Calibration images from the training data, evaluation images + labels from its
-    validation data as the run chose them (`--val-data`, or the held-out part), resized as
-    `vit train` resizes for evaluation."""
-    arguments = (spec, trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
-                 trained_on.get("seed", 0))
-    if labels == "boxes":
-        data = detection.open_detection_data(*arguments)
-        take = detection.take_examples
-    elif labels == "masks":
-        data = segmentation.open_segmentation_data(*arguments)
-        # a model fed images at their own size was trained on crops of them: it is checked
-        # on tiles at that resolution, as `vit train` checks it
-        take = segmentation.take_tiles if rule.native else segmentation.take_pairs
-    else:
-        data = sources.open_training_data(*arguments)
-
-        def take(source, size, count):
-            return evaluation.take_raw_images(source, size, count, rule)
-
+    validation data as the run chose them (`--val-data`, or the held-out part), taken by the
+    model's task (`InferenceTask.export_examples`)."""
+    if task is None:
+        raise ValueError(f"{spec}: a data spec is read by the model's task; pass task= (an "
+                         "InferenceTask of vit_app.inference.tasks), or an .npz of images")
+    trained_on = (trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
+                  trained_on.get("seed", 0))
+    data, take = task.export_examples(spec, trained_on, rule)
     calibration, _ = take(data.train, image_hw, calibration_count)
     if data.val is None:
         return ExportImages(calibration)

@@ -27,8 +27,6 @@ class InferenceTask:
             `agreement`).
         agreement_column, score_column: the export table's names of the agreement and of the
             score on labelled images.
-        label_kind: what its data labels an image with ('classes' or 'masks'), for the data
-            `vit export --data` reads.
         verb: what the page says while the model works ('Classifying').
     """
 
@@ -37,7 +35,6 @@ class InferenceTask:
     agreement = "top-1"
     agreement_column = "top-1 agreement"
     score_column = "accuracy"
-    label_kind = "classes"
     verb = "Classifying"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
@@ -60,6 +57,23 @@ class InferenceTask:
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         """`vit evaluate`: scores `model` on `args.data`; (the results `--output` gets, the
         report's lines)."""
+        raise NotImplementedError
+
+    def export_examples(self, spec: str, trained_on: tuple, rule):
+        """The data `vit export` calibrates and evaluates on, read from a data spec of `vit
+        train` as the run that trained the model read it.
+
+        Args:
+            spec: the data spec.
+            trained_on: the run's (validation data spec, validation split, seed).
+            rule: the model's preprocessing (`vit_keras.preprocessing`), whose resize rule
+                applies.
+
+        Returns:
+            (the data, with its `train` and `val` sources (`val` may be None); a function of
+            (source, image (height, width), count) giving at most `count` of its images,
+            float32 in 0..255 at that size, and their labels).
+        """
         raise NotImplementedError
 
     def checked_labels(self, labels: np.ndarray, images: np.ndarray) -> np.ndarray:

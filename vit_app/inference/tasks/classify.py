@@ -12,7 +12,7 @@ import argparse
 
 import numpy as np
 
-from vit_app.data import sources, specs
+from vit_app.data import evaluation as data_evaluation, sources, specs
 from vit_app.inference import evaluate as evaluation, multilabel_scores
 from vit_app.inference.predict import table
 from vit_app.inference.tasks import InferenceTask
@@ -28,6 +28,14 @@ class Classify(InferenceTask):
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         rows = predict_files(model, readable, args.top_k, args.batch_size)
         return rows, table(rows)
+
+    def export_examples(self, spec: str, trained_on: tuple, rule):
+        """Images resized by the model's rule, as `vit train` resizes them for evaluation;
+        their class ids."""
+        def take(source, image_hw, count):
+            return data_evaluation.take_raw_images(source, image_hw, count, rule)
+
+        return sources.open_training_data(spec, *trained_on), take
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         labels = specs.spec_labels(args.data)

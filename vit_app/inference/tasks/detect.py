@@ -59,7 +59,6 @@ class Detect(InferenceTask):
     agreement = "boxes"
     agreement_column = "box agreement"
     score_column = "mAP"
-    label_kind = "boxes"
     verb = "Detecting"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
@@ -71,6 +70,10 @@ class Detect(InferenceTask):
 
     def output_records(self, rows: list[dict]):
         return detect_predict.output_records(rows)
+
+    def export_examples(self, spec: str, trained_on: tuple, rule):
+        """Images resized whole, their targets in fractions of them."""
+        return detection.open_detection_data(spec, *trained_on), detection.take_examples
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         if args.few_shot is not None:

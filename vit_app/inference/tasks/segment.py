@@ -46,7 +46,6 @@ class Segment(InferenceTask):
     agreement = "pixels"
     agreement_column = "pixel agreement"
     score_column = "mIoU"
-    label_kind = "masks"
     verb = "Segmenting"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
@@ -54,6 +53,13 @@ class Segment(InferenceTask):
                                              args.masks, args.overwrite)
         return rows, (f"{table(rows, score='share')}\nmasks and overlays: {args.masks}/ "
                       "(<image>.png, <image>_overlay.png)")
+
+    def export_examples(self, spec: str, trained_on: tuple, rule):
+        """Images and their masks resized whole; a model fed images at their own size was
+        trained on crops of them, so it is checked on tiles at that resolution, as `vit
+        train` checks it."""
+        take = segmentation.take_tiles if rule.native else segmentation.take_pairs
+        return segmentation.open_segmentation_data(spec, *trained_on), take
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         if args.few_shot is not None:
