@@ -69,9 +69,9 @@ def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
     if task is None:
         raise ValueError(f"{spec}: a data spec is read by the model's task; pass task= (an "
                          "InferenceTask of vit_app.inference.tasks), or an .npz of images")
-    trained_on = (trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
+    validation = (trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
                   trained_on.get("seed", 0))
-    data, take = task.export_examples(spec, trained_on, rule)
+    data, take = task.export_examples(spec, validation, rule)
     calibration, _ = take(data.train, image_hw, calibration_count)
     if data.val is None:
         return ExportImages(calibration)
