@@ -11,6 +11,7 @@ from PIL import Image
 
 from training import detect_pipeline
 from vit_app.data import box_files, detection, specs
+from vit_app.data.tasks.detect import box_layout
 
 # Two images of 40x30 px (width x height): two boxes, then none.
 BOXES = {"a": [(2, 3, 12, 20, 0), (20, 5, 38, 29, 1)], "b": []}
@@ -72,8 +73,8 @@ WRITERS = {"coco": write_coco, "yolo": write_yolo, "voc": write_voc}
 @pytest.mark.parametrize("layout", sorted(WRITERS))
 def test_each_format_reads_back_the_same_boxes(layout, tmp_path):
     root = WRITERS[layout](tmp_path / layout)
-    assert specs.box_layout(str(root)) == layout
-    assert specs.spec_labels(f"folder:{root}") == "boxes"
+    assert box_layout(str(root)) == layout
+    assert specs.spec_task(f"folder:{root}") == "detect"
     files, boxes, names = box_files.read_folder(str(root))
     assert names == CLASSES
     assert [name.rsplit("/", 1)[-1] for name in files] == ["a.jpg", "b.jpg"]
@@ -159,8 +160,8 @@ def test_a_size_stated_wrongly_and_an_unreadable_image_are_named(tmp_path):
 
 def test_a_folder_without_boxes_names_the_layouts(tmp_path):
     with pytest.raises(ValueError, match="no boxes found. Expected one of: a COCO JSON file"):
-        specs.check_spec(f"folder:{tmp_path}", labels="boxes")
-    specs.check_spec("digit-boxes", labels="boxes")
+        specs.check_spec(f"folder:{tmp_path}", task="detect")
+    specs.check_spec("digit-boxes", task="detect")
     with pytest.raises(ValueError, match="digit-boxes is detection data.*--task detect"):
         specs.check_spec("digit-boxes")
 

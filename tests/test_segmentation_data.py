@@ -149,9 +149,9 @@ def test_bad_folders_are_named(tmp_path, damage, message):
 
 
 def test_specs_check_the_segmentation_layout_before_any_framework(tmp_path):
-    specs.check_spec("digit-scenes", labels="masks")
+    specs.check_spec("digit-scenes", task="segment")
     with pytest.raises(ValueError, match="expected the folders"):
-        specs.check_spec(f"folder:{tmp_path}", labels="masks")
+        specs.check_spec(f"folder:{tmp_path}", task="segment")
     with pytest.raises(ValueError, match="--task segment"):
         specs.check_spec("digit-scenes")
 

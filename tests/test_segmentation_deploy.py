@@ -170,7 +170,9 @@ def test_evaluate_refuses_a_classifier_on_masks(trained, tmp_path, capsys):
     status = cli.main(["evaluate", "--model", str(tmp_path / "classifier.keras"), "--data",
                        f"folder:{held_out}"])
     assert status == 2
-    assert "is segmentation data (images with masks)" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "is segmentation data (images with masks, not classes)" in error
+    assert "classifier.keras is a classification model: evaluate it on digits" in error
 
 
 def test_saved_model_returns_class_ids_and_probabilities(trained, exported):

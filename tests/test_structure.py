@@ -336,7 +336,7 @@ def own_modules(task: str) -> tuple[str, ...]:
     from vit_keras import tasks
 
     parts = tasks.TASKS[task]
-    named = (parts.head, parts.inference, parts.objective.partition(":")[0])
+    named = (parts.head, parts.inference, parts.objective.partition(":")[0], parts.specs)
     return (*TASK_OWN_MODULES.get(task, ()), *named)
 
 

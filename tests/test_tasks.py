@@ -9,6 +9,7 @@ an objective training it like a classifier.
 """
 
 import json
+import os
 
 import httpx
 import keras
@@ -21,6 +22,7 @@ from PIL import Image
 from training.objective import float32_twin
 from training.objectives import Classification
 from vit import cli
+from vit_app.data import sources, specs
 from vit_app.inference import classifier, tasks as inference_tasks
 from vit_app.inference.server import create_app
 from vit_app.inference.tasks.classify import Classify
@@ -156,3 +158,60 @@ def _unwrapped(text: str) -> str:
 def test_an_unregistered_task_is_named_with_the_registry():
     with pytest.raises(ValueError, match="unknown task 'toptwo'.*vit_keras.tasks.TASKS"):
         tasks.contract(TOY)
+
+
+# --- a task's data: its own module, asked by the shared spec code ------------------------------
+
+PAIRS_FILE = "pairs.txt"
+
+
+def _holds_pairs(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, PAIRS_FILE))
+
+
+def _check_pairs(kind: str, argument: str, path: str, min_classes: int) -> None:
+    if kind != "toy-pairs" and not _holds_pairs(path):
+        raise ValueError(f"pair data {argument!r}: expected {argument}/{PAIRS_FILE}")
+
+
+# The toy data task's `TaskData` (its `TaskParts.specs` names this module).
+DATA = specs.TaskData(noun="pair", labels="pairs", built_in="toy-pairs", check=_check_pairs,
+                      recognises=_holds_pairs)
+
+
+def test_a_tasks_data_is_its_own_and_the_shared_spec_code_asks_it(monkeypatch, tmp_path):
+    """A task registered with its own data module: its built-in set parses, its folders are
+    recognised as its data, its check answers a wrong spec, and classification refuses its
+    data by name, with no line of the shared data code naming it."""
+    monkeypatch.setitem(tasks.TASKS, "pairs", tasks.TaskParts(
+        head=f"{__name__}:CONTRACT", inference=f"{__name__}:INFERENCE",
+        objective=f"{__name__}:TopTwoObjective", specs=__name__))
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    (folder / PAIRS_FILE).write_text("a.png b.png\n")
+    assert specs.parse_spec("toy-pairs") == ("toy-pairs", "")
+    assert specs.built_in_sets()["toy-pairs"] == "pairs"
+    assert specs.spec_task("toy-pairs") == specs.spec_task(f"folder:{folder}") == "pairs"
+    assert specs.spec_task(f"folder:{tmp_path}") == "classify"  # no task claims it
+    assert sources.evaluation_subset("toy-pairs") == "val"
+    specs.check_spec(f"folder:{folder}", task="pairs")
+    specs.check_spec("toy-pairs", task="pairs")
+    with pytest.raises(ValueError, match=f"pair data .*: expected .*/{PAIRS_FILE}"):
+        specs.check_spec(f"folder:{tmp_path}", task="pairs")
+    refused = r"is pair data \(images with pairs, not classes\): train it with --task pairs"
+    for spec in ("toy-pairs", f"folder:{folder}"):
+        with pytest.raises(ValueError, match=refused):
+            specs.check_spec(spec)
+    with pytest.raises(ValueError, match=refused):
+        sources.load_source("toy-pairs")
+    with pytest.raises(ValueError, match="expected 'digits', 'digit-scenes', 'digit-boxes', "
+                                         "'toy-pairs', 'folder:PATH'"):
+        specs.parse_spec("nothing:here")
+
+
+def test_a_task_reading_anothers_data_shares_it(registered):
+    """The toy classifier names no data module of its own: it reads classification's, and
+    neither refuses the other's specs."""
+    assert specs.built_in_sets()["digits"] == "classify"
+    specs.check_spec("digits", task=TOY)
+    specs.refuse_other_tasks_data("digits", TOY, model="toy.keras")

@@ -5,11 +5,10 @@ Text made from the run's values; `training.run` prints it through `vit_app.conso
 
 from __future__ import annotations
 
-from vit_app.data.specs import parse_spec
+from vit_app.data.specs import built_in_sets, parse_spec
 from vit_keras.config import variant_of
 
 FEW_IMAGES = 2000
-BUILT_IN_DATA = ("digits", "digit-scenes")
 
 
 def describe_model(config) -> str:
@@ -87,7 +86,7 @@ def few_images_hint(setup) -> str:
     which the from-scratch presets were made for)."""
     preset = setup.preset
     kind, _ = parse_spec(preset.data.train)
-    if preset.finetune.weights or setup.num_examples >= FEW_IMAGES or kind in BUILT_IN_DATA \
+    if preset.finetune.weights or setup.num_examples >= FEW_IMAGES or kind in built_in_sets() \
             or not setup.objective.hints_fine_tuning:
         return ""
     data = f"--data {preset.data.train}" + (f" --val-data {preset.data.val}"

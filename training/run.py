@@ -25,7 +25,7 @@ from training import callbacks, fitting, objectives, preemption, presets, report
 from training.finish import evaluate, finish
 from training.setup import set_up
 from vit_app import console, outputs
-from vit_app.data.specs import BUILT_IN, parse_spec
+from vit_app.data.specs import built_in_sets, parse_spec
 from vit_keras import atomic
 from vit_keras.fast_paths import training_forms
 
@@ -150,7 +150,7 @@ def default_output(preset: presets.Preset) -> str:
     saved_models/pets_classify), so that a model of one's own photos is not filed under the
     digits' preset."""
     kind, argument = parse_spec(preset.data.train)
-    if kind in BUILT_IN:
+    if kind in built_in_sets():
         return os.path.join(OUTPUT_ROOT, preset.name)
     return os.path.join(OUTPUT_ROOT, f"{data_name(kind, argument)}_{preset.objective.kind}")
 

@@ -9,9 +9,10 @@ model's outputs. A Keras model of another library records nothing and counts as 
 
 A task is registered by one line of `TASKS`, which names its part in each layer by module:
 its head and export contract here (`TaskContract`), what `vit predict`, `evaluate`, `serve`
-and `export` do with it (`vit_app.inference.tasks`), its training objective (`training`), and the
-facts `vit train` checks before any framework loads. Each layer imports only its own part,
-when a model of that task is used; this module names them and imports none of them.
+and `export` do with it (`vit_app.inference.tasks`), its training objective (`training`), its
+data (`vit_app.data.tasks`: its built-in set, the folders it recognises, the checks `vit train`
+makes before any framework loads) and its preset. Each layer imports only its own part, when a
+model of that task is used; this module names them and imports none of them.
 
 This module imports no framework.
 """
@@ -34,7 +35,8 @@ class TaskParts:
             model, or imports it).
         inference: the `vit_app.inference` module whose `TASK` is its `InferenceTask`.
         objective: 'module:Class' of its training objective (`training.objective.Objective`).
-        labels: what its data labels images with: 'classes', 'masks' or 'boxes'.
+        specs: the `vit_app.data.tasks` module whose `DATA` describes its data before any
+            framework: its built-in set, the folders it recognises, its checks.
         fewest_classes: the fewest classes its training data may have.
         preset: the preset `vit train --task NAME` starts from.
         summary: what its model learns, in a few words (`vit train --help`).
@@ -45,7 +47,7 @@ class TaskParts:
     head: str
     inference: str
     objective: str
-    labels: str = "classes"
+    specs: str = "vit_app.data.tasks.classify"
     fewest_classes: int = 2
     preset: str = "digits_tiny"
     summary: str = "a class per image"
@@ -57,13 +59,14 @@ TASKS = {
     "classify": TaskParts("vit_keras.core.model", "vit_app.inference.tasks.classify",
                           "training.objectives:Classification"),
     "segment": TaskParts("vit_keras.segmentation", "vit_app.inference.tasks.segment",
-                         "training.segmentation:Segmentation", labels="masks",
-                         fewest_classes=1, preset="digits_segment",
-                         summary="a class per pixel",
+                         "training.segmentation:Segmentation",
+                         specs="vit_app.data.tasks.segment", fewest_classes=1,
+                         preset="digits_segment", summary="a class per pixel",
                          data="digit-scenes | folder:DIR with DIR/images/ and DIR/masks/"),
     "detect": TaskParts("vit_keras.detection", "vit_app.inference.tasks.detect",
-                        "training.detection:Detection", labels="boxes", fewest_classes=1,
-                        preset="digits_detect", summary="boxes and their classes",
+                        "training.detection:Detection", specs="vit_app.data.tasks.detect",
+                        fewest_classes=1, preset="digits_detect",
+                        summary="boxes and their classes",
                         data="digit-boxes | folder:DIR of COCO JSON, YOLO or Pascal VOC "
                              "boxes"),
 }

@@ -144,9 +144,9 @@ def finetune_recipe(preset: presets.Preset) -> dict:
     one, as preset values: the task's default preset trains from scratch (the digits' 80
     epochs of AdamW at 3e-3 would undo the pre-training), so `RECIPE_PRESET`'s optimizer,
     schedule and augmentation replace its own, except the keys the user set."""
-    labels, _ = sections.objective_data(preset.objective.kind)
-    if not preset.finetune.weights or labels != "classes":  # its crops move no masks or boxes
-        return {}
+    task, _ = sections.objective_data(preset.objective.kind)
+    if not preset.finetune.weights or specs.task_data(task).labels != "classes":
+        return {}  # the recipe's crops move no masks or boxes
     recipe = presets.get_preset(RECIPE_PRESET)
     values = {f"{name}.{field.name}": getattr(getattr(recipe, name), field.name)
               for name in RECIPE_SECTIONS
@@ -196,7 +196,7 @@ def preset_architecture(preset: presets.Preset) -> dict:
 def check_data_specs(preset: presets.Preset) -> None:
     """The preset's training and validation data specs, as far as they can be checked without
     reading images (`vit_app.data.specs.check_spec`); a classifier needs 2 classes."""
-    labels, classes_needed = sections.objective_data(preset.objective.kind)
-    specs.check_spec(preset.data.train, min_classes=classes_needed, labels=labels)
+    task, classes_needed = sections.objective_data(preset.objective.kind)
+    specs.check_spec(preset.data.train, min_classes=classes_needed, task=task)
     if preset.data.val:
-        specs.check_spec(preset.data.val, labels=labels)
+        specs.check_spec(preset.data.val, task=task)

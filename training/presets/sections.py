@@ -15,9 +15,8 @@ OPTIMIZERS = ("adamw", "adam", "sgd")
 DECAYS = ("cosine", "linear", "constant")
 CROPS = ("resize", "inception", "pad_crop")
 # Objective kinds that vary the classify task's training, beside the tasks themselves
-# (`vit_keras.tasks.TASKS`), with what their data labels images with and the fewest classes.
-CLASSIFY_VARIANTS = {"mpp": ("classes", 1), "distill": ("classes", 2),
-                     "multilabel": ("classes", 1)}
+# (`vit_keras.tasks.TASKS`): kind -> the fewest classes their (classification) data may have.
+CLASSIFY_VARIANTS = {"mpp": 1, "distill": 2, "multilabel": 1}
 SEGMENT_HEADS = ("linear", "progressive", "skip")  # vit_keras.segmentation.HEADS, read without Keras
 DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
@@ -39,11 +38,10 @@ def objective_kinds() -> tuple[str, ...]:
 
 
 def objective_data(kind: str) -> tuple[str, int]:
-    """(what the data of `objective.kind` labels images with, the fewest classes it needs)."""
+    """(the task whose data `objective.kind` trains on, the fewest classes it needs)."""
     if kind in CLASSIFY_VARIANTS:
-        return CLASSIFY_VARIANTS[kind]
-    task = tasks.parts(kind)
-    return task.labels, task.fewest_classes
+        return tasks.CLASSIFY, CLASSIFY_VARIANTS[kind]
+    return kind, tasks.parts(kind).fewest_classes
 
 
 class Section:

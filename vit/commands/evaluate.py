@@ -35,7 +35,7 @@ import argparse
 
 from vit.commands.checks import (add_preprocessing_argument, check_model,
                                  check_preprocessing_target)
-from vit_app.data.specs import check_spec, spec_labels
+from vit_app.data.specs import check_spec, spec_task
 from vit_keras import tasks
 
 
@@ -68,7 +68,7 @@ def check(args: argparse.Namespace) -> None:
     """Checks the model, the data spec and the options before any framework is imported."""
     check_model(args.model)
     check_preprocessing_target(args.model, args.preprocessing)
-    check_spec(args.data, labels=spec_labels(args.data))
+    check_spec(args.data, task=spec_task(args.data))
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.block is not None and args.few_shot is None:

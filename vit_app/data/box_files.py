@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 from vit_app import images
-from vit_app.data import specs
+from vit_app.data.tasks.detect import box_layout, no_boxes
 from vit_app.paths import IMAGE_EXTENSIONS
 
 EDGE_TOLERANCE = 1.0   # px a box may reach past its image's edge (rounding): clipped to it
@@ -66,24 +66,20 @@ class Annotations:
 
 
 def layout_of(path: str) -> str:
-    """'coco', 'yolo' or 'voc': the format the folder's files are in (`specs.box_layout`).
+    """'coco', 'yolo' or 'voc': the format the folder's files are in (`box_layout`).
 
     Raises:
         ValueError: the folder holds none of them (the layouts are named).
     """
-    layout = specs.box_layout(path)
+    layout = box_layout(path)
     if layout is None:
-        raise ValueError(
-            f"{path}: no boxes found. Expected one of: a COCO JSON file (DIR/*.json with "
-            "'images', 'annotations' and 'categories'); YOLO labels (DIR/images/ + "
-            "DIR/labels/*.txt + classes.txt or data.yaml); Pascal VOC XML (DIR/images/ or "
-            "DIR/JPEGImages/ + DIR/Annotations/*.xml)")
+        raise ValueError(no_boxes(path))
     return layout
 
 
 def _coco_files(path: str) -> list[str]:
     return [name for name in sorted(glob.glob(os.path.join(path, "*.json")))
-            if specs.box_layout(path) == "coco" and _names_coco(name)]
+            if box_layout(path) == "coco" and _names_coco(name)]
 
 
 def _names_coco(name: str) -> bool:

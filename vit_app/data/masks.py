@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from vit_app import images
-from vit_app.data.specs import IMAGES_DIR, MASKS_DIR, is_segmentation_folder
+from vit_app.data.tasks.segment import IMAGES_DIR, MASKS_DIR, is_segmentation_folder
 from vit_app.paths import IMAGE_EXTENSIONS, is_image_name
 from vit_keras.segmentation_scores import IGNORE
 

@@ -33,7 +33,9 @@ from vit_app import images
 from vit_app.data.csv_source import csv_source
 from vit_app.data.evaluation import traced_as_written
 from vit_app.data.source import Source, check_files, file_list_source
-from vit_app.data.specs import list_folder, parse_spec
+from vit_app.data.specs import (built_in_sets, list_folder, parse_spec,
+                                 refuse_other_tasks_data)
+from vit_keras import tasks
 
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
@@ -58,9 +60,7 @@ def load_source(spec: str, subset: str = "train", data_dir: str | None = None,
     if subset not in ("train", "val"):
         raise ValueError(f"subset must be 'train' or 'val', got {subset!r}")
     kind, argument = parse_spec(spec)
-    if kind == "digit-scenes":
-        raise ValueError("digit-scenes is segmentation data (masks, not class labels): train it "
-                         "with --task segment (vit_app.data.segmentation opens it)")
+    refuse_other_tasks_data(spec, tasks.CLASSIFY)
     if kind == "digits":
         return digits_source("train" if subset == "train" else "test")
     if kind == "folder":
@@ -165,11 +165,11 @@ def open_paired_data(load, data: str, val_data: str, val_split: float, seed: int
 
 
 def evaluation_subset(spec: str) -> str:
-    """The subset of `spec` that evaluates: digits, digit-scenes, digit-boxes and tfds without a
-    split give their held-out part ('val'); a folder, CSV or TFRecord spec gives all of its
-    examples ('train')."""
-    return "val" if parse_spec(spec)[0] in ("digits", "digit-scenes", "digit-boxes",
-                                            "tfds") else "train"
+    """The subset of `spec` that evaluates: a task's built-in set and tfds without a split give
+    their held-out part ('val'); a folder, CSV or TFRecord spec gives all of its examples
+    ('train')."""
+    kind = parse_spec(spec)[0]
+    return "val" if kind in built_in_sets() or kind == "tfds" else "train"
 
 
 def _held_out_origin(data: str, val_split: float) -> str:

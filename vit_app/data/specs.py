@@ -1,80 +1,116 @@
 """Data specs read and checked without a framework: a mistyped spec, a missing folder or a
 folder of one class is answered before TensorFlow is imported (`vit train`, `vit evaluate`
-check their specs first). The sources themselves are opened by `vit_app.data.sources`.
+check their specs first).
+
+The spec grammar is shared (`folder:PATH`, `csv:PATH`, `tfds:NAME[:SPLIT]`, `tfrecord:GLOB`, a
+built-in set's name); what a spec's data is belongs to a task: each registered task's
+`TaskData` (`vit_app.data.tasks`) names its built-in set, recognises its folders and checks its
+specs, and this module asks them. The sources themselves are opened by `vit_app.data.sources`
+and each task's data module.
 """
 
 from __future__ import annotations
 
-import glob
+import dataclasses
 import os
+from typing import Callable
 
 from vit_app.paths import IMAGE_EXTENSIONS, is_image_name
+from vit_keras import tasks
 
-KINDS = ("digits", "digit-scenes", "digit-boxes", "folder", "csv", "tfds", "tfrecord")
-BUILT_IN = ("digits", "digit-scenes", "digit-boxes")  # offline sets without an argument
-IMAGES_DIR, MASKS_DIR = "images", "masks"  # a segmentation folder's two parts
-LABEL_KINDS = ("classes", "masks", "boxes")
-BUILT_IN_LABELS = {"digits": "classes", "digit-scenes": "masks", "digit-boxes": "boxes"}
+KINDS = ("folder", "csv", "tfds", "tfrecord")  # the spec kinds that take an argument
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+    """A task's data as read before any framework loads: its built-in set, the folders it
+    recognises, and the checks that answer a wrong spec at once. A task's module under
+    `vit_app.data.tasks` defines one as `DATA`; its `TaskParts.specs` line names that module.
+
+    Attributes:
+        noun: the task's data in messages ('segmentation': "segmentation data 'x': ...").
+        labels: what its data labels images with ('classes', 'masks', 'boxes').
+        built_in: its offline set, a spec without an argument ('digits'); its 'val' subset is
+            the set's own held-out part.
+        check: `check(kind, argument, path, min_classes)`: raises ValueError naming what was
+            expected and what was found, for a spec of the form this task reads.
+        recognises: `recognises(path)`: whether a folder is laid out as this task's data; None
+            for the task whose folders are the fallback (class folders).
+    """
+
+    noun: str
+    labels: str
+    built_in: str
+    check: Callable[[str, str, str, int], None]
+    recognises: Callable[[str], bool] | None = None
+
+
+def task_data(task: str) -> TaskData:
+    """The `TaskData` of the registered task `task` (`vit_keras.tasks.TASKS`)."""
+    return tasks.load_part(f"{tasks.parts(task).specs}:DATA")
+
+
+def built_in_sets() -> dict[str, str]:
+    """Every registered task's built-in set: spec -> the first task registered with it (a task
+    may read another's data: its `TaskParts.specs` names the same module)."""
+    sets: dict[str, str] = {}
+    for name in tasks.TASKS:
+        sets.setdefault(task_data(name).built_in, name)
+    return sets
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
     """Splits a data spec into (kind, argument); raises ValueError on an unknown kind."""
     kind, _, argument = spec.partition(":")
-    if kind in BUILT_IN and not argument:
+    built_in = built_in_sets()
+    if kind in built_in and not argument:
         return kind, ""
-    if kind in KINDS and kind not in BUILT_IN and argument:
+    if kind in KINDS and argument:
         return kind, argument
-    raise ValueError(f"data spec {spec!r} not understood: expected 'digits', 'digit-scenes', "
-                     "'digit-boxes', 'folder:PATH', 'csv:PATH', 'tfds:NAME[:SPLIT]' or "
-                     "'tfrecord:GLOB'")
+    named = ", ".join(repr(name) for name in built_in)
+    raise ValueError(f"data spec {spec!r} not understood: expected {named}, 'folder:PATH', "
+                     "'csv:PATH', 'tfds:NAME[:SPLIT]' or 'tfrecord:GLOB'")
 
 
-def is_segmentation_folder(path: str) -> bool:
-    """Whether `path` holds `images/` and `masks/` folders (segmentation data)."""
-    return all(os.path.isdir(os.path.join(path, name)) for name in (IMAGES_DIR, MASKS_DIR))
-
-
-def is_segmentation_spec(spec: str) -> bool:
-    """Whether `spec` names data with masks: 'digit-scenes', or a folder of `images/` and
-    `masks/`."""
+def _claimed_by(spec: str) -> str | None:
+    """The task that claims `spec` as its data: a built-in set's own, or the first registered
+    task that recognises a folder's layout; None when no task does."""
     kind, argument = parse_spec(spec)
-    return kind == "digit-scenes" or (kind == "folder" and is_segmentation_folder(
-        os.path.expanduser(argument)))
-
-
-def box_layout(path: str) -> str | None:
-    """The box format a folder's files are in ('coco': a *.json file naming 'images' or
-    'annotations'; 'yolo': a labels/ folder; 'voc': an Annotations/ or annotations/ folder), or
-    None (`vit_app.data.box_files` reads them)."""
-    for name in sorted(glob.glob(os.path.join(path, "*.json"))):
-        try:
-            with open(name, encoding="utf-8") as stream:
-                head = stream.read(1 << 16)
-        except (OSError, UnicodeDecodeError):
-            continue
-        if '"annotations"' in head or '"images"' in head:
-            return "coco"
-    if os.path.isdir(os.path.join(path, "labels")):
-        return "yolo"
-    if any(os.path.isdir(os.path.join(path, name)) for name in ("annotations", "Annotations")):
-        return "voc"
+    built_in = built_in_sets()
+    if kind in built_in:
+        return built_in[kind]
+    if kind == "folder":
+        path = os.path.expanduser(argument)
+        for name in tasks.TASKS:
+            recognises = task_data(name).recognises
+            if recognises is not None and recognises(path):
+                return name
     return None
 
 
-def spec_labels(spec: str) -> str:
-    """What the data of `spec` labels its images with: 'masks' (digit-scenes, a folder of
-    images/ and masks/), 'boxes' (digit-boxes, a folder of COCO, YOLO or VOC boxes) or
-    'classes'."""
-    kind, argument = parse_spec(spec)
-    if kind in BUILT_IN_LABELS:
-        return BUILT_IN_LABELS[kind]
-    if kind == "folder":
-        path = os.path.expanduser(argument)
-        if is_segmentation_folder(path):
-            return "masks"
-        if box_layout(path):
-            return "boxes"
-    return "classes"
+def spec_task(spec: str) -> str:
+    """The task whose data `spec` names: a built-in set's own, a folder's by its layout, else
+    'classify' (class folders, CSV lists, tfds and TFRecord data label images by class)."""
+    return _claimed_by(spec) or tasks.CLASSIFY
+
+
+def refuse_other_tasks_data(spec: str, task: str, model: str = "") -> None:
+    """Raises ValueError when another task claims `spec` (its built-in set, a folder laid out
+    as its data), saying whose data it is and what to do.
+
+    Args:
+        spec: a data spec.
+        task: the task the data is wanted for.
+        model: the model the data is wanted for ('' = a training run), named in the message.
+    """
+    owner = _claimed_by(spec)
+    if owner is None or task_data(owner) is task_data(task):
+        return
+    data, wanted = task_data(owner), task_data(task)
+    todo = (f"{model} is a {wanted.noun} model: evaluate it on {tasks.parts(task).data}"
+            if model else f"train it with --task {owner}")
+    raise ValueError(f"{spec} is {data.noun} data (images with {data.labels}, not "
+                     f"{wanted.labels}): {todo}")
 
 
 def class_folders(path: str) -> list[str]:
@@ -109,75 +145,19 @@ def list_folder(path: str) -> tuple[list[str], list[str], list[int]]:
     return class_names, files, labels
 
 
-def check_spec(spec: str, min_classes: int = 1, labels: str = "classes") -> None:
-    """Checks what can be checked of `spec` without reading its images: the spec's form, that
-    a local folder, CSV file or TFRecord pattern exists, and a folder's number of classes
-    (for segmentation: that it has `images/` and `masks/`; for detection: boxes in a known
-    format).
+def check_spec(spec: str, min_classes: int = 1, task: str = tasks.CLASSIFY) -> None:
+    """Checks what can be checked of `spec` for `task` without reading its images: the spec's
+    form, that it is the task's kind of data, and what the task's own check reads of it (a
+    folder's classes, a segmentation folder's two parts, a detection folder's box files).
 
     Args:
-        spec: a data spec (`vit_app.data.sources`, `vit_app.data.segmentation`,
-            `vit_app.data.detection`).
+        spec: a data spec (`vit_app.data.sources` and each task's data module).
         min_classes: classes a `folder:` source must have (2 to train a classifier).
-        labels: what the spec's images must be labelled with: 'classes', 'masks'
-            (`digit-scenes` or a segmentation folder) or 'boxes' (`digit-boxes` or a folder
-            of COCO, YOLO or VOC boxes).
+        task: the registered task the data is for ('classify').
 
     Raises:
         ValueError: naming what was expected and what was found.
     """
     kind, argument = parse_spec(spec)
-    path = os.path.expanduser(argument)
-    if labels == "masks":
-        _check_segmentation_spec(kind, argument, path)
-        return
-    if labels == "boxes":
-        _check_detection_spec(kind, argument, path)
-        return
-    if kind == "digit-scenes":
-        raise ValueError("digit-scenes is segmentation data (masks, not class labels): train "
-                         "it with --task segment")
-    if kind == "digit-boxes":
-        raise ValueError("digit-boxes is detection data (boxes, not class labels): train it "
-                         "with --task detect")
-    if "://" in argument or kind in ("digits", "tfds"):
-        return  # remote or downloaded data: checked when it is opened
-    if kind == "folder":
-        names = class_folders(path)
-        if len(names) < min_classes:
-            raise ValueError(f"folder data {argument!r} has {len(names)} class sub-folder "
-                             f"({', '.join(names)}): a classifier needs at least {min_classes} "
-                             f"classes, one sub-folder of images each ({argument}/<class "
-                             "name>/<image files>)")
-    elif kind == "csv" and not os.path.isfile(path):
-        raise ValueError(f"csv data {argument!r} does not exist: expected a CSV file with the "
-                         "columns file,labels")
-    elif kind == "tfrecord" and not glob.glob(path):
-        raise ValueError(f"tfrecord:{argument} matches no files")
-
-
-def _check_segmentation_spec(kind: str, argument: str, path: str) -> None:
-    if kind == "digit-scenes":
-        return
-    if kind != "folder":
-        raise ValueError(f"segmentation data {kind}:{argument}: expected 'digit-scenes' or "
-                         f"'folder:DIR' with DIR/{IMAGES_DIR}/ and DIR/{MASKS_DIR}/")
-    if not is_segmentation_folder(path):
-        raise ValueError(f"segmentation data {argument!r}: expected the folders "
-                         f"{argument}/{IMAGES_DIR}/ and {argument}/{MASKS_DIR}/ holding images "
-                         "and masks of the same file stems")
-
-
-def _check_detection_spec(kind: str, argument: str, path: str) -> None:
-    if kind == "digit-boxes":
-        return
-    if kind != "folder":
-        raise ValueError(f"detection data {kind}:{argument}: expected 'digit-boxes' or "
-                         "'folder:DIR' with boxes in COCO JSON, YOLO or Pascal VOC form")
-    if not os.path.isdir(path):
-        raise ValueError(f"detection data folder {argument!r} does not exist")
-    if box_layout(path) is None:
-        raise ValueError(f"detection data {argument!r}: no boxes found. Expected one of: a COCO "
-                         f"JSON file ({argument}/*.json); YOLO labels ({argument}/images/ + "
-                         f"{argument}/labels/*.txt + classes.txt or data.yaml); Pascal VOC XML "
-                         f"({argument}/images/ or JPEGImages/ + {argument}/Annotations/*.xml)")
+    refuse_other_tasks_data(spec, task)
+    task_data(task).check(kind, argument, os.path.expanduser(argument), min_classes)

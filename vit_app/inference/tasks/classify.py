@@ -38,13 +38,7 @@ class Classify(InferenceTask):
         return sources.open_training_data(spec, *trained_on), take
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
-        labels = specs.spec_labels(args.data)
-        if labels != "classes":
-            kind = "segmentation" if labels == "masks" else "detection"
-            raise ValueError(f"{args.data} is {kind} data (images with {labels}); "
-                             f"{args.model} is a classifier: "
-                             "evaluate it on data labelled by class (folder:DIR with a folder "
-                             "per class, csv:, tfds:, digits)")
+        specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
         source = sources.load_source(args.data, sources.evaluation_subset(args.data),
                                      args.data_dir, val_split=0.0)
         scored = model.keras_model if model.keras_model is not None else model

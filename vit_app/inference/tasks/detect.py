@@ -26,7 +26,7 @@ import argparse
 
 import numpy as np
 
-from vit_app.data import detection, sources
+from vit_app.data import detection, sources, specs
 from vit_app.inference import detect_predict, detection_eval
 from vit_app.inference.tasks import (InferenceTask, judged_images, percent, sampling_noise,
                                      score_failure)
@@ -79,6 +79,7 @@ class Detect(InferenceTask):
         if args.few_shot is not None:
             raise ValueError(f"--few-shot fits classifiers; {args.model} is a detector: leave "
                              "--few-shot out")
+        specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
         source = detection.load_detection_source(args.data, sources.evaluation_subset(args.data),
                                                  val_split=0.0)
         names = model.class_names[:object_classes(model)]

@@ -21,7 +21,7 @@ import argparse
 
 import numpy as np
 
-from vit_app.data import segmentation, sources
+from vit_app.data import segmentation, sources, specs
 from vit_app.inference import evaluate as evaluation, segment_predict, segmentation_eval
 from vit_app.inference.predict import table
 from vit_app.inference.tasks import (InferenceTask, judged_images, percent, sampling_noise,
@@ -65,6 +65,7 @@ class Segment(InferenceTask):
         if args.few_shot is not None:
             raise ValueError(f"--few-shot fits classifiers; {args.model} is a segmenter: "
                              "leave --few-shot out")
+        specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
         source = segmentation.load_segmentation_source(args.data, sources.evaluation_subset(
             args.data), val_split=0.0)
         results = segmentation_eval.evaluate(model, source, min(args.batch_size, 64),
