@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -114,6 +115,8 @@ def squares_run():
 def test_a_folder_of_yolo_boxes_trains_a_detector_scored_by_coco_map(squares_run):
     printed = (squares_run / "printed.txt").read_text()
     assert "objective detect" in printed and "| mAP (val/test)" in printed
+    assert re.search(rf"epoch +{PLUMBING_EPOCHS}/{PLUMBING_EPOCHS} +loss [\d.]+ +val_loss "
+                     r"[\d.]+ +val_box_f1 [\d.]+ +lr", printed)
     config = json.loads((squares_run / "run" / "config.json").read_text())
     assert config["task"] == "detect"
     metrics = json.loads((squares_run / "run" / "metrics.json").read_text())

@@ -2,6 +2,7 @@
 the paired augmentation, exact scoring at the masks' resolution and `vit train --task segment`."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -259,7 +260,7 @@ def _train_tiny_segmenter(data, output, *options) -> int:
                      "--no-inspect", "--output", str(output), *options])
 
 
-def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
+def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path, capsys):
     """`vit train --task segment` on a folder of palette masks: a ViTSegmenter in model.keras,
     the exact scores in metrics.json, the formats asked for exported and checked by pixel (the
     three held-out scenes too few to judge scores by: the table says so). A float file and an
@@ -278,6 +279,9 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path):
                                    "--set", "optim.layer_decay=0.75",  # encoder by name
                                    "--formats", "tflite,onnx_int8",
                                    "--min-agreement", "int8=0.9")
+    # each epoch's line shows the objective's own metrics: the score it keeps the best by
+    assert re.search(r"epoch +2/2 +loss [\d.]+ +val_loss [\d.]+ +val_mean_iou [\d.]+ +lr",
+                     capsys.readouterr().out)
     exported = json.loads((output / "export.json").read_text())
     assert exported["agreement"] == "pixels"
     assert list(exported["formats"]) == ["tflite", "onnx_int8"]

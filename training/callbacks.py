@@ -335,11 +335,20 @@ class BestModel(keras.callbacks.Callback):
 
 
 class EpochLog(keras.callbacks.Callback):
-    """Prints one line per epoch: losses, accuracies, learning rate and seconds."""
+    """Prints one line per epoch: the objective's metrics, learning rate and seconds.
 
-    def __init__(self, epochs: int, print_fn=print):
+    Args:
+        epochs: the run's epochs.
+        keys: the logged metrics to show, in order (`Objective.epoch_line_keys`); a key an
+            epoch did not log is left out.
+        print_fn: prints the line.
+    """
+
+    def __init__(self, epochs: int, keys: tuple[str, ...] = ("loss", "val_loss"),
+                 print_fn=print):
         super().__init__()
         self.epochs = epochs
+        self.keys = keys
         self.print_fn = print_fn
         self._start = time.perf_counter()
 
@@ -349,8 +358,7 @@ class EpochLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         parts = [f"epoch {epoch + 1:>3}/{self.epochs}"]
-        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "val_top5", "val_pr_auc",
-                    "val_box_f1"):
+        for key in self.keys:
             if key in logs:
                 parts.append(f"{key} {logs[key]:.4f}")
         learning_rate = self.model.optimizer.learning_rate

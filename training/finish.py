@@ -117,7 +117,8 @@ def write_run_files(setup: Setup, fitted: Fitted, classifier) -> None:
                         "preprocessing": setup.preprocessing.to_dict(),
                         "task": tasks.task_of(classifier), "activation": objective.activation})
     outputs.plot_curves(outputs.read_history(os.path.join(output, "history.csv")),
-                        os.path.join(output, "curves.png"))
+                        os.path.join(output, "curves.png"),
+                        score=objective.monitor.removeprefix("val_"))
 
 
 def write_metrics(setup: Setup, metrics: dict) -> None:

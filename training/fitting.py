@@ -138,7 +138,8 @@ def make_callbacks(setup: Setup, state: dict | None, signals, verbose: int) -> F
     chosen = [finite, best, history, backup,
               keras.callbacks.TensorBoard(os.path.join(folders.write_dir, "logs"))]
     if verbose == 0 and setup.placement.chief:
-        chosen.append(callbacks.EpochLog(setup.preset.schedule.epochs))
+        chosen.append(callbacks.EpochLog(setup.preset.schedule.epochs,
+                                         setup.objective.epoch_line_keys))
     # Last: an epoch's end is logged and backed up before a signal stops the run there.
     chosen.append(preemption.StopOnSignal(signals, backup, setup.placement.any_process,
                                           folders.backup_dir, finite=finite))

@@ -26,6 +26,7 @@ class Objective:
         metric_label: how the result table names its validation score.
         metric_key: that score's key in metrics.json.
         monitor: the logged metric that chooses the best weights (higher = better).
+        epoch_metrics: the logged metrics each epoch's line shows before `monitor`.
         exports: whether the run exports its model; `export_skipped` says why not.
         activation: what turns the model's logits into its scores, in every format.
         multilabel: each class scored on its own (sigmoid), e.g. for the linear probe.
@@ -40,6 +41,7 @@ class Objective:
     metric_label = ""
     metric_key = ""
     monitor = ""
+    epoch_metrics = ("loss", "val_loss")
     exports = True
     export_skipped = ""
     activation = "softmax"
@@ -51,6 +53,11 @@ class Objective:
 
     def __init__(self, preset):
         self.preset = preset
+
+    @property
+    def epoch_line_keys(self) -> tuple[str, ...]:
+        """The logged metrics each epoch's line shows: `epoch_metrics`, then `monitor`."""
+        return tuple(dict.fromkeys((*self.epoch_metrics, self.monitor)))
 
     @property
     def monitor_label(self) -> str:

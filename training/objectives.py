@@ -51,6 +51,7 @@ class Classification(Objective):
     metric_label = "top-1"
     metric_key = "val_top1"
     monitor = "val_accuracy"
+    epoch_metrics = ("loss", "accuracy", "val_loss", "val_accuracy", "val_top5")
     closed_form_probe = True
     probe_description = "a linear classifier on frozen features, fitted once"
     hints_fine_tuning = True

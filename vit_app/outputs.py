@@ -53,9 +53,19 @@ def _number(text) -> float:
         return float("nan")
 
 
-def plot_curves(history: dict[str, list[float]], path: str) -> str | None:
-    """Loss and accuracy (PR-AUC for a multi-label run, mean IoU for segmentation) per epoch,
-    train and validation, as a PNG; None without history."""
+def plot_curves(history: dict[str, list[float]], path: str,
+                score: str = "accuracy") -> str | None:
+    """The loss and a score per epoch, train and validation, as a PNG.
+
+    Args:
+        history: the run's history.csv as columns (`read_history`).
+        path: the PNG file written.
+        score: the metric drawn beside the loss, as logged in training (its `val_` twin is
+            drawn too): the objective's own ('accuracy', 'mean_iou', 'box_f1').
+
+    Returns:
+        `path`, or None without history.
+    """
     if not history.get("epoch"):
         return None
     import matplotlib
@@ -64,8 +74,6 @@ def plot_curves(history: dict[str, list[float]], path: str) -> str | None:
     import matplotlib.pyplot as plt
 
     epochs = [epoch + 1 for epoch in history["epoch"]]
-    score = next((key for key in ("accuracy", "pr_auc", "mean_iou", "box_f1") if key in history),
-                 "accuracy")
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
     for axis, metric in zip(axes, ("loss", score)):
         for key, style in ((metric, "-"), (f"val_{metric}", "o-")):
