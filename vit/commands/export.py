@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 from vit.commands.checks import add_preprocessing_argument, check_model
-from vit_app.data.specs import check_spec
+from vit_app.data.specs import check_spec, spec_task
 from vit_app.inference.export_formats import (DEFAULT_FORMATS, FORMATS, check_formats,
                                           min_agreements, parse_min_agreement)
 from vit_app.inference.model_files import ACTIVATIONS
@@ -81,8 +81,8 @@ def check(args: argparse.Namespace) -> None:
     framework is imported."""
     check_model(args.model, extensions=(".keras",))
     min_agreements(check_formats(args.formats), parse_min_agreement(args.min_agreement))
-    if args.data and not args.data.endswith(".npz"):
-        check_spec(args.data)
+    if args.data and not args.data.endswith(".npz"):  # as the data's own task reads it
+        check_spec(args.data, task=spec_task(args.data))
 
 
 def run(args: argparse.Namespace) -> int:
