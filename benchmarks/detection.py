@@ -13,11 +13,11 @@ training seconds (metrics.json `train_seconds`) are RetinaNet's budget. RetinaNe
 - anchors (3 scales x 3 aspect ratios a level, `anchor_size` 3: 12-19 px on P2), keras-hub's
   label encoder, losses (focal classification, Huber boxes) and non-maximum suppression (IoU
   0.5, scores >= 0.05, 100 boxes, as COCO scoring wants);
-- the very same batches as the ViT (`training.detect_pipeline` with the resolved preset the
+- the very same batches as the ViT (`training.tasks.detect.pipeline` with the resolved preset the
   ViT's run wrote: size, batch, crops, flips, photometric, seed);
 - AdamW at 1e-3 (weight decay 1e-4, clipnorm 1) on a cosine over the budget's seconds;
   training stops at the budget.
-Both are scored by the same pycocotools mAP (`vit_app.inference.detection_eval.coco_scores`)
+Both are scored by the same pycocotools mAP (`vit_app.tasks.detect.evaluate.coco_scores`)
 on every validation image at its own size, and each trains in its own process, whose peak
 resident memory is reported.
 
@@ -163,8 +163,8 @@ def retinanet_scores(model, val, size, preprocessing) -> dict:
     """COCO scores of RetinaNet's boxes on every validation image, at the image's own size."""
     import numpy as np
 
-    from vit_app.data.detection import labelled_images
-    from vit_app.inference.detection_eval import coco_scores, model_inputs
+    from vit_app.tasks.detect.data.sources import labelled_images
+    from vit_app.tasks.detect.evaluate import coco_scores, model_inputs
 
     images, truth = labelled_images(val)
     inputs = model_inputs(images, size, preprocessing)
@@ -190,8 +190,8 @@ def run_retinanet(budget_seconds: float, run_folder: str, head_convs: int = 4) -
     """RetinaNet trained on the batches of the ViT run in `run_folder` for `budget_seconds`."""
     import keras
 
-    from training import detect_pipeline
-    from vit_app.data.detection import open_detection_data
+    from training.tasks.detect import pipeline as detect_pipeline
+    from vit_app.tasks.detect.data.sources import open_detection_data
     from vit_app.images import image_hw
 
     preset = run_preset(run_folder)

@@ -6,10 +6,10 @@ The ViT is the plain command a user types (`vit train --task segment`, plus `--t
 its training seconds (metrics.json `train_seconds`) are the U-Net's budget. The U-Net
 (Ronneberger et al. 2015, shrunk to 32x32 inputs: 32-64-128 filters, two 3x3 conv-BN-ReLU per
 level, max pooling down, 2x transposed convolutions up with skip connections, a 1x1 classifier)
-trains on the very same batches (`training.segment_pipeline`, the preset's augmentation and
+trains on the very same batches (`training.tasks.segment.pipeline`, the preset's augmentation and
 seed) with AdamW at 2e-3 and cosine decay over the epochs one timed epoch of a throwaway twin
 says the budget affords; it stops at the budget whatever the estimate said. Every model is
-scored by the same exact mIoU over the validation scenes (`vit_app.inference.segmentation_eval`),
+scored by the same exact mIoU over the validation scenes (`vit_app.tasks.segment.evaluate`),
 and each runs in its own process, whose peak resident memory is reported.
 
 Shape scenes: 32x32 canvases of smooth colour gradients with two to four filled discs, squares
@@ -202,11 +202,11 @@ def run_unet(budget_seconds: float, train_spec: str, val_spec: str) -> dict:
     training stops at the budget whatever that estimate said."""
     import keras
 
-    from training import segment_pipeline
+    from training.tasks.segment import pipeline as segment_pipeline
     from training.presets import get_preset
-    from vit_app.data import segmentation
-    from vit_app.inference import segmentation_eval
-    from vit_keras import segmentation_scores
+    from vit_app.tasks.segment.data import sources as segmentation
+    from vit_app.tasks.segment import evaluate as segmentation_eval
+    from vit_keras.tasks.segment import scores as segmentation_scores
 
     preset = get_preset("digits_segment")
     keras.utils.set_random_seed(preset.seed)
@@ -244,7 +244,7 @@ def _slices(folder: str):
     its slices and binary masks read as `vit train` reads them)."""
     import numpy as np
 
-    from vit_app.data.masks import pair_files, read_mask
+    from vit_app.tasks.segment.data.masks import pair_files, read_mask
     from vit_app.images import decode_native, read_file
 
     image_files, mask_files = pair_files(folder)
@@ -289,7 +289,7 @@ def run_unet_crops(budget_seconds: float, train_dir: str, val_dir: str, crop: in
     import numpy as np
     import tensorflow as tf
 
-    from vit_keras import segmentation_scores
+    from vit_keras.tasks.segment import scores as segmentation_scores
 
     keras.utils.set_random_seed(0)
     images, masks = _slices(train_dir)

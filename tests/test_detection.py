@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from vit_app.inference import detection_eval
-from vit_app.inference.tasks import detect as detect_task
-from vit_keras import ViTConfig, detection_boxes
-from vit_keras.detection import ViTDetector, grid_positions
-from vit_keras.detection_loss import (BoxF1, SetPredictionLoss, corners, generalized_iou,
+from vit_app.tasks.detect import evaluate as detection_eval
+from vit_app.tasks.detect import inference as detect_task
+from vit_keras import ViTConfig
+from vit_keras.tasks.detect import boxes as detection_boxes
+from vit_keras.tasks.detect.model import ViTDetector, grid_positions
+from vit_keras.tasks.detect.loss import (BoxF1, SetPredictionLoss, corners, generalized_iou,
                                       hungarian)
 
 TINY = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
@@ -345,8 +346,8 @@ def test_the_set_loss_trains_on_jax_through_a_host_callback(tmp_path):
     script.write_text(
         "import numpy as np, keras\n"
         "from vit_keras import ViTConfig\n"
-        "from vit_keras.detection import ViTDetector\n"
-        "from vit_keras.detection_loss import BoxF1, SetPredictionLoss\n"
+        "from vit_keras.tasks.detect.model import ViTDetector\n"
+        "from vit_keras.tasks.detect.loss import BoxF1, SetPredictionLoss\n"
         "config = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32,"
         " num_heads=2, num_layers=1, num_classes=3)\n"
         "model = ViTDetector(config, num_queries=4, decoder_layers=1, decoder_width=16,"

@@ -9,9 +9,11 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from training import detect_pipeline
-from vit_app.data import box_files, detection, specs
-from vit_app.data.tasks.detect import box_layout
+from training.tasks.detect import pipeline as detect_pipeline
+from vit_app.data import specs
+from vit_app.tasks.detect.data import box_files
+from vit_app.tasks.detect.data import sources as detection
+from vit_app.tasks.detect.data import box_layout
 
 # Two images of 40x30 px (width x height): two boxes, then none.
 BOXES = {"a": [(2, 3, 12, 20, 0), (20, 5, 38, 29, 1)], "b": []}
@@ -170,7 +172,8 @@ def test_vit_export_reads_a_detectors_data_as_its_run_read_it(tmp_path):
     """`vit export` of a detector calibrates on the run's training folder (YOLO here) and
     checks on its --val-data (VOC): images resized whole, targets (class, centre, size) in
     fractions of the image, -1 for no object; the task's inference part reads them."""
-    from vit_app.inference import export_data, tasks
+    from vit_app.inference import export_data
+    from vit_app.inference import inference_task as tasks
 
     train, val = write_yolo(tmp_path / "train"), write_voc(tmp_path / "val")
     got = export_data.load(f"folder:{train}", (32, 32), 5, 5,

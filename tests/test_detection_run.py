@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_keras import detection_boxes
+from vit_keras.tasks.detect import boxes as detection_boxes
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

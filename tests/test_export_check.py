@@ -7,8 +7,9 @@ file scoring better never fails for it, and too few images judge no score."""
 import numpy as np
 import pytest
 
-from vit_app.inference import export_formats, export_pipeline, export_report, tasks
-from vit_app.inference.tasks import segment
+from vit_app.inference import export_formats, export_pipeline, export_report
+from vit_app.inference import inference_task as tasks
+from vit_app.tasks.segment import inference as segment
 
 FP16 = export_formats.EXPORT_FORMATS["tflite_fp16"]
 INT8 = export_formats.EXPORT_FORMATS["tflite_int8"]

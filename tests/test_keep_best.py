@@ -108,7 +108,8 @@ def test_the_header_points_to_fine_tuning_for_a_few_images_from_scratch(tmp_path
 
 
 def test_no_hint_for_the_built_in_digits():
-    from training import objectives, report
+    from training import report
+    from training.tasks.classify import objective as objectives
 
     class Setup:
         preset = get_preset("digits_tiny")

@@ -12,8 +12,8 @@ from vit_keras import EncoderBlock, MultiHeadSelfAttention, PatchEmbedding, Visi
 from vit_keras.core import (deit, heads, layers, masked_patch, normalization, posemb, resnet,
                             stems)
 from vit_keras.intermediates import ClassTokenOf, SplitTokens
-from vit_keras import detection
-from vit_keras.segmentation import ResizeToImage, Upsample, ViTSegmenter
+from vit_keras.tasks.detect import model as detection
+from vit_keras.tasks.segment.model import ResizeToImage, Upsample, ViTSegmenter
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
 

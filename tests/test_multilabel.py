@@ -15,8 +15,10 @@ from helpers import vit_predict
 from vit import cli
 from vit_app.data import csv_source, evaluation, sources
 from vit_app.images import scale
-from vit_app.inference import multilabel_scores
-from training import multilabel, objectives, pipeline, run
+from vit_app.tasks.classify import multilabel_scores
+from training import pipeline, run
+from training.tasks.classify import multilabel
+from training.tasks.classify import objective as objectives
 from training.presets import get_preset
 
 CLASSES = ("cat", "dog", "owl")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import vit_keras
-from vit_keras import segmentation_scores
-from vit_keras.segmentation import ViTSegmenter, load_backbone
+from vit_keras.tasks.segment import scores as segmentation_scores
+from vit_keras.tasks.segment.model import ViTSegmenter, load_backbone
 
 
 def _images(config, batch=2, size=None, seed=0):
@@ -59,7 +59,7 @@ def test_the_skip_head_joins_the_grid_to_a_conv_path_at_every_level(tiny_config)
 
 
 def test_skip_widths_halve_towards_full_resolution():
-    from vit_keras.segmentation import skip_widths
+    from vit_keras.tasks.segment.model import skip_widths
 
     assert skip_widths(64, 3) == [16, 32, 64]
     assert skip_widths(256, 4) == [32, 64, 128, 256]

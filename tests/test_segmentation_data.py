@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_app.data import masks, segmentation, specs
+from vit_app.data import specs
+from vit_app.tasks.segment.data import masks
+from vit_app.tasks.segment.data import sources as segmentation
 
 PALETTE = [0, 0, 0, 200, 30, 30, 30, 200, 30] + [0] * (256 * 3 - 9)
 
@@ -185,7 +187,7 @@ def test_augmentation_moves_image_and_mask_together(tmp_path):
     the class read from the image still matches the mask's almost everywhere."""
     import tensorflow as tf
 
-    from training import segment_pipeline
+    from training.tasks.segment import pipeline as segment_pipeline
     from training.presets import get_preset
 
     preset = get_preset("digits_segment").with_values(
@@ -211,7 +213,7 @@ def test_augmentation_moves_image_and_mask_together(tmp_path):
 def test_a_resumed_stream_repeats_the_uninterrupted_one(tmp_path):
     """Batches are a function of (seed, epoch, step): a run resumed at epoch 1, step 1 sees
     exactly the batches the uninterrupted run saw from there, images and masks alike."""
-    from training import segment_pipeline
+    from training.tasks.segment import pipeline as segment_pipeline
     from training.presets import get_preset
 
     source = segmentation.load_segmentation_source(f"folder:{_folder(tmp_path, count=8)}",
@@ -232,7 +234,7 @@ def test_a_resumed_stream_repeats_the_uninterrupted_one(tmp_path):
 def test_exact_scores_at_the_masks_resolution(tmp_path):
     """A perfect predictor scores 1; scores come from the original masks, whatever the model's
     size, and ignored pixels count nowhere."""
-    from vit_app.inference import segmentation_eval
+    from vit_app.tasks.segment import evaluate as segmentation_eval
 
     _folder(tmp_path, count=3, size=30)
     source = segmentation.load_segmentation_source(f"folder:{tmp_path}", "train", 0.0)
@@ -268,7 +270,7 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path, capsys):
     test_segmentation_deploy's."""
     import keras
 
-    from vit_keras.segmentation import ViTSegmenter
+    from vit_keras.tasks.segment.model import ViTSegmenter
 
     data = _folder(tmp_path / "data", count=12, size=16)
     output = tmp_path / "out"
@@ -363,7 +365,7 @@ def test_predict_with_a_segmenter_writes_masks_and_overlays(tmp_path, capsys):
 
     from vit import cli
     from vit_keras import ViTConfig
-    from vit_keras.segmentation import ViTSegmenter
+    from vit_keras.tasks.segment.model import ViTSegmenter
 
     config = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
                        num_layers=1, num_classes=3)
@@ -431,7 +433,7 @@ def test_cross_entropy_dice_matches_a_numpy_reference():
     classes, smooth 1); 255 counts nowhere; a confident, right model scores about 0."""
     import keras
 
-    from training.segment_loss import CrossEntropyDice
+    from training.tasks.segment.loss import CrossEntropyDice
 
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 2, (2, 5, 6, 3)).astype(np.float32)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from training import segment_pipeline
+from training.tasks.segment import pipeline as segment_pipeline
 from training.presets import get_preset
-from vit_app.data import segmentation
-from vit_keras import segmentation_windows
+from vit_app.tasks.segment.data import sources as segmentation
+from vit_keras.tasks.segment import windows as segmentation_windows
 from vit_keras.preprocessing import Preprocessing, parse_preprocessing
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -16,13 +16,13 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("vit_keras", "vit_app", "training", "vit")
 
-# Lowest first. A group is a module or a package (all its modules); the longest match wins.
+# Lowest first. A group is a module or a package (all its modules), where `*` stands for one
+# name (each task's folder); the longest match wins.
 RANKS = (
     # The library: what a model is, then how it computes, then how weights reach it.
     ("vit_keras.preprocessing", "vit_keras.atomic", "vit_keras.timing", "vit_keras.names",
-     "vit_keras._after_import", "vit_keras._lazy", "vit_keras.segmentation_scores",
-     "vit_keras.segmentation_windows", "vit_keras.detection_boxes",
-     "vit_keras.tasks"),
+     "vit_keras._after_import", "vit_keras._lazy", "vit_keras.tasks.__init__",
+     "vit_keras.tasks.*.__init__"),
     ("vit_keras.config",),
     ("vit_keras.keras_compat", "vit_keras.families", "vit_keras.legacy"),
     ("vit_keras.quantization", "vit_keras.fast_paths"),
@@ -30,16 +30,20 @@ RANKS = (
     ("vit_keras.lora", "vit_keras.weight_decay", "vit_keras.pretrained"),
     ("vit_keras.core",),
     ("vit_keras.weights",),
+    # Each task's library folder (`vit_keras/tasks/<task>/`): its model on the encoder.
     ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates",
-     "vit_keras.hub_presets", "vit_keras.segmentation", "vit_keras.detection_loss"),
-    ("vit_keras.detection",),
+     "vit_keras.hub_presets", "vit_keras.tasks"),
     ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
     ("vit_keras.__init__",),
     # The application: its base, the inference and deployment commands, training, the CLI.
+    # A task's folder sits beside each: its data (`vit_app/tasks/<task>/data`) with the data,
+    # the rest with inference; its preset with the presets, the rest with training.
     ("vit_app.__init__", "vit_app.console", "vit_app.outputs", "vit_app.backend",
-     "vit_app.hardware", "vit_app.paths", "vit_app.images", "vit_app.data"),
-    ("vit_app.inference",),
-    ("training.__init__", "training.presets"),
+     "vit_app.hardware", "vit_app.paths", "vit_app.images", "vit_app.data",
+     "vit_app.tasks.__init__", "vit_app.tasks.*.__init__", "vit_app.tasks.*.data"),
+    ("vit_app.inference", "vit_app.tasks"),
+    ("training.__init__", "training.presets", "training.tasks.__init__",
+     "training.tasks.*.__init__", "training.tasks.*.preset"),
     ("training",),
     ("training.report", "training.setup"),
     ("training.fitting",),
@@ -60,13 +64,19 @@ def importable_name(name: str) -> str:
     return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
+def in_group(name: str, group: str) -> bool:
+    """Whether module `name` is `group` or inside it; a `*` in `group` matches one name."""
+    parts, pattern = name.split("."), group.split(".")
+    return len(parts) >= len(pattern) and all(
+        want in ("*", have) for want, have in zip(pattern, parts))
+
+
 def rank(name: str) -> int:
     """The rank of module `name` (`module_name` form): that of its longest matching group."""
     best, best_length = None, -1
     for position, groups in enumerate(RANKS):
         for group in groups:
-            matches = name == group or name.startswith(group + ".")
-            if matches and len(group) > best_length:
+            if in_group(name, group) and len(group) > best_length:
                 best, best_length = position, len(group)
     if best is None:
         raise AssertionError(f"{name} has no rank: add it (or its package) to RANKS in "
@@ -308,24 +318,13 @@ def test_keras_files_load_after_import_vit_keras_alone(imports, tmp_path):
 
 # --- tasks: only a task's own modules branch on it --------------------------------------------
 
-# Each task's own modules, beside those its line in `vit_keras.tasks.TASKS` names: the only
-# modules that may compare with its name, test for its model class, or read its kind from
-# the shape of a model's outputs (docs/architecture.md, "Add a task").
-TASK_OWN_MODULES = {
-    "classify": ("vit_keras.core", "vit_app.inference.tasks.classify", "training.objectives",
-                 "training.multilabel", "training.probe"),
-    "segment": ("vit_keras.segmentation", "vit_keras.segmentation_scores",
-                "vit_app.inference.tasks.segment", "vit_app.inference.segment_predict",
-                "vit_app.inference.segmentation_eval", "vit_app.data.segmentation",
-                "vit_app.data.masks",
-                "training.segmentation", "training.segment_pipeline", "training.segment_loss",
-                "training.presets.digits_segment"),
-    "detect": ("vit_keras.detection", "vit_keras.detection_boxes", "vit_keras.detection_loss",
-               "vit_app.inference.tasks.detect", "vit_app.inference.detect_predict",
-               "vit_app.inference.detection_eval", "vit_app.data.detection",
-               "vit_app.data.box_files", "training.detection", "training.detect_pipeline",
-               "training.presets.digits_detect"),
-}
+# A task's own modules are its folders, one in each layer (`vit_keras/tasks/<task>/`,
+# `vit_app/tasks/<task>/`, `training/tasks/<task>/`), and the modules its line in
+# `vit_keras.tasks.TASKS` names: the only modules that may compare with its name, test for its
+# model class or read its kind from the shape of a model's outputs (docs/architecture.md, "Add
+# a task"). Classification's model is the encoder's own head, so the encoder is its too.
+TASK_FOLDERS = ("vit_keras.tasks", "vit_app.tasks", "training.tasks")
+ENCODER_HEADS = {"classify": ("vit_keras.core",)}
 TASK_MODEL_CLASSES = {"ViTSegmenter": "segment", "ViTDetector": "detect"}  # a task's model, beside the plain encoder
 # Shape checks that are no task's: module -> why
 SHAPE_CHECKS = {"vit_keras.analysis.looking_inside": "few-shot features must be [batch, D], "
@@ -337,7 +336,8 @@ def own_modules(task: str) -> tuple[str, ...]:
 
     parts = tasks.TASKS[task]
     named = (parts.head, parts.inference, parts.objective.partition(":")[0], parts.specs)
-    return (*TASK_OWN_MODULES.get(task, ()), *named)
+    folders = tuple(f"{layer}.{task}" for layer in TASK_FOLDERS)
+    return (*folders, *ENCODER_HEADS.get(task, ()), *named)
 
 
 def _in_group(name: str, groups) -> bool:
@@ -382,7 +382,7 @@ def task_branches(path: pathlib.Path) -> list[tuple[int, str, str | None]]:
 
 def test_only_a_tasks_own_modules_branch_on_it():
     """Evaluate, predict, serve, export and training ask the model's task
-    (`vit_keras.tasks`, `vit_app.inference.tasks`, the objectives); no other module compares with
+    (`vit_keras.tasks`, `vit_app.inference.inference_task`, the objectives); no other module compares with
     a task's name, tests for a task's model class or reads a task from output shapes."""
     stray = [f"{path.relative_to(REPO)}:{line} {what}"
              for name, path in modules().items()

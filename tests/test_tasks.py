@@ -20,12 +20,13 @@ from localhost import served
 from PIL import Image
 
 from training.objective import float32_twin
-from training.objectives import Classification
+from training.tasks.classify.objective import Classification
 from vit import cli
 from vit_app.data import sources, specs
-from vit_app.inference import classifier, tasks as inference_tasks
+from vit_app.inference import classifier
+from vit_app.inference import inference_task as inference_tasks
 from vit_app.inference.server import create_app
-from vit_app.inference.tasks.classify import Classify
+from vit_app.tasks.classify.inference import Classify
 from vit_keras import VisionTransformer, tasks
 
 TOY = "toptwo"

@@ -8,7 +8,7 @@ from PIL import Image
 from training import adapt
 from training.presets import get_preset
 from training.presets.overrides import apply_overrides
-from training.segmentation import SMALL_DATA_RULE as SEGMENT_RULE
+from training.tasks.segment.objective import SMALL_DATA_RULE as SEGMENT_RULE
 
 
 def test_the_rule_gives_digits_tiny_for_the_digits():
@@ -247,7 +247,7 @@ def test_vit_train_on_a_folder_adapts_and_says_so(tmp_path, capsys):
 
 
 def test_the_detection_rule_leaves_digits_detect_for_the_digit_boxes_and_fits_others():
-    from training.detection import SMALL_DATA_RULE as DETECT_RULE
+    from training.tasks.detect.objective import SMALL_DATA_RULE as DETECT_RULE
 
     preset = get_preset("digits_detect")
     assert adapt.adapt(preset, (64, 64), 1600, task_rule=DETECT_RULE) == (preset, None)

@@ -27,7 +27,7 @@ changed, and a run starting from pre-trained weights (`--weights`) is not adapte
 
 A task's objective adapts the rule by its `TaskRule` (`Objective.small_data_rule`): how many
 images its epochs see, whether photographs get their recipe, and choices of its own. The
-segment task's (`training.segmentation`): about 18,000 images in all (the digit scenes' 15
+segment task's (its objective's): about 18,000 images in all (the digit scenes' 15
 epochs of 1,200), at least 15 and at most 100 epochs, since every pixel of an image is a
 training signal; the head gets one level per halving the patch size calls for (2 for 4x4
 patches, 3 for 8x8), so that its last level is back at the image's size; and images of 128 px

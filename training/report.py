@@ -126,7 +126,8 @@ def summary_rows(metrics: dict, output: str, objective) -> list[tuple[str, str]]
     Args:
         metrics: the run's metrics.json.
         output: the run's output folder.
-        objective: the run's objective (`training.objectives`): its metric names and labels.
+        objective: the run's objective (`training.objective.Objective`): its metric names and
+            labels.
     """
     def percent(key):
         value = metrics.get(key)

@@ -9,8 +9,8 @@
 4. `training.finish.evaluate` and `finish` take both: metrics.json, the run's files, export,
    inspection and the result table.
 
-The objective (`training.objectives`) supplies the model, its loss, its outputs and whatever
-else differs between objectives; between phases every process may stop together on a signal.
+The objective (`training.objective`, each task's own) supplies the model, its loss, its outputs
+and whatever else differs between objectives; between phases every process may stop together on a signal.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import shutil
 
 import keras
 
-from training import callbacks, fitting, objectives, preemption, presets, report
+from training import callbacks, fitting, preemption, presets, report
+from training.tasks.classify import objective as objectives
 from training.finish import evaluate, finish
 from training.setup import set_up
 from vit_app import console, outputs

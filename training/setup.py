@@ -13,7 +13,8 @@ import time
 import keras
 import numpy as np
 
-from training import adapt, distribute, jax_distribution, objectives, presets
+from training import adapt, distribute, jax_distribution, presets
+from training.tasks.classify import objective as objectives
 from vit_app import console, hardware, outputs
 from vit_app.data import sources
 from vit_app.data.evaluation import traced_as_written
@@ -61,7 +62,7 @@ class Setup:
 
     Attributes:
         preset: the preset, fitted to the data when `data.adapt` is on.
-        objective: what the run trains for (`training.objectives`), of that preset.
+        objective: what the run trains for (`training.tasks.classify.objective`), of that preset.
         backend: the Keras backend.
         placement: `training.distribute.Placement`.
         policy: the Keras dtype policy name.

@@ -13,7 +13,7 @@ The resize rule of each crop mode, for a model input of (height, width):
   (height, width) is cut out.
 - 'native' (a segmenter trained on crops at the images' own resolution, taking any size):
   images keep their own size; `vit predict`, `vit evaluate` and `vit serve` segment them whole
-  or in overlapping windows (`vit_keras.segmentation_windows`). Where a fixed size is needed
+  or in overlapping windows (`vit_keras.tasks.segment.windows`). Where a fixed size is needed
   all the same (an export's sample images), the whole image is resized, as 'squash'.
 Means and standard deviations apply to pixels scaled to [0, 1].
 """

@@ -5,7 +5,9 @@ A preset is the whole recipe of a run, in sections (`training.presets.sections`)
 `loop`, each validated when created. `vit train --config NAME` starts from one; command-line
 flags and `--set SECTION.FIELD=value` override single fields (`training.presets.overrides`).
 Add a preset by writing `training/presets/<name>.py` with a `PRESET = Preset(...)` and
-listing its name in `PRESET_NAMES`.
+listing its name in `SHARED_PRESETS`. A task's own preset (the one `vit train --task TASK`
+starts from, named by its line in `vit_keras.tasks.TASKS`) lives in its folder,
+`training/tasks/<task>/preset.py`, and is listed from the registry.
 
 This module imports neither Keras nor TensorFlow (`vit train --help` reads it).
 """
@@ -22,9 +24,20 @@ from training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, 
 from vit_keras import families, tasks
 from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
-PRESET_NAMES = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16", "pretrain_b16",
-                "mpp_digits", "mpp_digits_finetune", "deit_distill", "digits_upstream",
-                "digits_transfer", "digits_segment", "digits_detect")
+SHARED_PRESETS = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16",
+                  "pretrain_b16", "mpp_digits", "mpp_digits_finetune", "deit_distill",
+                  "digits_upstream", "digits_transfer")
+
+
+def preset_modules() -> dict[str, str]:
+    """Every preset's name -> its module: the shared ones, then each registered task's own."""
+    modules = {name: f"training.presets.{name}" for name in SHARED_PRESETS}
+    for task, parts in tasks.TASKS.items():
+        modules.setdefault(parts.preset, f"training.tasks.{task}.preset")
+    return modules
+
+
+PRESET_NAMES = tuple(preset_modules())
 DEFAULT_PRESET = "digits_tiny"
 # The flat keys of the presets before they had sections, where the sectioned name differs from
 # `SECTION.<the same name>`. They are no longer accepted: `flat_keys` serves only the error
@@ -239,7 +252,7 @@ def get_preset(name: str) -> Preset:
     """Returns the preset called `name` (one of `PRESET_NAMES`)."""
     if name not in PRESET_NAMES:
         raise ValueError(f"unknown preset {name!r}; expected one of {list(PRESET_NAMES)}")
-    return importlib.import_module(f"training.presets.{name}").PRESET
+    return importlib.import_module(preset_modules()[name]).PRESET
 
 
 def describe(preset: Preset) -> str:

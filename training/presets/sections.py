@@ -17,7 +17,8 @@ CROPS = ("resize", "inception", "pad_crop")
 # Objective kinds that vary the classify task's training, beside the tasks themselves
 # (`vit_keras.tasks.TASKS`): kind -> the fewest classes their (classification) data may have.
 CLASSIFY_VARIANTS = {"mpp": 1, "distill": 2, "multilabel": 1}
-SEGMENT_HEADS = ("linear", "progressive", "skip")  # vit_keras.segmentation.HEADS, read without Keras
+# vit_keras.tasks.segment.model.HEADS, read without Keras
+SEGMENT_HEADS = ("linear", "progressive", "skip")
 DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
 MIXED_PRECISIONS = ("", "auto", "mixed_bfloat16", "mixed_float16")

@@ -12,7 +12,7 @@ Examples:
 
 A model is multi-label when the config.json next to it says `"activation": "sigmoid"` (a run
 of `--set objective.kind=multilabel`), and `csv:` data is always multi-label: then the scores are
-those of `vit_app.inference.multilabel_scores` (a single-label source's labels count as one
+those of `vit_app.tasks.classify.multilabel_scores` (a single-label source's labels count as one
 class each).
 
 An exported file is evaluated as it will be deployed: its images are resized by the rule that

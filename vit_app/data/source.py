@@ -33,7 +33,7 @@ class Source:
             file's path, or already a mask) to uint8 [height, width] class ids (255 =
             ignore); None for labels that are class ids.
         boxes: labels are boxes, float32 [max_objects, 5] per image (x0, y0, x1, y1 in pixels
-            of the stored image, class id; class -1 pads): `vit_app.data.detection`.
+            of the stored image, class id; class -1 pads): `vit_app.tasks.detect.data.sources`.
         notes: how the reader chose to read the data where it had a choice (printed by a run
             under its data line).
     """

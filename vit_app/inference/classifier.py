@@ -24,19 +24,19 @@ import tensorflow as tf
 import vit_keras
 from vit_app import console
 from vit_app.images import decode_checked, decode_native, prepare_decoder
-from vit_app.inference import tasks
+from vit_app.inference import inference_task as tasks
 from vit_app.inference.model_files import (ACTIVATIONS, activation_beside, check_model_path,
                                        labels_beside, load_model, patch_size_beside,
                                        preprocessing_beside, task_beside)
 from vit_app.outputs import read_labels
-from vit_keras import (analysis, families, pretrained, preprocess_input,
-                       segmentation_windows)
+from vit_keras import analysis, families, pretrained, preprocess_input
 from vit_keras import tasks as library_tasks
 from vit_keras.checkpoints import keras_hub_config
 from vit_keras.core.model import config_from_model, input_image_size, preprocessing_of
 from vit_keras.export import ONNXModel, TFLiteModel, graph
 from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
+from vit_keras.tasks.segment import windows as segmentation_windows
 from vit_keras.pretrained import labels as released_labels
 
 IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (multi-label)
@@ -66,8 +66,8 @@ class Classifier:
             normalisation is inside `run_outputs`).
         patch_size: pixels per patch side of its input (a hybrid's ResNet stride included),
             None when not known (an exported file without the run's config.json beside it).
-        task: what the model is for ('classify', 'segment': `vit_app.inference.tasks`), as the
-            model records it (a Keras model's own record, an exported file's export.json or
+        task: what the model is for ('classify', 'segment': `vit_app.inference.inference_task`),
+            as the model records it (a Keras model's own record, an exported file's export.json or
             config.json).
     """
 
@@ -161,7 +161,7 @@ class Classifier:
     def predict_native(self, image) -> dict[str, np.ndarray]:
         """One image's per-pixel outputs at its own size: whole for a model taking any size
         (windows where it is large), in windows of its size for a fixed-size file
-        (`vit_keras.segmentation_windows`).
+        (`vit_keras.tasks.segment.windows`).
 
         Args:
             image: float32 [height, width, 3] pixels in 0..255.

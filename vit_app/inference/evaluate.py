@@ -1,7 +1,7 @@
-"""`vit evaluate`: the model's task scores it on a data spec (`vit_app.inference.tasks`). Here, the
+"""`vit evaluate`: the model's task scores it on a data spec (`vit_app.inference.inference_task`). Here, the
 classifier's scores: top-1, top-5 and per-class accuracy; for a multi-label model or data, the
-exact mAP, F1 and per-class average precision (`vit_app.inference.multilabel_scores`); the paper's
-few-shot linear evaluation. A segmenter's are `vit_app.inference.segmentation_eval`'s. The flags
+exact mAP, F1 and per-class average precision (`vit_app.tasks.classify.multilabel_scores`); the
+paper's few-shot linear evaluation. A segmenter's are `vit_app.tasks.segment.evaluate`'s. The flags
 are `vit.commands.evaluate`'s.
 """
 
@@ -15,7 +15,9 @@ import tensorflow as tf
 from vit_app import console
 from vit_app.data import evaluation, sources
 from vit_app.images import scale
-from vit_app.inference import classifier, model_files, multilabel_scores, tasks
+from vit_app.inference import classifier, model_files
+from vit_app.tasks.classify import multilabel_scores
+from vit_app.inference import inference_task as tasks
 from vit_app.inference.classifier import Classifier
 from vit_app.outputs import write_json
 from vit_keras import analysis
@@ -169,7 +171,8 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs `vit evaluate`: the model's task (`vit_app.inference.tasks`) scores it on the data."""
+    """Runs `vit evaluate`: the model's task (`vit_app.inference.inference_task`) scores it on
+    the data."""
     model = classifier.load(args.model, labels_path=args.labels,
                             preprocessing=args.preprocessing)
     results, lines = tasks.get(model.task).evaluate(model, args)

@@ -9,7 +9,8 @@ import dataclasses
 import os
 
 from vit_app import console
-from vit_app.inference import export_data, export_pipeline, run_config, tasks
+from vit_app.inference import export_data, export_pipeline, run_config
+from vit_app.inference import inference_task as tasks
 from vit_app.inference.export_formats import (CALIBRATED_FORMATS, DEFAULT_FORMATS, EXPORT_FORMATS,
                                           FORMATS, ExportFormat, ExportOptions, min_agreements,
                                           parse_min_agreement, unchecked_on_random_images)

@@ -40,7 +40,7 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
             split and seed.
         rule: the model's preprocessing, whose resize rule applies (default: the official
             one).
-        task: the model's task's inference part (`vit_app.inference.tasks`), which reads a
+        task: the model's task's inference part (`vit_app.inference.inference_task`), which reads a
             data spec as its task's runs read it (`export_examples`); needed for a data spec,
             not for an .npz.
 
@@ -68,7 +68,8 @@ def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
     model's task (`InferenceTask.export_examples`)."""
     if task is None:
         raise ValueError(f"{spec}: a data spec is read by the model's task; pass task= (an "
-                         "InferenceTask of vit_app.inference.tasks), or an .npz of images")
+                         "InferenceTask of vit_app.inference.inference_task), or an .npz of "
+                         "images")
     validation = (trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
                   trained_on.get("seed", 0))
     data, take = task.export_examples(spec, validation, rule)

@@ -16,7 +16,8 @@ import tempfile
 import numpy as np
 
 from vit_app import console
-from vit_app.inference import export_report, export_writers, tasks
+from vit_app.inference import export_report, export_writers
+from vit_app.inference import inference_task as tasks
 from vit_app.inference.export_formats import ExportOptions
 from vit_app.inference.export_writers import WriteJob
 from vit_keras import atomic, hub_presets

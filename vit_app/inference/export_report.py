@@ -25,8 +25,8 @@ def header(eval_images, latency_runs: int, keras_scores: dict, task) -> dict:
         eval_images: the images every file is compared with Keras on.
         latency_runs: timed batch-1 calls per file.
         keras_scores: the Keras model's scores (its task's `label_scores`).
-        task: the model's `vit_app.inference.tasks.InferenceTask`: export.json records its name
-            and what its files agree with Keras on ('top-1', a segmenter's 'pixels').
+        task: the model's `vit_app.inference.inference_task.InferenceTask`: export.json records
+            its name and what its files agree with Keras on ('top-1', a segmenter's 'pixels').
 
     Returns:
         The report, its 'formats' empty.

@@ -1,8 +1,8 @@
 """`vit predict`: the top-k classes of image files by a trained model (.keras, a SavedModel
 directory, .tflite or .onnx) or an architecture with pretrained weights, loaded as a
 `vit_app.inference.classifier.Classifier`; what it writes is the model's task's
-(`vit_app.inference.tasks`: a classifier's top-k classes, a segmenter's masks). The flags are
-`vit.commands.predict`'s; the folders and patterns among the images were expanded to their
+(`vit_app.inference.inference_task`: a classifier's top-k classes, a segmenter's masks). The
+flags are `vit.commands.predict`'s; the folders and patterns among the images were expanded to their
 files by its `check`.
 
 The images go through the model in batches; a file that cannot be used (not an image, corrupt,
@@ -19,7 +19,8 @@ import json
 
 from vit_app import console
 from vit_app.images import ImageError, pixel_size, read_file
-from vit_app.inference import classifier, tasks
+from vit_app.inference import classifier
+from vit_app.inference import inference_task as tasks
 from vit_keras import atomic
 
 OUTPUT_KINDS = (".csv", ".json")

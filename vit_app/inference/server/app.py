@@ -37,7 +37,8 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
 from vit_app import images
-from vit_app.inference import classifier as classifiers, tasks
+from vit_app.inference import classifier as classifiers
+from vit_app.inference import inference_task as tasks
 from vit_app.inference.server import tf_serving
 from vit_app.inference.server.admission import (RETRY_AFTER_S, Admission, Busy, Door, Ticket,
                                              busy_message)

@@ -167,7 +167,7 @@ def model_metadata(name: str, image_size, outputs: dict) -> dict:
         name: the served model's name.
         image_size: (height, width) of `images`; None for any size.
         outputs: {output name: (TF dtype name, shape)} of the answer, as the model's task
-            gives it (`vit_app.inference.tasks.InferenceTask.serving_outputs`).
+            gives it (`vit_app.inference.inference_task.InferenceTask.serving_outputs`).
     """
     height, width = image_size or (-1, -1)
     outputs = {output: _tensor_info(output, dtype, shape)

@@ -1,0 +1,1 @@
+"""Detection's training part: its objective, pipeline and built-in preset."""

@@ -1,0 +1,134 @@
+"""The detect task's training part: a `ViTDetector` (DETR on the ViT) on images with boxes.
+
+Its data are images with boxes (`vit_app.tasks.detect.data.sources`), cropped, flipped and
+recoloured with their boxes (`training.tasks.detect.pipeline`); its loss DETR's set loss on every decoder block
+(`vit_keras.tasks.detect.loss`); its best weights follow the box F1 at IoU 0.5 that Keras
+computes in the step, and metrics.json reports COCO's mAP, mAP@0.5, AP per size and per class
+from pycocotools on the validation images at their own size
+(`vit_app.tasks.detect.evaluate`).
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from training import adapt, finetune
+from training.tasks.detect import pipeline as detect_pipeline
+from training.objective import Objective, float32_twin
+from vit_app.tasks.detect.data import sources as detection_data
+from vit_app.tasks.detect import evaluate as detection_eval
+from vit_keras import ViTConfig
+from vit_keras.tasks.detect.model import ViTDetector, load_backbone
+from vit_keras.tasks.detect.loss import BoxF1, SetPredictionLoss
+
+QUERIES = 20  # digits_detect's: the queries are chosen among the patches, so at most one each
+
+
+def _rule_choices(native_hw, num_examples: int, patch: int) -> dict:
+    """Fewer queries than `QUERIES` where the rule's grid has fewer patches."""
+    (height, width), _ = adapt.image_size(native_hw)
+    patches = (height // patch) * (width // patch)
+    return {"objective.detect_queries": patches} if patches < QUERIES else {}
+
+
+# DETR learns slowly: about 48,000 images seen in all (the digit boxes' 30 epochs of 1,600),
+# at least 30 epochs; photographs get the photo recipe (flips).
+SMALL_DATA_RULE = adapt.TaskRule(images_seen=48_000, min_epochs=30, own_choices=_rule_choices)
+
+
+class Detection(Objective):
+    """Object detection: a `ViTDetector`, Hungarian matching with focal, L1 and GIoU losses on
+    every decoder block, COCO mAP."""
+
+    name = "detect"
+    metric_label = "mAP"
+    metric_key = "val_mAP"
+    monitor = "val_box_f1"
+    monitor_label = "box F1 @ IoU 0.5"
+    activation = "sigmoid"  # every format's probabilities: class scores, then the box
+    small_data_rule = SMALL_DATA_RULE
+
+    def __init__(self, preset):
+        if preset.objective.label_smoothing:
+            raise ValueError("objective 'detect' takes no label smoothing: drop "
+                             "objective.label_smoothing")
+        if preset.finetune.mode == "probe":
+            raise ValueError("finetune 'probe' fits a linear classifier; a detector's head "
+                             "trains by gradient steps: use finetune.mode=head or lora")
+        super().__init__(preset)
+
+    def open_data(self, data_dir):
+        data = self.preset.data
+        return detection_data.open_detection_data(data.train, data.val, data.val_split,
+                                                  self.preset.seed)
+
+    def check_data(self, data) -> None:
+        """Detection data: boxes, and no image holding more objects than the queries."""
+        if not data.train.boxes:
+            raise ValueError(f"{data.train.spec} has no boxes: detection needs 'digit-boxes' "
+                             "or folder:DIR with COCO JSON, YOLO or Pascal VOC boxes")
+        queries = self.preset.objective.detect_queries
+        for source in (data.train, data.val):
+            most = _most_objects(source)
+            if source is not None and most > queries:
+                raise ValueError(f"{source.spec}: an image holds {most} objects, more than the "
+                                 f"{queries} object queries: set objective.detect_queries="
+                                 f"{most} or more")
+
+    def train_batches(self, source, image_size, batch_size, **options):
+        return detect_pipeline.train_dataset(source, image_size, batch_size, self.preset,
+                                             **options)
+
+    def eval_batches(self, source, image_size, batch_size, num_classes, **options):
+        """Images resized whole, their boxes in fractions of them."""
+        return detect_pipeline.eval_dataset(source, image_size, batch_size,
+                                            options.get("preprocessing"))
+
+    def sample_targets(self, batch, config):
+        return np.full((batch, 1, 5), detection_data.PAD_CLASS, np.float32)
+
+    def export_samples(self, source, image_size, count: int, preprocessing):
+        """Images resized whole and their boxes in fractions of them (each file's boxes are
+        checked against Keras', and its mAP against Keras')."""
+        return detection_data.take_examples(source, image_size, count)
+
+    def build(self, config: ViTConfig) -> keras.Model:
+        settings = self.preset.objective
+        model = ViTDetector(config, num_queries=settings.detect_queries,
+                            decoder_layers=settings.detect_layers,
+                            decoder_width=settings.detect_width, all_layers=True)
+        if self.preset.finetune.weights:  # position embeddings resized to this model's grid
+            load_backbone(model, self.preset.finetune.weights)
+        return model
+
+    def compile_args(self, config: ViTConfig) -> dict:
+        """The set loss, and the box F1 that picks the best epoch. TensorFlow compiles the
+        step without XLA: the matching calls SciPy on the host (`vit_keras.tasks.detect.loss`)."""
+        args = {"loss": SetPredictionLoss(config.num_classes),
+                "metrics": [BoxF1(config.num_classes, name="box_f1")]}
+        if keras.backend.backend() == "tensorflow":
+            args["jit_compile"] = False
+        return args
+
+    def classifier(self, model, config):
+        """The float32 detector `model.keras` holds: the last block's outputs, LoRA merged."""
+        merged = finetune.mergeable(model)
+        return float32_twin(merged, lambda: ViTDetector.from_config(
+            {**merged.get_config(), "all_layers": False, "dtype": None}))
+
+    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+        """COCO's scores on the whole validation source, each image's boxes at its own size."""
+        scores = detection_eval.evaluate_keras(model, val_source,
+                                               self.preset.data.preprocessing)
+        return detection_eval.report(scores)
+
+    def report(self, results: dict) -> dict:
+        return {"val_box_f1": float(results["box_f1"]), "val_loss": float(results["loss"])}
+
+
+def _most_objects(source) -> int:
+    if source is None:
+        return 0
+    boxes = source.arrays[1]
+    return int((boxes[..., 4] >= 0).sum(axis=-1).max()) if len(boxes) else 0

@@ -1,0 +1,1 @@
+"""Segmentation's training part: its objective, pipeline, loss and built-in preset."""
