@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402,F401
 from vit_app.data import evaluation, sources  # noqa: E402
-from vit_app.inference.export_formats import tflite_arguments, tflite_precisions  # noqa: E402
+from vit_app.inference.export.formats import tflite_arguments, tflite_precisions  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.export import graph  # noqa: E402
 

@@ -21,7 +21,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402
-from vit_app.inference.export_formats import tflite_arguments, tflite_precisions  # noqa: E402
+from vit_app.inference.export.formats import tflite_arguments, tflite_precisions  # noqa: E402
 from vit_keras import export  # noqa: E402
 
 REFERENCE = {  # keras-hub ViT-S/16, same converter + LiteRT, 2 threads, batch 1

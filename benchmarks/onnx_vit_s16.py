@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402
-from vit_app.inference.export_formats import EXPORT_FORMATS  # noqa: E402
+from vit_app.inference.export.formats import EXPORT_FORMATS  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.export import onnx_quantize  # noqa: E402
 

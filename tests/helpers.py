@@ -622,7 +622,7 @@ def assert_a_runs_export_and_stages(run, printed: str, refused=(), blocks: int =
     the bytes saved), the ONNX file's norms fused (two a block and the final one)."""
     import re
 
-    from vit_app.inference import export as export_command
+    from vit_app.inference.export import command as export_command
 
     stages = re.findall(r"^(export: .+|analysis: .+) \.\.\. (\d+\.\d) s$", printed, re.M)
     assert [name for name, _ in stages][:4] == [

@@ -172,7 +172,7 @@ def test_vit_export_reads_a_detectors_data_as_its_run_read_it(tmp_path):
     """`vit export` of a detector calibrates on the run's training folder (YOLO here) and
     checks on its --val-data (VOC): images resized whole, targets (class, centre, size) in
     fractions of the image, -1 for no object; the task's inference part reads them."""
-    from vit_app.inference import export_data
+    from vit_app.inference.export import data as export_data
     from vit_app.inference import inference_task as tasks
 
     train, val = write_yolo(tmp_path / "train"), write_voc(tmp_path / "val")

@@ -96,7 +96,7 @@ def test_tflite_defaults_to_the_training_size(dynamic_model, tmp_path):
 
 @pytest.mark.slow
 def test_export_model_records_the_size(dynamic_model, tmp_path):
-    from vit_app.inference.export import export_model
+    from vit_app.inference.export.command import export_model
 
     model = dynamic_model
     report = export_model(model, str(tmp_path), formats=("saved_model", "tflite"),

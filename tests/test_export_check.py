@@ -7,7 +7,11 @@ file scoring better never fails for it, and too few images judge no score."""
 import numpy as np
 import pytest
 
-from vit_app.inference import export_formats, export_pipeline, export_report
+from vit_app.inference.export import report as export_report
+
+from vit_app.inference.export import pipeline as export_pipeline
+
+from vit_app.inference.export import formats as export_formats
 from vit_app.inference import inference_task as tasks
 from vit_app.tasks.segment import inference as segment
 

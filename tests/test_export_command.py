@@ -7,7 +7,7 @@ import pytest
 from helpers import random_pixels, randomize_weights
 
 from vit import cli
-from vit_app.inference import export as export_command
+from vit_app.inference.export import command as export_command
 from vit_keras import VisionTransformer
 
 
@@ -210,7 +210,7 @@ def test_on_random_images_only_float_files_are_held_to_a_bar(trained_tiny, tmp_p
 
 
 def test_one_table_holds_every_formats_facts():
-    from vit_app.inference.export_formats import EXPORT_FORMATS
+    from vit_app.inference.export.formats import EXPORT_FORMATS
 
     assert export_command.FORMATS == tuple(EXPORT_FORMATS)
     assert export_command.DEFAULT_FORMATS == ("saved_model", "tflite", "tflite_fp16",
@@ -232,7 +232,7 @@ def test_one_table_holds_every_formats_facts():
 def test_export_options_are_checked_and_frozen():
     import dataclasses
 
-    from vit_app.inference.export_formats import tflite_arguments
+    from vit_app.inference.export.formats import tflite_arguments
 
     options = export_command.ExportOptions(formats="tflite, tflite_int8",
                                            int8_float_ops=["SOFTMAX"], image_size=[40, 16])

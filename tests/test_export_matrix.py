@@ -30,8 +30,8 @@ import pytest
 from conftest import TINY_CONFIG, train_once
 from opencv_runtime import MAJORS, UNSUPPORTED, OpenCVError, opencv_logits, opencv_missing
 
-from vit_app.inference import export as export_command
-from vit_app.inference.export_pipeline import REJECTED_DIR
+from vit_app.inference.export import command as export_command
+from vit_app.inference.export.pipeline import REJECTED_DIR
 from training.presets import get_preset
 from vit_keras import hub_presets
 from vit_keras.core.model import config_from_model

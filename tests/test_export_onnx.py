@@ -198,7 +198,7 @@ def test_static_int8_keeps_probabilities_times_values_in_float(tiny_onnx, tiny_c
 
 
 def test_int8_export_never_quantizes_a_stale_float_file(tiny_config, tmp_path):
-    from vit_app.inference import export as export_command
+    from vit_app.inference.export import command as export_command
 
     calibration = random_pixels(tiny_config, batch=16)
     other = _model(tiny_config.replace(num_classes=3))  # a leftover model.onnx, other head

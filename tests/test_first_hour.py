@@ -21,7 +21,7 @@ from runs import run_vit, vit_env
 
 import vit_keras
 from vit import cli
-from vit_app.inference.export_formats import FORMATS
+from vit_app.inference.export.formats import FORMATS
 from training.presets import get_preset
 from training.setup import fit_batch_to_data
 from vit_keras import ViTConfig, export
@@ -30,7 +30,7 @@ HEAVY_MODULES = ("keras", "tensorflow", "jax", "torch")
 USAGE_PROBE = """
 import sys
 from vit import cli
-from vit_app.inference.export_formats import FORMATS
+from vit_app.inference.export.formats import FORMATS
 try:
     status = cli.main(sys.argv[1:])
 except SystemExit as stop:

@@ -109,11 +109,11 @@ def test_the_header_points_to_fine_tuning_for_a_few_images_from_scratch(tmp_path
 
 def test_no_hint_for_the_built_in_digits():
     from training import report
-    from training.tasks.classify import objective as objectives
+    from training.objective import get_objective
 
     class Setup:
         preset = get_preset("digits_tiny")
-        objective = objectives.get_objective(preset)
+        objective = get_objective(preset)
         num_examples = 1437
 
     assert report.few_images_hint(Setup) == ""

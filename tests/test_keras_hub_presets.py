@@ -310,7 +310,7 @@ def test_predict_and_embed_read_a_preset_folder(tmp_path, capsys):
 
 
 def test_the_export_refuses_a_model_keras_hub_cannot_hold_before_writing(tmp_path):
-    from vit_app.inference import export as export_command
+    from vit_app.inference.export import command as export_command
 
     model = VisionTransformer(ViTConfig(image_size=32, patch_size=8, hidden_size=16, mlp_dim=32,
                                         num_heads=2, num_layers=1, num_classes=3,

@@ -18,7 +18,7 @@ from vit_app.images import scale
 from vit_app.tasks.classify import multilabel_scores
 from training import pipeline, run
 from training.tasks.classify import multilabel
-from training.tasks.classify import objective as objectives
+from training.objective import get_objective
 from training.presets import get_preset
 
 CLASSES = ("cat", "dog", "owl")
@@ -156,9 +156,9 @@ def test_single_label_objectives_refuse_multi_label_data(image_list):
     data = sources.open_training_data(f"csv:{image_list}", val_split=0.25)
     assert data.val_origin.startswith("25% of the CSV rows held out")
     with pytest.raises(ValueError, match="--set objective.kind=multilabel, not 'classify'"):
-        objectives.get_objective(get_preset("digits_tiny")).check_data(data)
+        get_objective(get_preset("digits_tiny")).check_data(data)
     multilabel = get_preset("digits_tiny").replace(objective={"kind": "multilabel"})
-    objectives.get_objective(multilabel).check_data(data)
+    get_objective(multilabel).check_data(data)
 
 
 def test_pipeline_gives_multi_hot_targets_mixed_by_mixup_and_cutmix(image_list):

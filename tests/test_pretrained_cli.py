@@ -12,7 +12,7 @@ from helpers import randomize_weights, vit_predict
 from vit import cli
 from vit_app.images import load_files
 from vit_app.inference.classifier import scores_from_logits
-from training.tasks.classify.objective import get_objective
+from training.objective import get_objective
 from training.presets.command_line import resolve_preset
 from vit_keras import pretrained
 from vit_keras.checkpoints import save_npz

@@ -202,7 +202,7 @@ def test_saved_model_returns_class_ids_and_probabilities(trained, exported):
 
 
 def test_masks_of_another_size_are_refused(trained, tmp_path):
-    from vit_app.inference.export import export_model
+    from vit_app.inference.export.command import export_model
 
     model = trained[0]
     images, masks = _scenes(4, seed=4)

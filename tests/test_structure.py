@@ -141,7 +141,7 @@ def test_the_rank_check_catches_an_upward_import(tmp_path):
     """The checker itself: a core module importing the weights stack is reported."""
     assert rank("vit_keras.core.layers") < rank("vit_keras.weights")
     assert rank("vit_keras.config") < rank("vit_keras.core.model") < rank("vit_app.inference.serve")
-    assert rank("vit_app.inference.export") < rank("training.run") < rank("vit.cli")
+    assert rank("vit_app.inference.export.command") < rank("training.run") < rank("vit.cli")
     probe = tmp_path / "probe.py"
     probe.write_text("def late():\n    from vit_keras import weights\n")
     graph = imported_modules(probe, {"vit_keras.weights": "vit_keras.weights"})
@@ -202,8 +202,8 @@ def test_configs_import_without_a_framework(module, tmp_path):
 DEFERRED_IMPORTS = {
     "vit.cli": "it chooses the Keras backend before anything imports Keras",
     "vit.commands": "`run` imports its command's implementation once the backend is chosen",
-    "vit_app.inference.export_formats": "`vit export --help` reads its table without a framework",
-    "vit_app.inference.export_writers": "the export format table names its writers",
+    "vit_app.inference.export.formats": "`vit export --help` reads its table without a framework",
+    "vit_app.inference.export.writers": "the export format table names its writers",
     "vit_app.inference.model_files": "`vit export --help` reads ACTIVATIONS without a framework",
     "vit_app.hardware": "it probes the machine before the backend is chosen",
     "training.bench": "the GPU benchmark imports it on a machine without TensorFlow",

@@ -63,7 +63,7 @@ def _run_whose_int8_file_fails() -> tuple[object, int, str, str]:
     import io
 
     from artifacts import shared
-    from vit_app.inference import export as export_command
+    from vit_app.inference.export import command as export_command
 
     preset = get_preset("digits_tiny").replace(
         schedule={"epochs": 1}, loop={"eval_every": 1, "mixed_precision": ""}, model=TINY_MODEL)

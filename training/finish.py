@@ -13,10 +13,10 @@ from training import finetune, report
 from training.fitting import Fitted
 from training.setup import Setup
 from vit_app import console, hardware, outputs
-from vit_app.inference.export import (DEFAULT_FORMATS, EXIT_EXPORT_FAILED, REPORT_NAME,
+from vit_app.inference.export.command import (DEFAULT_FORMATS, EXIT_EXPORT_FAILED, REPORT_NAME,
                                       ExportOptions, export_model, parse_min_agreement)
-from vit_app.inference.export import report_failures as report_export_failures
-from vit_app.inference.export import summary_rows as export_summary_rows
+from vit_app.inference.export.command import report_failures as report_export_failures
+from vit_app.inference.export.command import summary_rows as export_summary_rows
 from vit_app.inference.inspect import inspect_model
 from vit_keras import atomic, lora, tasks
 

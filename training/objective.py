@@ -11,11 +11,14 @@ subclasses that task's objective.
 
 from __future__ import annotations
 
+import importlib
+
 import keras
 import numpy as np
 
 from training import adapt, finetune
-from vit_keras import ViTConfig
+from training.presets import sections
+from vit_keras import ViTConfig, tasks
 
 
 class Objective:
@@ -151,3 +154,15 @@ def float32_twin(model: keras.Model, make) -> keras.Model:
         keras.mixed_precision.set_global_policy(policy)
     copy.set_weights([np.asarray(weight) for weight in model.get_weights()])
     return copy
+
+
+def get_objective(preset) -> Objective:
+    """The objective `preset.objective.kind` names, set up for `preset`: a registered task's
+    own (its line in `vit_keras.tasks.TASKS`), or a variant of one (its objective module's
+    `VARIANTS`)."""
+    kind = preset.objective.kind
+    task, _ = sections.objective_data(kind)
+    module_name, _, class_name = tasks.parts(task).objective.partition(":")
+    module = importlib.import_module(module_name)
+    objective = getattr(module, class_name) if kind == task else module.VARIANTS[kind]
+    return objective(preset)

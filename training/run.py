@@ -22,7 +22,7 @@ import shutil
 import keras
 
 from training import callbacks, fitting, preemption, presets, report
-from training.tasks.classify import objective as objectives
+from training.objective import get_objective
 from training.finish import evaluate, finish
 from training.setup import set_up
 from vit_app import console, outputs
@@ -42,7 +42,7 @@ class Run:
 
     def __init__(self, preset: presets.Preset, options: presets.RunOptions):
         self.preset, self.options = preset, options
-        objectives.get_objective(preset)  # fails fast on a bad objective
+        get_objective(preset)  # fails fast on a bad objective
         self.output = options.output or default_output(preset)
 
     def execute(self) -> int:

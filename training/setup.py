@@ -14,7 +14,7 @@ import keras
 import numpy as np
 
 from training import adapt, distribute, jax_distribution, presets
-from training.tasks.classify import objective as objectives
+from training.objective import get_objective
 from vit_app import console, hardware, outputs
 from vit_app.data import sources
 from vit_app.data.evaluation import traced_as_written
@@ -216,7 +216,7 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
     policy = resolve_precision(preset, placement.on_tpu)
     keras.mixed_precision.set_global_policy(policy)
     keras.utils.set_random_seed(preset.seed)
-    task_objective = objectives.get_objective(preset)
+    task_objective = get_objective(preset)
     data = task_objective.open_data(options.data_dir)
     task_objective.check_data(data)
     num_examples = count_examples(data.train)
@@ -226,10 +226,10 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
         preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(shapes),
                                          num_examples, photos=adapt.looks_like_photos(crops),
                                          task_rule=task_objective.small_data_rule)
-    epoch_examples = objectives.get_objective(preset).epoch_examples(data.train, num_examples)
+    epoch_examples = get_objective(preset).epoch_examples(data.train, num_examples)
     preset, batch_note = fit_batch_to_data(preset, epoch_examples, placement.replicas)
     adaptation = "\n".join(line for line in (adaptation, batch_note) if line)
-    objective = objectives.get_objective(preset)
+    objective = get_objective(preset)
     config = objective.model_config(data.train.num_classes)
     if options.model_parallel > 1:
         jax_distribution.check_model_parallel(config, options.model_parallel)

@@ -17,7 +17,7 @@ as soon as Keras is imported (`vit_keras.serializable`), so `.keras` files load 
 import importlib
 import sys
 
-from vit_keras import _after_import, _lazy
+from vit_keras import _after_import, _lazy, tasks
 
 __version__ = "0.2.0"
 
@@ -38,12 +38,12 @@ _HOMES = {
     "vit_keras.hub_presets": ("from_preset", "save_preset"),
     "vit_keras.intermediates": ("features", "features_model"),
     "vit_keras.preprocessing": ("Preprocessing",),
-    "vit_keras.tasks.segment.model": ("ViTSegmenter",),
-    "vit_keras.tasks.detect.model": ("ViTDetector",),
     "vit_keras.lora": ("load_lora_weights", "merge_lora", "save_lora_weights"),
     "vit_keras.pretrained": ("decode_predictions",),
     "vit_keras.weight_decay": ("no_weight_decay",),
     "vit_keras.weights": ("load_weights",),
+    # Each registered task's model (`ViTSegmenter`, `ViTDetector`), from its line of TASKS.
+    **{parts.head: parts.exports for parts in tasks.TASKS.values() if parts.exports},
 }
 __getattr__, __dir__, __all__ = _lazy.lazy_names(__name__, globals(), _HOMES)
 

@@ -12,7 +12,7 @@ import os
 from training import presets
 from training.presets import overrides, sections
 from vit_app.data import specs
-from vit_app.inference import export_formats
+from vit_app.inference.export import formats as export_formats
 from vit_keras import families
 from vit_keras.checkpoints import keras_hub_config
 from vit_keras.config import ARCHITECTURE_FIELDS, variant_of

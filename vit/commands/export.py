@@ -22,7 +22,7 @@ import argparse
 
 from vit.commands.checks import add_preprocessing_argument, check_model
 from vit_app.data.specs import check_spec, spec_task
-from vit_app.inference.export_formats import (DEFAULT_FORMATS, FORMATS, check_formats,
+from vit_app.inference.export.formats import (DEFAULT_FORMATS, FORMATS, check_formats,
                                           min_agreements, parse_min_agreement)
 from vit_app.inference.model_files import ACTIVATIONS
 
@@ -87,6 +87,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs `vit export`."""
-    from vit_app.inference import export
+    from vit_app.inference.export import command as export
 
     return export.run(args)

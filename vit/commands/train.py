@@ -33,7 +33,7 @@ import argparse
 from training import presets
 from training.presets import command_line, overrides, sections
 from vit_app.backend import BACKENDS
-from vit_app.inference.export_formats import DEFAULT_FORMATS, FORMATS
+from vit_app.inference.export.formats import DEFAULT_FORMATS, FORMATS
 from vit.commands.checks import add_preprocessing_argument
 from vit_keras import tasks
 from vit_keras.pretrained.references import check_weights_reference

@@ -2,8 +2,8 @@
 write beside it (labels.txt; the activation, the preprocessing and the task in config.json or
 export.json).
 
-`vit_app.inference.export`, still a command module that `vit.cli` imports to build its parser,
-imports `ACTIVATIONS` from here before the Keras backend is chosen: so Keras and TensorFlow
+`vit_app.inference.export.command`, still a command module that `vit.cli` imports to build its
+parser, imports `ACTIVATIONS` from here before the Keras backend is chosen: so Keras and TensorFlow
 (through `vit_app.outputs`) are imported inside the two functions that use them, until export's
 flags move to `vit.commands` too.
 """

@@ -46,6 +46,8 @@ class TaskParts:
         summary: what its model learns, in a few words (`vit train --help`).
         data: the data specs it trains and is evaluated on, its built-in set first
             (`vit train --help`, `vit evaluate --help`).
+        exports: the names of `head` that `vit_keras` exports (its model class), imported
+            on first use.
     """
 
     head: str
@@ -57,6 +59,7 @@ class TaskParts:
     summary: str = "a class per image"
     data: str = "digits | folder:DIR of class folders | csv:PATH | tfds:NAME[:SPLIT] | " \
         "tfrecord:GLOB"
+    exports: tuple[str, ...] = ()
 
 
 TASKS = {
@@ -66,14 +69,15 @@ TASKS = {
                          "training.tasks.segment.objective:Segmentation",
                          specs="vit_app.tasks.segment.data", fewest_classes=1,
                          preset="digits_segment", summary="a class per pixel",
-                         data="digit-scenes | folder:DIR with DIR/images/ and DIR/masks/"),
+                         data="digit-scenes | folder:DIR with DIR/images/ and DIR/masks/",
+                         exports=("ViTSegmenter",)),
     "detect": TaskParts("vit_keras.tasks.detect.model", "vit_app.tasks.detect.inference",
                         "training.tasks.detect.objective:Detection",
                         specs="vit_app.tasks.detect.data",
                         fewest_classes=1, preset="digits_detect",
                         summary="boxes and their classes",
                         data="digit-boxes | folder:DIR of COCO JSON, YOLO or Pascal VOC "
-                             "boxes"),
+                             "boxes", exports=("ViTDetector",)),
 }
 
 

@@ -1,5 +1,5 @@
 """What a run trains for: the classification objectives, each supplying its data, model, loss
-and outputs (`training.objective.Objective`), and `get_objective`, which finds any.
+and outputs (`training.objective.Objective`), and its variants by `objective.kind` (`VARIANTS`).
 
 `training.run.Run` does everything else the same way for all of them:
 
@@ -270,15 +270,7 @@ class MultiLabel(Classification):
                 "val_cross_entropy": float(results["cross_entropy"])}
 
 
-# objective.kind -> the objective of a variant of classification (a task's own objective is
-# named by its line in `vit_keras.tasks.TASKS`)
-CLASSIFY_VARIANTS = {"mpp": MaskedPatchPrediction, "distill": Distillation,
-                     "multilabel": MultiLabel}
-
-
-def get_objective(preset) -> Objective:
-    """The objective `preset.objective.kind` names, set up for `preset`."""
-    kind = preset.objective.kind
-    if kind in CLASSIFY_VARIANTS:
-        return CLASSIFY_VARIANTS[kind](preset)
-    return tasks.load_part(tasks.parts(kind).objective)(preset)
+# objective.kind -> the objective of a variant of classification (`training.objective`'s
+# `get_objective` finds a task's own objective by its line in `vit_keras.tasks.TASKS`, a
+# variant here)
+VARIANTS = {"mpp": MaskedPatchPrediction, "distill": Distillation, "multilabel": MultiLabel}

@@ -8,7 +8,7 @@ import json
 import os
 
 from vit_app import console
-from vit_app.inference.export_writers import LATENCY_THREADS
+from vit_app.inference.export.writers import LATENCY_THREADS
 from vit_keras import atomic
 from vit_keras.core.model import preprocessing_of
 from vit_keras.export import graph

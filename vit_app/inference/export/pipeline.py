@@ -16,10 +16,11 @@ import tempfile
 import numpy as np
 
 from vit_app import console
-from vit_app.inference import export_report, export_writers
+from vit_app.inference.export import writers as export_writers
+from vit_app.inference.export import report as export_report
 from vit_app.inference import inference_task as tasks
-from vit_app.inference.export_formats import ExportOptions
-from vit_app.inference.export_writers import WriteJob
+from vit_app.inference.export.formats import ExportOptions
+from vit_app.inference.export.writers import WriteJob
 from vit_keras import atomic, hub_presets
 from vit_keras import tasks as library_tasks
 from vit_keras.core.model import config_from_model
@@ -49,7 +50,7 @@ def export(model, output_dir: str, options: ExportOptions, bars: dict, *,
         output_dir: the folder receiving the files (created if missing).
         options: the formats and how to write them.
         bars: {format: the top-1 agreement it must reach, or None: not checked}.
-        representative_images, eval_images, eval_labels: as `vit_app.inference.export.export_model`
+        representative_images, eval_images, eval_labels: as `command.export_model`
             takes them.
 
     Returns:

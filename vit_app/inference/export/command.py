@@ -9,12 +9,14 @@ import dataclasses
 import os
 
 from vit_app import console
-from vit_app.inference import export_data, export_pipeline, run_config
+from vit_app.inference import run_config
+from vit_app.inference.export import pipeline as export_pipeline
+from vit_app.inference.export import data as export_data
 from vit_app.inference import inference_task as tasks
-from vit_app.inference.export_formats import (CALIBRATED_FORMATS, DEFAULT_FORMATS, EXPORT_FORMATS,
+from vit_app.inference.export.formats import (CALIBRATED_FORMATS, DEFAULT_FORMATS, EXPORT_FORMATS,
                                           FORMATS, ExportFormat, ExportOptions, min_agreements,
                                           parse_min_agreement, unchecked_on_random_images)
-from vit_app.inference.export_report import (EXIT_EXPORT_FAILED, REPORT_NAME, check_label,
+from vit_app.inference.export.report import (EXIT_EXPORT_FAILED, REPORT_NAME, check_label,
                                          failure_line, format_report, report_failures,
                                          summary_rows)
 from vit_app.inference.model_files import load_model

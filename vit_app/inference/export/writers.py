@@ -1,6 +1,6 @@
 """The writers of `vit export`'s formats, and how each written file is run: one writer per
-runtime (SavedModel, LiteRT, ONNX Runtime, keras-hub), each writing one `ExportFormat` and returning its
-export.json entry so far.
+runtime (SavedModel, LiteRT, ONNX Runtime, keras-hub), each writing one `ExportFormat` and
+returning its export.json entry so far.
 
 Keras and TensorFlow are imported when a writer runs, never at import.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from vit_app.inference import export_writers
+from vit_app.inference.export import writers as export_writers
 from vit_app.inference.model_files import ACTIVATIONS
 from vit_keras.export import bars
 
