@@ -32,7 +32,7 @@ RANKS = (
     ("vit_keras.weights",),
     # Each task's library folder (`vit_keras/tasks/<task>/`): its model on the encoder.
     ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates",
-     "vit_keras.hub_presets", "vit_keras.tasks"),
+     "vit_keras.hub_presets", "vit_keras.task_encoder", "vit_keras.tasks"),
     ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
     ("vit_keras.__init__",),
     # The application: its base, the inference and deployment commands, training, the CLI.
@@ -401,3 +401,54 @@ def test_the_task_check_sees_a_branch(tmp_path):
                       "flag = model.per_pixel\n")
     assert [(line, task) for line, _, task in task_branches(source)] == \
         [(1, "segment"), (3, None), (4, None)]
+
+
+# Imports of a task's folder from outside it that are left, each with why; a new one fails.
+TASK_IMPORTS_LEFT = {
+    ("vit_app.inference.classifier", "vit_keras.tasks.segment.windows"):
+        "a model fed at the images' own size is run in windows by the loaded model "
+        "(`Classifier.predict_native`), which holds every format's runner",
+    ("vit_app.inference.evaluate", "vit_app.tasks.classify.multilabel_scores"):
+        "`vit evaluate`'s shared module still holds the classifier's own scores (top-1, "
+        "multi-label, few-shot) beside the command",
+}
+
+
+def task_folder_of(name: str) -> str | None:
+    """The task whose folder holds module `name`, or None for shared code."""
+    from vit_keras import tasks
+
+    return next((task for task in tasks.TASKS for layer in TASK_FOLDERS
+                 if _in_group(name, (f"{layer}.{task}",))), None)
+
+
+def imports_of_task_folders(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) where shared code or another task's folder imports a task's folder
+    (a task's registered parts are reached through `vit_keras.tasks`, never imported)."""
+    return {(importer, imported) for importer, imports in graph.items()
+            for imported in imports
+            if task_folder_of(imported) not in (None, task_folder_of(importer))}
+
+
+def test_no_module_outside_a_tasks_folder_imports_it():
+    """Shared code reaches a task through the registry, and one task does not build on
+    another's folder: what they share lives in shared modules (`vit_keras.task_encoder`,
+    `training.augment.photometric`, `vit_app.images.palette`)."""
+    found = imports_of_task_folders(import_graph())
+    new = sorted(f"{importer} imports {imported}"
+                 for importer, imported in found - set(TASK_IMPORTS_LEFT))
+    assert not new, "imports of a task's folder from outside it:\n" + "\n".join(new)
+    gone = set(TASK_IMPORTS_LEFT) - found
+    assert not gone, f"no longer imported, drop from TASK_IMPORTS_LEFT: {sorted(gone)}"
+
+
+def test_the_task_import_check_sees_shared_code_and_other_tasks():
+    """The checker itself: shared code and another task importing a task's folder are
+    reported; a task importing its own folder and shared code is not."""
+    graph = {"vit_app.inference.predict": {"vit_app.tasks.detect.predict"},
+             "training.tasks.detect.pipeline": {"training.tasks.segment.pipeline",
+                                                "training.tasks.detect.objective",
+                                                "training.augment"}}
+    assert imports_of_task_folders(graph) == {
+        ("vit_app.inference.predict", "vit_app.tasks.detect.predict"),
+        ("training.tasks.detect.pipeline", "training.tasks.segment.pipeline")}

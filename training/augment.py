@@ -123,3 +123,14 @@ def build_augment(preset) -> Callable | None:
         return tf.cast(images, tf.float32), tf.cast(labels, tf.float32)
 
     return augment
+
+
+# The photometric change a dense task's pipeline makes to an image and never to its labels.
+BRIGHTNESS, CONTRAST = 0.1 * 255, (0.8, 1.25)
+
+
+def photometric(image, seed):
+    """Random brightness and contrast of one 0..255 image."""
+    image = tf.image.stateless_random_brightness(image, BRIGHTNESS, seed + [0, 3])
+    image = tf.image.stateless_random_contrast(image, *CONTRAST, seed + [0, 4])
+    return tf.clip_by_value(image, 0.0, 255.0)

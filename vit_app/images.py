@@ -23,6 +23,7 @@ act on (`vit serve` answers 413 for `too_large`, 400 for the others).
 
 from __future__ import annotations
 
+import colorsys
 import contextlib
 import functools
 import io
@@ -395,3 +396,14 @@ def _compiled_decoder(size: tuple[int, int], channels: int, preprocessing):
         return tf.image.rgb_to_grayscale(image) if channels == 1 else image
 
     return decode_one
+
+
+def palette(num_classes: int) -> np.ndarray:
+    """uint8 [256, 3]: black for class 0 (background), well-spread hues for the others, grey
+    for 255 (ignore)."""
+    colours = np.zeros((256, 3), np.uint8)
+    for index in range(1, num_classes):
+        hue = (index * 0.618033988749895) % 1.0  # golden-ratio steps keep neighbours apart
+        colours[index] = np.round(np.array(colorsys.hsv_to_rgb(hue, 0.75, 0.95)) * 255)
+    colours[255] = (128, 128, 128)
+    return colours

@@ -35,7 +35,7 @@ from vit_app.tasks.classify import multilabel_scores
 from training import finetune, pipeline, recipe
 from training.tasks.classify import multilabel
 from training.objective import Objective, float32_twin
-from vit_keras import ViTConfig, atomic, tasks
+from vit_keras import ViTConfig, atomic
 from vit_keras.core.deit import DistillationTrainer
 from vit_keras.core.masked_patch import MaskedPatchPretrainer, to_classifier
 

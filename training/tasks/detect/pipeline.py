@@ -16,7 +16,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from training.pipeline import paired_train_dataset
-from training.tasks.segment.pipeline import photometric
+from training.augment import photometric
 from vit_app.tasks.detect.data.sources import PAD_CLASS, examples, targets, to_model_size
 from vit_app.data.evaluation import traced_as_written, with_options
 from vit_app.data.source import Source

@@ -17,6 +17,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from training.adapt import typical_image_size
+from training.augment import photometric
 from training.pipeline import paired_train_dataset
 from vit_app.tasks.segment.data.sources import mask_to_size
 from vit_app.data.source import Source
@@ -24,7 +25,6 @@ from vit_app.images import image_hw, scale
 from vit_keras.preprocessing import OFFICIAL
 from vit_keras.tasks.segment.scores import IGNORE
 
-BRIGHTNESS, CONTRAST = 0.1 * 255, (0.8, 1.25)
 
 
 def paired_geometry(image, mask, size, objective, flip: bool, seed, native: bool = False):
@@ -61,13 +61,6 @@ def paired_geometry(image, mask, size, objective, flip: bool, seed, native: bool
     if flip:
         stacked = tf.image.stateless_random_flip_left_right(stacked, seed + [0, 2])
     return stacked[..., :3], tf.cast(tf.round(stacked[..., 3]), tf.int32)
-
-
-def photometric(image, seed):
-    """Random brightness and contrast of one 0..255 image."""
-    image = tf.image.stateless_random_brightness(image, BRIGHTNESS, seed + [0, 3])
-    image = tf.image.stateless_random_contrast(image, *CONTRAST, seed + [0, 4])
-    return tf.clip_by_value(image, 0.0, 255.0)
 
 
 def crops_to_cover(native_hw, size) -> int:

@@ -17,9 +17,8 @@ import os
 import numpy as np
 
 from vit_app.tasks.detect.data.sources import labelled_images, to_model_size
-from vit_app.images import pixel_size
+from vit_app.images import palette, pixel_size
 from vit_app.tasks.detect import evaluate as detection_eval
-from vit_app.tasks.segment.predict import palette
 from vit_app.inference.written_files import image_stems, refuse_to_overwrite
 from vit_keras import atomic
 from vit_keras.tasks.detect import boxes as detection_boxes

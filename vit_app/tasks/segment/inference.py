@@ -22,6 +22,7 @@ import argparse
 import numpy as np
 
 from vit_app.data import sources, specs
+from vit_app.images import palette
 from vit_app.tasks.segment.data import sources as segmentation
 from vit_app.inference import evaluate as evaluation
 from vit_app.tasks.segment import evaluate as segmentation_eval
@@ -143,7 +144,7 @@ class Segment(InferenceTask):
                for i in np.argsort(-shares, kind="stable")[:PAGE_TOP_K] if shares[i] > 0]
         mask = {"rows": int(class_ids.shape[0]), "cols": int(class_ids.shape[1]),
                 "values": class_ids.ravel().tolist(),
-                "colours": segment_predict.palette(len(names))[:len(names)].tolist()}
+                "colours": palette(len(names))[:len(names)].tolist()}
         return {"model": name, "top": top, "mask": mask, "heatmap": None,
                 "heatmap_unavailable": None}
 

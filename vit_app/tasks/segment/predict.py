@@ -11,29 +11,17 @@ pixels they cover.
 
 from __future__ import annotations
 
-import colorsys
 import io
 import os
 
 import numpy as np
 import tensorflow as tf
 
-from vit_app.images import pixel_size
+from vit_app.images import palette, pixel_size
 from vit_app.inference.written_files import image_stems, refuse_to_overwrite
 from vit_keras import atomic
 
 OVERLAY_OPACITY = 0.5
-
-
-def palette(num_classes: int) -> np.ndarray:
-    """uint8 [256, 3]: black for class 0 (background), well-spread hues for the others, grey
-    for 255 (ignore)."""
-    colours = np.zeros((256, 3), np.uint8)
-    for index in range(1, num_classes):
-        hue = (index * 0.618033988749895) % 1.0  # golden-ratio steps keep neighbours apart
-        colours[index] = np.round(np.array(colorsys.hsv_to_rgb(hue, 0.75, 0.95)) * 255)
-    colours[255] = (128, 128, 128)
-    return colours
 
 
 def class_mask(probabilities: np.ndarray, height: int, width: int) -> np.ndarray:

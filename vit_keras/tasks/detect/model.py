@@ -43,7 +43,7 @@ from vit_keras.core.layers import MLPBlock
 from vit_keras.core.normalization import LayerNorm
 from vit_keras.core.model import ConfiguredModel, config_and_preprocessing
 from vit_keras.tasks.detect import loss as set_loss  # noqa: F401  registers its loss, metric
-from vit_keras.tasks.segment.model import block_grids, load_encoder
+from vit_keras.task_encoder import block_grids, load_encoder
 
 HEAD_PREFIX = "det_"  # every layer of the detection head; the rest is the ViT's encoder
 BOX_CHANNELS = 4
@@ -450,8 +450,7 @@ class ViTDetector(ConfiguredModel, keras.Model):
         mlp_dim = decoder_mlp_dim or 4 * decoder_width
         height, width = (None, None) if config.dynamic_image_size else config.image_hw
         images = keras.Input((height, width, config.channels), name="images")
-        grid = block_grids(config, images, [config.num_layers - 1], dtype,
-                           prefix=HEAD_PREFIX)[0]
+        grid = block_grids(config, images, [config.num_layers - 1], HEAD_PREFIX, dtype)[0]
         memory, positions, anchors = DecoderMemory(decoder_width, name=f"{HEAD_PREFIX}memory",
                                                    dtype=dtype)(grid)
         per_layer = []

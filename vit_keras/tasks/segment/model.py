@@ -29,13 +29,12 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from vit_keras import fast_paths, lora, names, quantization, tasks
+from vit_keras import fast_paths, lora, quantization, tasks
 from vit_keras.config import ViTConfig
 from vit_keras.core.initializers import PACKAGE
-from vit_keras.core.model import (ConfiguredModel, VisionTransformer, config_and_preprocessing,
-                                  encode_tokens, patch_tokens)
-from vit_keras.intermediates import SplitTokens, block_indices
-from vit_keras.weights import load_weights
+from vit_keras.core.model import ConfiguredModel, config_and_preprocessing
+from vit_keras.intermediates import block_indices
+from vit_keras.task_encoder import block_grids, load_encoder
 
 HEADS = ("linear", "progressive", "skip")
 # Runs of a few hundred steps leave the default 0.99 momentum's moving statistics far from the
@@ -109,39 +108,6 @@ def _check_head(config: ViTConfig, head: str, head_width: int, head_stages: int)
     if config.num_classes < 2:
         raise ValueError(f"a segmenter needs at least 2 classes (background counts as one), got "
                          f"num_classes={config.num_classes}")
-
-
-def block_grids(config: ViTConfig, images, blocks, dtype=None,
-                prefix: str = HEAD_PREFIX) -> list:
-    """The encoder on `images` and the patch-token grids of `blocks`, final-normed.
-
-    Args:
-        config: the model configuration.
-        images: the [batch, H, W, C] input tensor.
-        blocks: block indices (non-negative, see `intermediates.block_indices`).
-        dtype: the layers' dtype policy.
-        prefix: of the grid layers' names (the head's, which `load_encoder` leaves alone).
-
-    Returns:
-        One [batch, rows, cols, D] grid per block, in the order of `blocks`.
-    """
-    embedded = patch_tokens(config, images, dtype)
-    tokens = encode_tokens(config, embedded, None, dtype)
-    encoder = keras.Model(images, tokens)  # to reach the blocks' outputs by their names
-    final_norm = None if config.pooled_norm else encoder.get_layer(names.ENCODER_NORM)
-    grids = []
-    for index in blocks:
-        last = index == config.num_layers - 1  # `tokens` went through the final norm already
-        block_tokens = tokens if last else encoder.get_layer(names.block(index)).output
-        if not last and final_norm is not None:
-            block_tokens = final_norm(block_tokens)
-        split = SplitTokens(config.num_prefix_tokens, config.num_register_tokens, True,
-                            None if config.dynamic_image_size else config.grid_size,
-                            name=f"{prefix}grid_{index}", dtype=dtype)
-        grid, _ = split(block_tokens, embedded) if config.dynamic_image_size else \
-            split(block_tokens)
-        grids.append(grid)
-    return grids
 
 
 def _conv_block(features, width: int, name: str, dtype=None):
@@ -243,7 +209,7 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
         indices = block_indices([-1] if blocks is None else blocks, config.num_layers)
         height, width = (None, None) if config.dynamic_image_size else config.image_hw
         images = keras.Input((height, width, config.channels), name="images")
-        grids = block_grids(config, images, indices, dtype)
+        grids = block_grids(config, images, indices, HEAD_PREFIX, dtype)
         features = grids[0] if len(grids) == 1 else keras.layers.Concatenate(
             name=f"{HEAD_PREFIX}concat", dtype=dtype)(grids)
         logits = _head(features, images, head, config.num_classes, head_width, head_stages, dtype)
@@ -281,40 +247,3 @@ def load_backbone(segmenter: ViTSegmenter, weights) -> None:
     """Fills the segmenter's encoder from a classifier or any weight source; the head is left
     as it is (`load_encoder`)."""
     load_encoder(segmenter, weights, HEAD_PREFIX)
-
-
-def load_encoder(model: keras.Model, weights, head_prefix: str) -> None:
-    """Fills the ViT encoder inside a task's model (a segmenter, a detector) from a classifier
-    or any weight source; the layers named `head_prefix...` (the task's head) are left as they
-    are.
-
-    Args:
-        model: a model built on the ViT's encoder layers (`block_grids`), carrying its config.
-        weights: a Keras model with the ViT's layers (a `VisionTransformer`, e.g. `vit train`'s
-            model.keras), or anything `vit_keras.load_weights` takes (a release name, an
-            .npz/.safetensors/.h5 file, a preset folder, ...).
-        head_prefix: the names of the head's layers start with it.
-
-    Raises:
-        ValueError: the source misses one of the encoder's layers, or its shapes differ.
-    """
-    if isinstance(weights, keras.Model):
-        source = weights
-    else:
-        source = VisionTransformer(model.config, include_top=False, name="backbone")
-        load_weights(source, weights, skip_head=True)
-    by_name = {layer.name: layer for layer in source.layers}
-    encoder = [layer for layer in model.layers
-               if layer.weights and not layer.name.startswith(head_prefix)]
-    missing = [layer.name for layer in encoder if layer.name not in by_name]
-    if missing:
-        raise ValueError(f"{source.name!r} has no layer {', '.join(missing)} of the {model.name!r} "
-                         "encoder: expected a ViT of the same config (or its weights)")
-    for layer in encoder:
-        theirs = [ops.convert_to_numpy(w) for w in by_name[layer.name].weights]
-        ours = [tuple(w.shape) for w in layer.weights]
-        if [tuple(w.shape) for w in theirs] != ours:
-            raise ValueError(f"layer {layer.name!r}: {model.name!r} expects weights of shapes "
-                             f"{ours}, {source.name!r} has {[tuple(w.shape) for w in theirs]}: "
-                             "build it from the same ViTConfig")
-        layer.set_weights(theirs)
