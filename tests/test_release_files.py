@@ -1,6 +1,7 @@
 """`.keras` files written by an earlier release load under `safe_mode` and compute what they
 computed then, with the preprocessing they recorded (`tests/data/make_release_0_2_keras.py`
-wrote them with release 0.2.0)."""
+wrote them with release 0.2.0; `tests/data/make_main_f0793df_keras.py` with main before the
+tasks became folders, when the models' modules had other names)."""
 
 import json
 import os
@@ -10,20 +11,25 @@ import numpy as np
 import pytest
 from helpers import to_numpy
 
-from vit_keras import VisionTransformer, ViTSegmenter
+from vit_keras import ViTDetector, VisionTransformer, ViTSegmenter
 from vit_keras.core.model import preprocessing_of
 from vit_keras.preprocessing import Preprocessing
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
 
-@pytest.mark.parametrize("kind, cls", [("classifier", VisionTransformer),
-                                       ("segmenter", ViTSegmenter)])
-def test_a_release_0_2_file_loads_with_its_outputs_and_preprocessing(kind, cls):
-    model = keras.saving.load_model(os.path.join(DATA, f"release_0.2_{kind}.keras"),
+CLASSES = {"classifier": VisionTransformer, "segmenter": ViTSegmenter, "detector": ViTDetector}
+
+
+@pytest.mark.parametrize("written_by, kind", [
+    ("release_0.2", "classifier"), ("release_0.2", "segmenter"),
+    ("main_f0793df", "classifier"), ("main_f0793df", "segmenter"),
+    ("main_f0793df", "detector")])
+def test_an_earlier_file_loads_with_its_outputs_and_preprocessing(written_by, kind):
+    model = keras.saving.load_model(os.path.join(DATA, f"{written_by}_{kind}.keras"),
                                     safe_mode=True)
-    assert isinstance(model, cls)
-    with np.load(os.path.join(DATA, "release_0.2_io.npz"), allow_pickle=False) as archive:
+    assert isinstance(model, CLASSES[kind])
+    with np.load(os.path.join(DATA, f"{written_by}_io.npz"), allow_pickle=False) as archive:
         np.testing.assert_allclose(to_numpy(model(archive["images"])), archive[kind], atol=1e-5)
         recorded = json.loads(str(archive["preprocessing"]))[kind]
     assert preprocessing_of(model) == Preprocessing.from_dict(recorded)
