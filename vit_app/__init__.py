@@ -5,7 +5,9 @@ in layers that import one way only:
   command shares: printing, run files, the Keras backend, the one image reader, the data
   sources;
 - `inference/`: loading a trained model and using it: predict, evaluate, export, serve,
-  inspect, embed, weights; what each task does in them (`inference/tasks/`).
+  inspect, embed, weights;
+- `tasks/`: a folder per task: its data (at the base's rank) and what it does in those
+  commands (at inference's).
 
 `training` builds on both (a finished run exports and inspects through `inference`); this
 package imports neither `training` nor the command line (`vit`).
