@@ -27,6 +27,7 @@ class InferenceTask:
             `agreement`).
         agreement_column, score_column: the export table's names of the agreement and of the
             score on labelled images.
+        summary_kind: what `vit train`'s result table says a file agrees on ('pixel ').
         verb: what the page says while the model works ('Classifying').
     """
 
@@ -35,7 +36,21 @@ class InferenceTask:
     agreement = "top-1"
     agreement_column = "top-1 agreement"
     score_column = "accuracy"
+    summary_kind = ""
     verb = "Classifying"
+
+    def agreement_cell(self, entry: dict) -> str:
+        """The export table's agreement cell of a file's export.json entry."""
+        return percent(entry["top1_agreement"])
+
+    def score_cell(self, entry: dict) -> str:
+        """The export table's score cell of a file's (or Keras') entry; '' when unscored."""
+        return percent_or_blank(entry.get("accuracy"))
+
+    def score_summary(self, entry: dict) -> str:
+        """The score as `vit train`'s result table names it ('top-1 97.00%'); ''."""
+        cell = self.score_cell(entry)
+        return cell and f"top-1 {cell}"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         """`vit predict`: (a row per image for `--output`, the text printed)."""
@@ -224,6 +239,11 @@ def judged_images(count: int) -> dict:
 def percent(value) -> str:
     """0.9876 -> '98.76%' (the export table's form)."""
     return f"{100 * value:.2f}%"
+
+
+def percent_or_blank(value) -> str:
+    """`percent`, or '' for no value."""
+    return "" if value is None else percent(value)
 
 
 def get(name: str) -> InferenceTask:

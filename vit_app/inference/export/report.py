@@ -8,11 +8,14 @@ import json
 import os
 
 from vit_app import console
+from vit_app.inference import inference_task as tasks
+from vit_app.inference.inference_task import percent_or_blank
 from vit_app.inference.export.writers import LATENCY_THREADS
 from vit_keras import atomic
 from vit_keras.core.model import preprocessing_of
 from vit_keras.export import graph
 from vit_keras.export.agreement import logit_agreement
+from vit_keras.tasks import CLASSIFY
 
 REPORT_NAME = "export.json"
 EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
@@ -73,11 +76,12 @@ def format_report(report: dict) -> str:
     lines = [f"| format | size (MB) | latency (ms) | {_score_name(report)} | "
              f"{_agreement_name(report)} | max logit diff | check |",
              "|---|---|---|---|---|---|---|"]
-    lines.append(f"| keras | | | {_score(report['keras'])} | | | |")
+    task = _task(report)
+    lines.append(f"| keras | | | {task.score_cell(report['keras'])} | | | |")
     for name, entry in report["formats"].items():
         latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
         lines.append(f"| {name} | {entry['size_bytes'] / 1e6:.2f} | {latency} | "
-                     f"{_score(entry)} | {_agreement(entry)} | "
+                     f"{task.score_cell(entry)} | {task.agreement_cell(entry)} | "
                      f"{entry['max_abs_logit_diff']:.2e} | {check_label(entry)} |")
     return "\n".join(lines)
 
@@ -85,16 +89,12 @@ def format_report(report: dict) -> str:
 def summary_rows(report: dict) -> list[tuple[str, str]]:
     """One (file, 'agreement ..., accuracy ..., check') row per exported format, for the result
     table of `vit train`."""
-    rows = []
+    task, rows = _task(report), []
     for entry in report["formats"].values():
-        score = _score(entry)
-        prefix = "mIoU " if "mIoU" in entry else "" if entry.get("mAP") is not None else \
-            "top-1 "
-        kind = {"pixels": "pixel ", "boxes": "box "}.get(report.get("agreement"), "")
+        score = task.score_summary(entry)
         rows.append((entry.get("rejected_file") or entry["file"],
-                     f"{kind}agreement "
-                     f"{_agreement(entry)}"
-                     f"{', ' + prefix + score if score else ''}, {check_label(entry)}"))
+                     f"{task.summary_kind}agreement {task.agreement_cell(entry)}"
+                     f"{', ' + score if score else ''}, {check_label(entry)}"))
     return rows
 
 
@@ -108,20 +108,20 @@ def check_label(entry: dict) -> str:
     unjudged = "" if entry.get("scores_judged", True) else \
         f"; scores not judged: {entry['scored_images']} images"
     if entry["passed"]:
-        return f"ok (>= {_percent(entry['min_agreement'])}{unjudged})"
+        return f"ok (>= {percent_or_blank(entry['min_agreement'])}{unjudged})"
     if entry.get("failed_on") == "scores":  # the failure's first clause names the score
         return f"FAILED ({entry['failure'].split(' (', 1)[0]})"
-    return f"FAILED (< {_percent(entry['min_agreement'])}{unjudged})"
+    return f"FAILED (< {percent_or_blank(entry['min_agreement'])}{unjudged})"
 
 
 def failure_line(name: str, entry: dict, agreement: str = "top-1 agreement") -> str:
     """One line saying which file failed its check, by how much, where it went, what to try
     (`agreement`: what was measured, 'top-1 agreement' or 'pixel agreement')."""
     failure = entry.get("failure") or (  # the task's reason (older reports: the agreement)
-        f"{agreement} with the Keras model {_percent(entry['top1_agreement'])} < "
-        f"{_percent(entry['min_agreement'])}")
-    return (f"export: {name} FAILED: {failure}; not written as {entry['file']} (kept as {entry['rejected_file']} to inspect); "
-            f"{entry['advice']}")
+        f"{agreement} with the Keras model {percent_or_blank(entry['top1_agreement'])} < "
+        f"{percent_or_blank(entry['min_agreement'])}")
+    return (f"export: {name} FAILED: {failure}; not written as {entry['file']} (kept as "
+            f"{entry['rejected_file']} to inspect); {entry['advice']}")
 
 
 def report_failures(report: dict, command: str = "vit export") -> int:
@@ -145,18 +145,9 @@ def report_failures(report: dict, command: str = "vit export") -> int:
     return EXIT_EXPORT_FAILED
 
 
-def _agreement(entry: dict) -> str:
-    """The agreement cell: argmax agreement, and that of the decisive pixels where the task
-    judges by them; a detector's: the share of Keras' confident boxes the file repeats."""
-    if entry.get("box_agreement") is not None:
-        return f"{_percent(entry['box_agreement'])} of {entry['keras_boxes']} boxes"
-    decisive = entry.get("decisive_agreement")
-    return _percent(entry["top1_agreement"]) + (
-        "" if decisive is None else f" (decisive {_percent(decisive)})")
-
-
-def _percent(value) -> str:
-    return "" if value is None else f"{100 * value:.2f}%"
+def _task(report: dict):
+    """The `InferenceTask` whose files `report` lists (it draws their cells)."""
+    return tasks.get(report.get("task") or CLASSIFY)
 
 
 def _agreement_name(report: dict) -> str:
@@ -165,12 +156,3 @@ def _agreement_name(report: dict) -> str:
 
 def _score_name(report: dict) -> str:
     return report.get("columns", {}).get("score", "accuracy")
-
-
-def _score(entry: dict) -> str:
-    """The accuracy column: top-1, the mAP of a multi-label model, or a segmenter's mIoU."""
-    if "mIoU" in entry:
-        return _percent(entry["mIoU"])
-    if entry.get("mAP") is not None:
-        return f"{_percent(entry['mAP'])} mAP"
-    return _percent(entry["accuracy"])

@@ -16,7 +16,7 @@ from vit_app.data import evaluation as data_evaluation, sources, specs
 from vit_app.inference import evaluate as evaluation
 from vit_app.tasks.classify import multilabel_scores
 from vit_app.inference.predict import table
-from vit_app.inference.inference_task import InferenceTask
+from vit_app.inference.inference_task import InferenceTask, percent
 
 PAGE_TOP_K = 5  # classes the page lists
 
@@ -25,6 +25,16 @@ class Classify(InferenceTask):
     """See the module docstring."""
 
     name = "classify"
+
+    def score_cell(self, entry: dict) -> str:
+        """Top-1 accuracy, or the mAP of a multi-label model ('81.20% mAP')."""
+        if entry.get("mAP") is not None:
+            return f"{percent(entry['mAP'])} mAP"
+        return super().score_cell(entry)
+
+    def score_summary(self, entry: dict) -> str:
+        return self.score_cell(entry) if entry.get("mAP") is not None else \
+            super().score_summary(entry)
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         rows = predict_files(model, readable, args.top_k, args.batch_size)

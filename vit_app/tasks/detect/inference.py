@@ -61,7 +61,21 @@ class Detect(InferenceTask):
     agreement = "boxes"
     agreement_column = "box agreement"
     score_column = "mAP"
+    summary_kind = "box "
     verb = "Detecting"
+
+    def agreement_cell(self, entry: dict) -> str:
+        """The share of Keras' confident boxes the file repeats."""
+        if entry.get("box_agreement") is None:
+            return super().agreement_cell(entry)
+        return f"{percent(entry['box_agreement'])} of {entry['keras_boxes']} boxes"
+
+    def score_cell(self, entry: dict) -> str:
+        value = entry.get("mAP")
+        return "" if value is None else f"{percent(value)} mAP"
+
+    def score_summary(self, entry: dict) -> str:
+        return self.score_cell(entry)
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         folder = None if args.no_drawn else args.drawn

@@ -29,7 +29,8 @@ from vit_app.tasks.segment import evaluate as segmentation_eval
 from vit_app.tasks.segment import predict as segment_predict
 from vit_app.inference.predict import table
 from vit_app.inference.inference_task import (InferenceTask, judged_images, percent,
-                                              sampling_noise, score_failure)
+                                              percent_or_blank, sampling_noise,
+                                              score_failure)
 from vit_keras.tasks.segment import scores as segmentation_scores
 
 PAGE_TOP_K = 5  # classes the page lists, by the share of pixels they cover
@@ -50,7 +51,21 @@ class Segment(InferenceTask):
     agreement = "pixels"
     agreement_column = "pixel agreement"
     score_column = "mIoU"
+    summary_kind = "pixel "
     verb = "Segmenting"
+
+    def agreement_cell(self, entry: dict) -> str:
+        """Top-1 agreement of every pixel, and of the decisive ones where they were judged."""
+        decisive = entry.get("decisive_agreement")
+        return super().agreement_cell(entry) + (
+            "" if decisive is None else f" (decisive {percent(decisive)})")
+
+    def score_cell(self, entry: dict) -> str:
+        return percent_or_blank(entry.get("mIoU"))
+
+    def score_summary(self, entry: dict) -> str:
+        cell = self.score_cell(entry)
+        return cell and f"mIoU {cell}"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         rows = segment_predict.segment_files(model, readable, args.top_k, args.batch_size,
