@@ -9,8 +9,6 @@ Examples:
   vit predict digit.png --onnx saved_models/digits_tiny/model_int8.onnx
   vit predict digit.png --model saved_models/digits_tiny/saved_model
   vit predict cat.jpg --weights imagenet21k+imagenet2012 --model B/16
-  vit predict scene.png --model saved_models/digits_segment/model.keras --masks masks/
-  vit predict scene.png --model saved_models/digits_detect/model.keras --output boxes.csv
 
 A folder gives its image files and those of its sub-folders; a pattern (quoted, so that
 the shell leaves it alone; `**` spans folders) its image files. Images are checked, decoded and
@@ -20,22 +18,20 @@ that is no usable image is skipped and listed at the end. Class names come from
 the ImageNet class names shipped with vit_keras. A multi-label model (`vit train --set
 objective.kind=multilabel`, recorded as `activation` in the config.json next to its files) and the
 ImageNet-21k heads, pre-trained with a sigmoid loss, give independent per-class probabilities;
-other heads show softmax probabilities. A segmenter (`vit train --task segment`) writes a
-class-id mask and an overlay per image into --masks and shows each image's classes by the
-share of pixels they cover. A detector (`vit train --task detect`) writes each image's boxes
-(file, class, score, x0 y0 x1 y1 in pixels of the image) and a copy with them drawn into
---drawn (none with --no-drawn). A file that exists in --masks or --drawn is never written over
-without --overwrite: the run stops before writing anything, naming the files (run from inside
-a data folder, --masks masks/ is its ground truth).
+other heads show softmax probabilities. A model of another task writes what its task writes,
+with the options of its group below. A file it would write over is never written over without
+--overwrite: the run stops before writing anything, naming the files.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from vit.commands.checks import (add_preprocessing_argument, check_model,
                                  check_preprocessing_target)
 from vit_app.paths import expand_images
+from vit_keras import tasks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,20 +55,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="images per model call (default: %(default)s)")
     parser.add_argument("--output", help="also write the predictions to this .csv (file, "
                         "class_1, score_1, ...) or .json file (with the skipped files)")
-    parser.add_argument("--masks", default="masks", metavar="DIR",
-                        help="a segmenter (vit train --task segment) writes each image's "
-                        "class-id mask (palette PNG) and overlay here (default: %(default)s)")
-    parser.add_argument("--drawn", default="drawn", metavar="DIR",
-                        help="a detector (vit train --task detect) writes a copy of each image "
-                        "with its boxes drawn here (default: %(default)s)")
-    parser.add_argument("--no-drawn", action="store_true",
-                        help="a detector writes no drawn copies (the table and --output only)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace files that exist in --masks/--drawn (without it, a run "
-                        "that would write over one stops before writing anything)")
-    parser.add_argument("--min-score", type=float, default=0.3,
-                        help="a detector's boxes scoring below this are left out (default: "
-                        "%(default)s)")
+                        help="replace files that exist where the model's task writes its "
+                        "answers beside the table (without it, a run that would write over one "
+                        "stops before writing anything)")
+    for name, options in _task_options():
+        group = parser.add_argument_group(f"{name} models ({tasks.parts(name).summary})",
+                                          options.PREDICT_HELP)
+        options.add_predict_arguments(group)
+
+
+def _task_options() -> list:
+    """(task, its options module) of each registered task that has `vit predict` options."""
+    return [(name, importlib.import_module(parts.options))
+            for name, parts in tasks.TASKS.items() if parts.options]
 
 
 def check(args: argparse.Namespace) -> None:
@@ -82,8 +78,8 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if not 0 <= args.min_score <= 1:
-        raise ValueError(f"--min-score must be in [0, 1], got {args.min_score}")
+    for _, options in _task_options():
+        options.check_predict(args)
     if args.output and not args.output.lower().endswith((".csv", ".json")):
         raise ValueError(f"--output {args.output!r}: expected a .csv or .json file name")
     if args.weights and (args.tflite or args.onnx):
