@@ -357,7 +357,7 @@ def test_exported_formats_serve_the_keras_models_predictions(form, run_folder, k
     expected = _expected(keras_model, load_files(paths, CONFIG.image_size))[0]
     np.testing.assert_allclose([p["logits"] for p in encoded.json()["predictions"]], expected,
                                atol=1e-4)
-    assert explained["heatmap"] is None and form in explained["heatmap_unavailable"]
+    assert explained["heatmap"] is None and form in explained["caption"]
     assert explained["top"][0]["label"] == LABELS[int(np.argmax(expected[0]))]
 
 

@@ -142,7 +142,11 @@ class InferenceTask:
         return False
 
     def page_answer(self, name: str, model, outputs: dict) -> dict:
-        """The page's JSON for one image's `answer`."""
+        """The page's JSON for one image's `answer`: 'model', 'top' (its list of labels, each
+        with a 'probability' or a 'share'), 'drawing' (how the page draws the rest: 'labels',
+        the attention 'heatmap' where there is one; 'mask'; 'boxes'), what that drawing
+        takes, 'caption' (the text under it), 'empty' (what the page says when 'top' is
+        empty) and, optionally, 'score_of' (what a top score is a share of)."""
         raise NotImplementedError
 
     def page_features(self, model) -> dict:

@@ -95,10 +95,11 @@ class Classify(InferenceTask):
             rollout = outputs["rollout"][0]
             heatmap = {"rows": int(rollout.shape[0]), "cols": int(rollout.shape[1]),
                        "values": [round(float(v), 4) for v in rollout.ravel()]}
-        return {"model": name, "top": top, "heatmap": heatmap,
-                "heatmap_unavailable": None if heatmap else
-                f"a {model.format} file keeps no attention maps; serve the .keras model "
-                "to see where it looks"}
+        caption = "Attention rollout: where the model looks, through every block." if heatmap \
+            else f"a {model.format} file keeps no attention maps; serve the .keras model to " \
+            "see where it looks"
+        return {"model": name, "top": top, "drawing": "labels", "heatmap": heatmap,
+                "caption": caption, "empty": "no class."}
 
     def page_features(self, model) -> dict:
         return {"heatmap": self.explains(model)}

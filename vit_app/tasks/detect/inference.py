@@ -186,11 +186,14 @@ class Detect(InferenceTask):
             found.append({"label": names[class_id], "score": float(scores[query, class_id]),
                           "box": [float(x0), float(y0), float(x1), float(y1)]})
         found.sort(key=lambda box: -box["score"])
+        least = round(100 * PAGE_MIN_SCORE)
         return {"model": name, "top": [{"index": i, "label": box["label"],
                                         "probability": box["score"]}
                                        for i, box in enumerate(found)],
-                "boxes": found, "min_score_percent": round(100 * PAGE_MIN_SCORE),
-                "heatmap": None, "heatmap_unavailable": None}
+                "drawing": "boxes", "boxes": found,
+                "caption": f"{len(found)} boxes scoring {least}% or more, each with its class "
+                           "and score.",
+                "empty": f"no box scores {least}% or more."}
 
     def page_features(self, model) -> dict:
         """No heatmap; the classes it detects (its outputs hold 4 box values beside them)."""

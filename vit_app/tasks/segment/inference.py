@@ -160,8 +160,10 @@ class Segment(InferenceTask):
         mask = {"rows": int(class_ids.shape[0]), "cols": int(class_ids.shape[1]),
                 "values": class_ids.ravel().tolist(),
                 "colours": palette(len(names))[:len(names)].tolist()}
-        return {"model": name, "top": top, "mask": mask, "heatmap": None,
-                "heatmap_unavailable": None}
+        return {"model": name, "top": top, "drawing": "mask", "mask": mask,
+                "caption": "Each pixel's class, one colour per class (the first class, "
+                           "background, left clear).",
+                "score_of": "of the pixels", "empty": "no class."}
 
     def serving_outputs(self, height: int, width: int, num_classes: int) -> dict:
         return {"class_ids": ("DT_INT32", [-1, height, width])}

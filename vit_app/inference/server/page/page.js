@@ -66,30 +66,27 @@ async function classify(file) {
   }
   const image = await createImageBitmap(file);
   drawPhoto(image);
-  if (result.mask) {
-    drawMask(result.mask);
-  } else if (result.boxes) {
-    drawBoxes(result.boxes);
-  } else {
-    drawHeatmap(result.heatmap);
-  }
+  (DRAWINGS[result.drawing] || DRAWINGS.labels)(result);
   showClasses(result.top);
   document.getElementById("result").hidden = false;
-  document.getElementById("heatmap-caption").textContent = result.mask ?
-    "Each pixel's class, one colour per class (the first class, background, left clear)." :
-    result.boxes ? `${result.boxes.length} boxes scoring ${result.min_score_percent}% or more, ` +
-    "each with its class and score." : result.heatmap ? "Attention rollout: where the model looks, through every block." :
-    result.heatmap_unavailable;
+  document.getElementById("heatmap-caption").textContent = result.caption;
   const best = result.top[0];
   if (!best) {
-    setState("done", `${file.name}: no box scores ${result.min_score_percent}% or more.`);
+    setState("done", `${file.name}: ${result.empty}`);
     return;
   }
   document.body.dataset.top1 = best.label;
-  const what = result.mask ? "of the pixels" : "";
+  const what = result.score_of || "";
   setState("done", `${file.name}: ${best.label} (${(100 * score(best)).toFixed(1)}%` +
     `${what ? " " + what : ""}).`);
 }
+
+// How the page draws an answer, by the kind its task declares (`InferenceTask.page_answer`).
+const DRAWINGS = {
+  labels: (result) => drawHeatmap(result.heatmap),
+  mask: (result) => drawMask(result.mask),
+  boxes: (result) => drawBoxes(result.boxes),
+};
 
 // A classifier's class has a probability; a segmenter's, the share of pixels it covers.
 function score(item) {
