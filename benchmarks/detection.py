@@ -33,7 +33,7 @@ validation scenes, written as a YOLO folder (images/ + labels/ + classes.txt, `f
     python benchmarks/detection.py --only photo-boxes   # the photo folder's figures: 5 minutes
 
 It exits 1 when a verdict does not hold.
-    python benchmarks/detection.py --no-retinanet --train-args "--set objective.detect_queries=30"
+    python benchmarks/detection.py --no-retinanet --train-args "--set detect.queries=30"
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ small-data rule for large images); the U-Net trains on random 128x128 crops of t
     python benchmarks/segmentation.py --pretrained     # + the default job, 3 fine-tunings
     python benchmarks/segmentation.py --only membranes # the membrane slices alone: 6 minutes
     python benchmarks/segmentation.py --only membranes --bits 16   # as 16-bit TIFF files
-    python benchmarks/segmentation.py --no-unet --train-args "--set objective.segment_head=linear"
+    python benchmarks/segmentation.py --no-unet --train-args "--set segment.head=linear"
 
 It exits 1 when a check fails: a ViT more than `MARGIN_POINTS` below its same-time U-Net, or
 the membranes' IoU below `MEMBRANE_IOU_BAR` (docs/testing.md names the promises it holds).

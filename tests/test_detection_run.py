@@ -72,11 +72,11 @@ def write_voc_squares(root, count, seed):
 
 
 TINY = ["--set", "model.num_layers=2", "--set", "model.hidden_size=32", "--set",
-        "model.mlp_dim=64", "--set", "objective.detect_width=32", "--set",
-        "objective.detect_layers=2", "--set", "objective.detect_queries=6"]
+        "model.mlp_dim=64", "--set", "detect.width=32", "--set",
+        "detect.layers=2", "--set", "detect.queries=6"]
 # The plumbing run's encoder and decoder have a block each: its first epoch is mostly the
 # tracing of the training step, which grows with the blocks (11.7 -> 8.6 s for the run).
-PLUMBING = [*TINY, "--set", "model.num_layers=1", "--set", "objective.detect_layers=1"]
+PLUMBING = [*TINY, "--set", "model.num_layers=1", "--set", "detect.layers=1"]
 
 
 # The default tier's run checks the plumbing (a few epochs); the slow tier's trains long

@@ -191,8 +191,8 @@ def test_augmentation_moves_image_and_mask_together(tmp_path):
     from training.presets import get_preset
 
     preset = get_preset("digits_segment").with_values(
-        {"augment.flip": True, "objective.segment_scale_min": 0.75,
-         "objective.segment_scale_max": 2.0, "objective.segment_photometric": False})
+        {"augment.flip": True, "segment.scale_min": 0.75,
+         "segment.scale_max": 2.0, "segment.photometric": False})
     mask = _blocks(3, size=48, block=16).astype(np.uint8)
     red = np.where(mask == 255, 0, mask.astype(int) * 60 + 20)
     image = np.stack([red, red, red], -1).astype(np.float32)
@@ -200,7 +200,7 @@ def test_augmentation_moves_image_and_mask_together(tmp_path):
     for index in range(12):
         seed = tf.constant([7, index], tf.int64)
         out_image, out_mask = segment_pipeline.paired_geometry(
-            tf.constant(image), tf.constant(mask), (32, 32), preset.objective, True, seed)
+            tf.constant(image), tf.constant(mask), (32, 32), preset.segment, True, seed)
         out_image, out_mask = out_image.numpy(), out_mask.numpy()
         inside = _interior(out_mask)  # edges blur in the bilinear image, not in the mask
         decoded = np.round((out_image[..., 0] - 20) / 60)
@@ -258,7 +258,7 @@ def _train_tiny_segmenter(data, output, *options) -> int:
     return cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
                      "--set", "data.val_split=0.25", "--batch-size", "4",
                      "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
-                     "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
+                     "--set", "model.mlp_dim=32", "--set", "segment.width=8",
                      "--no-inspect", "--output", str(output), *options])
 
 
@@ -277,7 +277,7 @@ def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path, capsys):
     # a 2-epoch model's logits are near ties: its fp16 and int8 files are held to the default
     # bars in test_segmentation_deploy, on fitted models
     status = _train_tiny_segmenter(data, output, "--epochs", "2", "--set", "model.image_size=16",
-                                   "--set", "objective.segment_head=progressive",
+                                   "--set", "segment.head=progressive",
                                    "--set", "optim.layer_decay=0.75",  # encoder by name
                                    "--formats", "tflite,onnx_int8",
                                    "--min-agreement", "int8=0.9")
@@ -315,10 +315,10 @@ def test_the_small_data_rule_fits_the_segmenter_to_the_folder(tmp_path, capsys):
     data = _folder(tmp_path / "data", count=8, size=48)
     output = tmp_path / "out"
     status = _train_tiny_segmenter(data, output, "--epochs", "1", "--no-export",
-                                   "--set", "objective.segment_dice=0.5")
+                                   "--set", "segment.dice=0.5")
     assert status == 0
     assert ("recipe: digits_segment adapted to 6 images of 48x48 px: image_size 32 -> 48, "
-            "patch_size 4 -> 8, segment_stages 2 -> 3") in capsys.readouterr().out
+            "patch_size 4 -> 8, segment.stages 2 -> 3") in capsys.readouterr().out
     model = keras.saving.load_model(str(output / "model.keras"), safe_mode=True)
     assert model.output_shape == (None, 48, 48, 3) and model.config.patch_size == 8
 
@@ -419,7 +419,7 @@ def test_a_killed_mirrored_segmentation_run_resumes_to_the_uninterrupted_result(
               "--strategy", "mirrored",
               "--set", "data.val_split=0.25", "--set", "model.image_size=16",
               "--set", "model.num_layers=1", "--set", "model.hidden_size=16",
-              "--set", "model.mlp_dim=32", "--set", "objective.segment_width=8",
+              "--set", "model.mlp_dim=32", "--set", "segment.width=8",
               "--set", "loop.backup_every=3", "--set", "loop.eval_every=3"]
     resumed = killed_run_resumes_exactly(common, tmp_path, min_step=6, total_steps=3 * 12,
                                          two_cpus=True)

@@ -97,10 +97,10 @@ def test_a_native_crop_is_cut_from_the_image_at_its_own_size():
 
     image = _ramp(300, 417).astype(np.float32)
     mask = (np.arange(300)[:, None] % 7 == 0).repeat(417, 1).astype(np.uint8)
-    objective = get_preset("digits_segment").with_values(
-        {"objective.segment_scale_min": 1.0, "objective.segment_scale_max": 1.0}).objective
+    settings = get_preset("digits_segment").with_values(
+        {"segment.scale_min": 1.0, "segment.scale_max": 1.0}).segment
     crop, crop_mask = (np.asarray(part) for part in segment_pipeline.paired_geometry(
-        tf.constant(image), tf.constant(mask), (128, 128), objective, False,
+        tf.constant(image), tf.constant(mask), (128, 128), settings, False,
         tf.constant([3, 4], tf.int64), native=True))
     top, left = int(round(crop[0, 0, 0])), int(round(crop[0, 0, 1]))
     np.testing.assert_array_equal(crop, image[top:top + 128, left:left + 128])
@@ -162,7 +162,7 @@ def _train_native(root):
         status = cli.main(["train", "--task", "segment", "--data", f"folder:{data}",
                            "--val-data", f"folder:{val}", "--epochs", "30",
                            "--set", "model.num_layers=1", "--set", "model.hidden_size=32",
-                           "--set", "model.mlp_dim=64", "--set", "objective.segment_width=32",
+                           "--set", "model.mlp_dim=64", "--set", "segment.width=32",
                            "--no-export", "--no-inspect", "--output", str(root / "run")])
     (root / "printed.txt").write_text(printed.getvalue())
     assert status == 0, printed.getvalue()[-3000:]
@@ -179,7 +179,7 @@ def native_run():
 @pytest.mark.slow  # the shared native run: 21 s of the default tier's 6 minutes
 def test_the_rule_trains_large_images_as_native_crops(native_run):
     printed = (native_run / "printed.txt").read_text()
-    assert "dynamic_image_size False -> True" in printed and "segment_native False -> True" \
+    assert "dynamic_image_size False -> True" in printed and "segment.native False -> True" \
         in printed
     assert "why: images of 160x200 px keep their resolution: 2 random 128 px crops" in printed
     assert "30 epochs x 1 steps" in printed  # 8 images x 2 crops in batches of 16

@@ -43,7 +43,7 @@ RANKS = (
      "vit_app.tasks.__init__", "vit_app.tasks.*.__init__", "vit_app.tasks.*.data"),
     ("vit_app.inference", "vit_app.tasks"),
     ("training.__init__", "training.presets", "training.tasks.__init__",
-     "training.tasks.*.__init__", "training.tasks.*.preset"),
+     "training.tasks.*.__init__", "training.tasks.*.preset", "training.tasks.*.section"),
     ("training",),
     ("training.report", "training.setup"),
     ("training.fitting",),

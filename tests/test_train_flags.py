@@ -117,7 +117,7 @@ def _changed_value(key, current):
     if key in SET_VALUES:
         return SET_VALUES[key]
     section, _, field = key.partition(".")
-    rule = getattr(sections.SECTIONS.get(section), "RULES", {}).get(field)
+    rule = getattr(sections.all_sections().get(section), "RULES", {}).get(field)
     rule = rule() if callable(rule) else rule
     if isinstance(rule, tuple):
         return next(choice for choice in rule if choice != current)
@@ -189,3 +189,28 @@ def test_a_moved_key_names_its_new_place():
         _resolve(["--set", "model.preprocessing=imagenet"])
     with pytest.raises(ValueError, match="data.preprocessing"):
         _resolve(["--set", "preprocessing=imagenet"])
+
+
+def test_a_tasks_options_are_its_own_section_and_the_old_keys_name_it():
+    """`segment.*` and `detect.*` are the tasks' own sections (in their folders, listed from
+    the registry): a preset that sets none has their defaults, `--set` reaches them, config.json
+    records them, and the `objective.segment_*`/`detect_*` keys of before are refused with
+    their new names."""
+    from training.presets.overrides import apply_overrides
+    from training.tasks.detect.section import Detect
+    from training.tasks.segment.section import Segment
+
+    segmenting = get_preset("digits_segment")
+    assert segmenting.segment.head == "skip" and get_preset("digits_tiny").segment == Segment()
+    assert get_preset("digits_detect").detect == Detect(scale_min=0.7)
+    changed = apply_overrides(segmenting, ["segment.native=true", "detect.queries=7"])
+    assert changed.segment.native and changed.detect.queries == 7
+    assert changed.value("segment.native") is True
+    assert changed.to_dict()["segment"]["head"] == "skip"
+    assert {"segment.head", "detect.queries"} <= set(field_types())
+    for old, new in [("objective.segment_head", "segment.head"),
+                     ("objective.detect_queries", "detect.queries")]:
+        with pytest.raises(ValueError, match=f"write '{new}'"):
+            apply_overrides(segmenting, [f"{old}=3"])
+    with pytest.raises(ValueError, match="segment.head"):
+        apply_overrides(segmenting, ["segment.head=wide"])

@@ -78,7 +78,7 @@ def test_the_segmentation_rule_for_other_data(native, count, size, patch, stages
     preset, message = adapt.adapt(get_preset("digits_segment"), native, count,
                                   task_rule=SEGMENT_RULE)
     assert (preset.model.image_size, preset.model.patch_size) == (size, patch)
-    assert preset.objective.segment_stages == stages and 2 ** stages == patch
+    assert preset.segment.stages == stages and 2 ** stages == patch
     assert preset.schedule.epochs == epochs and not preset.augment.flip
     assert message.startswith(f"recipe: digits_segment adapted to {count} images")
 
@@ -197,12 +197,12 @@ def test_large_images_train_as_crops_at_their_own_resolution(native, count, epoc
     flips, no rescale), about 4,800 in all; the recipe line says why."""
     preset, message = adapt.adapt(get_preset("digits_segment"), native, count,
                                   task_rule=SEGMENT_RULE)
-    model, objective = preset.model, preset.objective
+    model, segment = preset.model, preset.segment
     assert (model.image_size, model.patch_size, model.dynamic_image_size,
             model.dynamic_image_pad) == (128, 8, True, True)
-    assert objective.segment_native and objective.segment_stages == 3
-    assert objective.segment_width == 64
-    assert (objective.segment_scale_min, objective.segment_scale_max) == (1.0, 1.0)
+    assert segment.native and segment.stages == 3
+    assert segment.width == 64
+    assert (segment.scale_min, segment.scale_max) == (1.0, 1.0)
     assert preset.augment.flip and preset.schedule.epochs == epochs
     crops = round(native[0] * native[1] / 128 ** 2)
     assert f"\n  why: images of {native[0]}x{native[1]} px keep their resolution: {crops} " \
@@ -255,7 +255,7 @@ def test_the_detection_rule_leaves_digits_detect_for_the_digit_boxes_and_fits_ot
     fitted, message = adapt.adapt(preset, (150, 200), 300, photos=(True, 0.09, 0.94),
                                   task_rule=DETECT_RULE)
     assert fitted.model.image_size == (48, 64) and fitted.schedule.epochs == 100
-    assert fitted.augment.flip and fitted.objective.detect_queries == 20
+    assert fitted.augment.flip and fitted.detect.queries == 20
     # 16x16 px images: a 4x4 grid of 4 px patches holds 16 queries at most
     small, message = adapt.adapt(preset, (16, 16), 300, task_rule=DETECT_RULE)
-    assert small.objective.detect_queries == 16 and "detect_queries 20 -> 16" in message
+    assert small.detect.queries == 16 and "detect.queries 20 -> 16" in message

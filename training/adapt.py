@@ -43,6 +43,8 @@ from typing import Callable
 
 import numpy as np
 
+from training.presets.sections import task_sections
+
 MIN_SIDE, MAX_SIDE = 16, 64
 LARGE_PATCH_ABOVE = 32          # sides above this get 8x8 patches
 WIDE_FROM_EXAMPLES = 5000
@@ -194,7 +196,7 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
     if not changes:
         return preset, None
     adapted = preset.with_values(changes, "small-data rule")
-    listing = ", ".join(f"{key.split('.', 1)[1]} {preset.value(key)} -> {value}"
+    listing = ", ".join(f"{_recipe_name(key)} {preset.value(key)} -> {value}"
                         for key, value in changes.items())
     size = "x".join(str(side) for side in native_hw)
     kind = (f"photographs of {size} px (natural images: {100 * photos[1]:.0f}% of neighbouring "
@@ -206,6 +208,13 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
                      f"{listing} (the small-data rule, docs/training.md; --set pins a field)"
                      + (f"\n  why: {reason}" if reason else ""))
 
+
+
+def _recipe_name(key: str) -> str:
+    """How the recipe line names 'SECTION.FIELD': a shared section's field by its name
+    ('image_size'), a task section's whole ('segment.native')."""
+    section, _, field = key.partition(".")
+    return key if section in task_sections() else field
 
 
 def sample_images(source) -> tuple[list[tuple[int, int]], list[np.ndarray]]:

@@ -20,7 +20,7 @@ import importlib
 import json
 
 from training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, Objective,
-                                           Optim, Schedule)
+                                           Optim, Schedule, all_sections, task_sections)
 from vit_keras import families, tasks
 from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 
@@ -46,7 +46,8 @@ RENAMED_FLAT_KEYS = {"data": "data.train", "val_data": "data.val", "schedule": "
                      "train_crop": "augment.crop", "objective": "objective.kind",
                      "finetune": "finetune.mode"}
 # Keys that moved to another section, with their new place: the model's preprocessing is its
-# data contract, apart from the architecture (`ViTConfig`).
+# data contract, apart from the architecture (`ViTConfig`); a task's options left the
+# `objective` section for the task's own (`moved_keys`).
 MOVED_KEYS = {"model.preprocessing": "data.preprocessing"}
 # Sources that choose for the user rather than express the user's choice (fitting a preset to
 # its data, the recipe `--weights` brings): the fields they set stay free for the next such
@@ -68,6 +69,9 @@ class Preset:
             model.FIELD=...`, take a named variant's shape with `--model S/16`); `num_classes`
             comes from the data.
         data, optim, schedule, augment, objective, finetune, loop: the sections.
+        tasks: the task sections set here (`segment`, `detect`: each registered task's own,
+            `training.presets.sections.task_sections`); a task's section not set is its
+            defaults. Read each by its name (`preset.segment.head`).
         sources: the resolution log: ('SECTION.FIELD' or 'seed', source, the value it set, as
             text) for every value set on top of the preset's module, in the order applied (`--set`, the flags,
             `--model`, the weights, the small-data rule, batch fitting). The keys a user's
@@ -84,7 +88,25 @@ class Preset:
     objective: Objective = Objective()
     finetune: Finetune = Finetune()
     loop: Loop = Loop()
+    tasks: tuple = ()
     sources: tuple[tuple[str, str, str], ...] = ()
+
+    def __getattr__(self, name: str):
+        """A task's section by its name (its defaults where this preset sets none)."""
+        if name in task_sections():
+            return next((section for section in self.__dict__.get("tasks", ())
+                         if section.NAME == name), None) or task_sections()[name]()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _with_sections(self, sections: dict) -> "Preset":
+        """A copy with `sections` ({name: section}: `model`, a shared one or a task's) in
+        place."""
+        own = {name: value for name, value in sections.items() if name in task_sections()}
+        shared = {name: value for name, value in sections.items() if name not in own}
+        kept = tuple(section for section in self.tasks if section.NAME not in own)
+        changed = tuple(section for section in own.values()  # its defaults: nothing to keep
+                        if section != type(section)())
+        return dataclasses.replace(self, **shared, tasks=kept + changed)
 
     @property
     def pinned(self) -> tuple[str, ...]:
@@ -105,16 +127,18 @@ class Preset:
             ValueError: an unknown key (a flat key of earlier versions: naming its sectioned
                 form), or a value its section refuses.
         """
-        whole, fields = {}, {}
+        whole, sections, fields = {}, {}, {}
         for key, value in changes.items():
-            if key in ("name", "seed") or (key == "model" and isinstance(value, ViTConfig)) \
-                    or isinstance(value, SECTIONS.get(key, ())):
+            if key in ("name", "seed") or (key == "model" and isinstance(value, ViTConfig)):
                 whole[key] = value
-            elif key in (*SECTIONS, "model") and isinstance(value, dict):
+            elif isinstance(value, all_sections().get(key, ())):
+                sections[key] = value
+            elif key in (*all_sections(), "model") and isinstance(value, dict):
                 fields.update({f"{key}.{field}": item for field, item in value.items()})
             else:
                 raise ValueError(unknown_key_message(key, "Preset"))
-        return dataclasses.replace(self, **whole).with_values(fields, source)
+        return dataclasses.replace(self, **whole)._with_sections(sections).with_values(
+            fields, source)
 
     def with_values(self, values: dict, source: str = "preset") -> "Preset":
         """A copy with `{'SECTION.FIELD': value}` applied (`model.FIELD` and `seed`
@@ -129,7 +153,7 @@ class Preset:
             section, _, field = key.partition(".")
             if key in TOP_LEVEL_KEYS:
                 continue
-            if section not in (*SECTIONS, "model") or not field or key in MOVED_KEYS:
+            if section not in (*all_sections(), "model") or not field or key in moved_keys():
                 raise ValueError(unknown_key_message(key, "Preset"))
             grouped.setdefault(section, {})[field] = value
         changed, problems = {}, []
@@ -140,7 +164,7 @@ class Preset:
                 problems.append(str(error))
         if problems:
             raise ValueError("; ".join(problems))
-        applied = dataclasses.replace(self, **top, **changed)
+        applied = dataclasses.replace(self, **top)._with_sections(changed)
         log = tuple((key, source, _describe(applied.value(key))) for key in values)
         return dataclasses.replace(applied, sources=self.sources + log)
 
@@ -184,7 +208,7 @@ class Preset:
         """A JSON-friendly dict: name, seed, then each section as a dict (`model` as
         `ViTConfig.to_dict`)."""
         data = {"name": self.name, "seed": self.seed, "model": self.model.to_dict()}
-        data.update({name: _section_dict(getattr(self, name)) for name in SECTIONS})
+        data.update({name: _section_dict(getattr(self, name)) for name in all_sections()})
         data["pinned"] = list(self.pinned)
         data["resolution"] = self.resolution()
         return data
@@ -233,11 +257,24 @@ class RunOptions:
 
 
 @functools.cache
+def moved_keys() -> dict[str, str]:
+    """Every key that moved -> its new 'SECTION.FIELD': `MOVED_KEYS`, and each task option
+    that left the `objective` section for the task's own (`objective.segment_head` ->
+    `segment.head`)."""
+    moved = dict(MOVED_KEYS)
+    for name, section in task_sections().items():
+        moved.update({f"{section.RENAMED_FROM}{field.name}": f"{name}.{field.name}"
+                      for field in dataclasses.fields(section)
+                      if getattr(section, "RENAMED_FROM", "")})
+    return moved
+
+
+@functools.cache
 def flat_keys() -> dict[str, str]:
     """Every flat key (the names before sections, no longer accepted) -> its
     `SECTION.FIELD`, for the error that names it."""
     renamed = set(RENAMED_FLAT_KEYS.values())  # 'train', 'kind', ... alone say too little
-    keys = {field.name: path for name, section in SECTIONS.items()
+    keys = {field.name: path for name, section in all_sections().items()
             for field in dataclasses.fields(section)
             if (path := f"{name}.{field.name}") not in renamed}
     return {**keys, **RENAMED_FLAT_KEYS}
@@ -263,16 +300,17 @@ def describe(preset: Preset) -> str:
 def unknown_key_message(key: str, what: str) -> str:
     """The error for a key that is no 'SECTION.FIELD': a flat key of earlier versions names
     its sectioned form, a model field its `model.` form, a moved key its new place."""
-    if key in MOVED_KEYS:
-        return (f"{what} {key!r} has moved: write {MOVED_KEYS[key]!r} (--set "
-                f"{MOVED_KEYS[key]}=...); the architecture (`model`) no longer holds it")
+    if key in moved_keys():
+        new = moved_keys()[key]
+        return (f"{what} {key!r} has moved: write {new!r} (--set {new}=...); the "
+                f"{key.partition('.')[0]} section no longer holds it")
     if key in flat_keys():
         return (f"{what} {key!r}: the flat keys of earlier versions are gone; write "
                 f"{flat_keys()[key]!r} (--set {flat_keys()[key]}=...)")
     if key in {field.name for field in dataclasses.fields(ViTConfig)}:
         return f"{what} {key!r} is a model option: write --set model.{key}=... ('model.{key}')"
     return (f"{what}: unknown key {key!r}; expected SECTION.FIELD with SECTION one of "
-            f"{['model', *SECTIONS]}, or seed (`vit train --help` lists every key)")
+            f"{['model', *all_sections()]}, or seed (`vit train --help` lists every key)")
 
 
 def _section_dict(section) -> dict:

@@ -17,7 +17,7 @@ import typing
 from typing import Any
 
 from training.presets import Preset, unknown_key_message
-from training.presets.sections import SECTIONS
+from training.presets.sections import all_sections
 from vit_keras.config import ViTConfig
 from vit_keras.preprocessing import Preprocessing, parse_preprocessing
 
@@ -63,7 +63,7 @@ def field_types() -> dict[str, Any]:
     types_ = {"seed": int}
     types_.update({MODEL_PREFIX + name: kind
                    for name, kind in typing.get_type_hints(ViTConfig).items()})
-    for name, section in SECTIONS.items():
+    for name, section in all_sections().items():
         types_.update({f"{name}.{field}": kind
                        for field, kind in typing.get_type_hints(section).items()
                        if field not in ("NAME", "RULES")})

@@ -7,6 +7,7 @@ A value out of range or not among a field's choices raises ValueError naming the
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from vit_keras import tasks
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
@@ -17,8 +18,6 @@ CROPS = ("resize", "inception", "pad_crop")
 # Objective kinds that vary the classify task's training, beside the tasks themselves
 # (`vit_keras.tasks.TASKS`): kind -> the fewest classes their (classification) data may have.
 CLASSIFY_VARIANTS = {"mpp": 1, "distill": 2, "multilabel": 1}
-# vit_keras.tasks.segment.model.HEADS, read without Keras
-SEGMENT_HEADS = ("linear", "progressive", "skip")
 DISTILL_MODES = ("hard", "soft")
 FINETUNE_MODES = ("full", "lora", "head", "probe")
 MIXED_PRECISIONS = ("", "auto", "mixed_bfloat16", "mixed_float16")
@@ -223,8 +222,8 @@ class Objective(Section):
         kind: 'classify' (supervised), 'mpp' (masked patch prediction pre-training, writes
             encoder.npz to fine-tune from), 'distill' (DeiT distillation from `teacher`) or
             'multilabel' (independent sigmoid classes, binary cross-entropy, mAP and F1; e.g.
-            `csv:` data) or 'segment' (a class per pixel: `vit_keras.ViTSegmenter`, pixel
-            cross-entropy ignoring 255, mIoU; `vit train --task segment`).
+            `csv:` data), or another registered task's name (`vit_keras.tasks.TASKS`: 'segment',
+            'detect'), whose own options are its section (`segment.head`, `detect.queries`).
         label_smoothing: label smoothing of the cross-entropy.
         teacher: 'distill' only: a `.keras` model mapping the same [-1, 1] images to class
             scores.
@@ -232,63 +231,17 @@ class Objective(Section):
             teacher's argmax) or 'soft' (it learns the teacher's softened distribution: KL
             divergence at `distill_temperature`, scaled by its square).
         distill_temperature: 'soft' distillation temperature (> 0).
-        segment_head: 'segment' only: 'linear' (BatchNorm + 1x1 classifier on the patch grid,
-            DINOv2's linear head), 'progressive' (conv-BN-ReLU + 2x upsampling stages, SETR's
-            PUP) or 'skip' (a U-Net decoder on the patch grid with a conv path from the image:
-            UNETR's skips).
-        segment_blocks: 'segment': the head reads the last this many blocks' patch tokens.
-        segment_width: 'segment', progressive head: channels of its convolutions (skip head:
-            of its coarsest level).
-        segment_stages: 'segment', progressive head: its 2x upsampling stages (skip head: its
-            levels).
-        segment_scale_min, segment_scale_max: 'segment': the random rescale of image and
-            mask before the crop (1 = the model's size; with `segment_native`, the image's own).
-        segment_native: 'segment': train on random crops of the model's size cut from the
-            images at their own resolution (many per image each epoch, covering its area
-            once), and segment whole images at their size; the model must take any size
-            (`model.dynamic_image_size`). Off: each image is resized whole to the model's
-            size.
-        segment_photometric: 'segment': random brightness and contrast (image only).
-        segment_dice: 'segment': the weight of a soft Dice loss added to the pixel
-            cross-entropy (0: cross-entropy alone; mmsegmentation's DiceLoss, smooth 1).
-        detect_queries: 'detect' (DETR on the ViT: `vit_keras.ViTDetector`, Hungarian matching,
-            focal + L1 + GIoU losses, COCO mAP; `vit train --task detect`): object queries,
-            the most objects an image may hold.
-        detect_layers: 'detect': decoder blocks (each with its own class and box heads and
-            auxiliary loss).
-        detect_width: 'detect': the decoder's width (a multiple of 8 and of 4 heads).
-        detect_scale_min: 'detect': the random crop's least area, as a fraction of the
-            image's (1 = no crop).
-        detect_photometric: 'detect': random brightness and contrast (image only).
     """
 
     NAME = "objective"
     RULES = {"kind": objective_kinds, "label_smoothing": "[0,1)", "distill_mode": DISTILL_MODES,
-             "distill_temperature": ">0", "segment_head": SEGMENT_HEADS,
-             "segment_blocks": ">=1", "segment_width": ">=1", "segment_stages": ">=0",
-             "segment_scale_min": ">0", "segment_scale_max": ">0", "segment_dice": ">=0",
-             "detect_queries": ">=1", "detect_layers": ">=1", "detect_width": ">=1",
-             "detect_scale_min": "(0,1]"}
+             "distill_temperature": ">0"}
 
     kind: str = "classify"
     label_smoothing: float = 0.0
     teacher: str = ""
     distill_mode: str = "hard"
     distill_temperature: float = 1.0
-    segment_head: str = "linear"
-    segment_blocks: int = 1
-    segment_width: int = 256
-    segment_stages: int = 2
-    segment_scale_min: float = 0.5
-    segment_scale_max: float = 2.0
-    segment_photometric: bool = True
-    segment_dice: float = 0.0
-    segment_native: bool = False
-    detect_queries: int = 20
-    detect_layers: int = 3
-    detect_width: int = 128
-    detect_scale_min: float = 0.5
-    detect_photometric: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,3 +318,16 @@ class Loop(Section):
 
 SECTIONS = {section.NAME: section
             for section in (Data, Optim, Schedule, Augment, Objective, Finetune, Loop)}
+
+
+@functools.cache
+def task_sections() -> dict[str, type]:
+    """Each registered task's own section (its `TaskParts.section`), by name; no framework."""
+    return {section.NAME: section
+            for parts in tasks.TASKS.values() if parts.section
+            for section in (tasks.load_part(parts.section),)}
+
+
+def all_sections() -> dict[str, type]:
+    """Every section: the shared ones, then each task's."""
+    return {**SECTIONS, **task_sections()}

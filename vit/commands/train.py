@@ -165,7 +165,7 @@ def _keys_epilog() -> str:
 
     blocks = [listing(f"{name} (--set {name}.FIELD=VALUE)", overrides.section_fields(section),
                       f"{name}.")
-              for name, section in sections.SECTIONS.items()]
+              for name, section in sections.all_sections().items()]
     blocks.append(listing("model (--set model.FIELD=VALUE; num_classes comes from the data; "
                           "'none' for an unset optional value; image_size '224' or '224x320'; "
                           "resnet_layers '3,4,9')", overrides.model_fields(),

@@ -48,6 +48,8 @@ class TaskParts:
             (`vit train --help`, `vit evaluate --help`).
         exports: the names of `head` that `vit_keras` exports (its model class), imported
             on first use.
+        section: 'module:Class' (no framework) of its own preset section (`vit train --set
+            NAME.FIELD=...`, `training.presets.sections.Section`), or ''.
         options: the module (no framework) whose `add_predict_arguments(group)`,
             `check_predict(args)` and `PREDICT_HELP` give its own `vit predict` options, or ''.
     """
@@ -62,6 +64,7 @@ class TaskParts:
     data: str = "digits | folder:DIR of class folders | csv:PATH | tfds:NAME[:SPLIT] | " \
         "tfrecord:GLOB"
     exports: tuple[str, ...] = ()
+    section: str = ""
     options: str = ""
 
 
@@ -73,7 +76,8 @@ TASKS = {
                          specs="vit_app.tasks.segment.data", fewest_classes=1,
                          preset="digits_segment", summary="a class per pixel",
                          data="digit-scenes | folder:DIR with DIR/images/ and DIR/masks/",
-                         exports=("ViTSegmenter",), options="vit_app.tasks.segment.options"),
+                         exports=("ViTSegmenter",), options="vit_app.tasks.segment.options",
+                         section="training.tasks.segment.section:Segment"),
     "detect": TaskParts("vit_keras.tasks.detect.model", "vit_app.tasks.detect.inference",
                         "training.tasks.detect.objective:Detection",
                         specs="vit_app.tasks.detect.data",
@@ -81,7 +85,8 @@ TASKS = {
                         summary="boxes and their classes",
                         data="digit-boxes | folder:DIR of COCO JSON, YOLO or Pascal VOC "
                              "boxes", exports=("ViTDetector",),
-                        options="vit_app.tasks.detect.options"),
+                        options="vit_app.tasks.detect.options",
+                        section="training.tasks.detect.section:Detect"),
 }
 
 

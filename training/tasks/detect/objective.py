@@ -29,7 +29,7 @@ def _rule_choices(native_hw, num_examples: int, patch: int) -> dict:
     """Fewer queries than `QUERIES` where the rule's grid has fewer patches."""
     (height, width), _ = adapt.image_size(native_hw)
     patches = (height // patch) * (width // patch)
-    return {"objective.detect_queries": patches} if patches < QUERIES else {}
+    return {"detect.queries": patches} if patches < QUERIES else {}
 
 
 # DETR learns slowly: about 48,000 images seen in all (the digit boxes' 30 epochs of 1,600),
@@ -68,12 +68,12 @@ class Detection(Objective):
         if not data.train.boxes:
             raise ValueError(f"{data.train.spec} has no boxes: detection needs 'digit-boxes' "
                              "or folder:DIR with COCO JSON, YOLO or Pascal VOC boxes")
-        queries = self.preset.objective.detect_queries
+        queries = self.preset.detect.queries
         for source in (data.train, data.val):
             most = _most_objects(source)
             if source is not None and most > queries:
                 raise ValueError(f"{source.spec}: an image holds {most} objects, more than the "
-                                 f"{queries} object queries: set objective.detect_queries="
+                                 f"{queries} object queries: set detect.queries="
                                  f"{most} or more")
 
     def train_batches(self, source, image_size, batch_size, **options):
@@ -94,10 +94,10 @@ class Detection(Objective):
         return detection_data.take_examples(source, image_size, count)
 
     def build(self, config: ViTConfig) -> keras.Model:
-        settings = self.preset.objective
-        model = ViTDetector(config, num_queries=settings.detect_queries,
-                            decoder_layers=settings.detect_layers,
-                            decoder_width=settings.detect_width, all_layers=True)
+        settings = self.preset.detect
+        model = ViTDetector(config, num_queries=settings.queries,
+                            decoder_layers=settings.layers,
+                            decoder_width=settings.width, all_layers=True)
         if self.preset.finetune.weights:  # position embeddings resized to this model's grid
             load_backbone(model, self.preset.finetune.weights)
         return model

@@ -1,7 +1,7 @@
 """The detection input pipeline: (image, boxes) -> the same random geometry for both -> batches
 `(model inputs, targets [batch, max_objects, 5])`; photometric changes touch the image only.
 
-Per image: one random crop (its area `detect_scale_min`..1 of the image's, its aspect ratio
+Per image: one random crop (its area `detect.scale_min`..1 of the image's, its aspect ratio
 3/4..4/3, DETR's RandomSizeCrop), the boxes cut to the crop and dropped when less than
 `MIN_VISIBLE` of their area stays in it; with `augment.flip`, a horizontal flip of both; the
 crop resized whole to the model's size; random brightness and contrast. Boxes become the
@@ -79,18 +79,18 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
                   preprocessing=OFFICIAL) -> tf.data.Dataset:
     """Training batches `(model inputs, targets [batch, max_objects, 5])` for epochs
     start_epoch..epochs-1, as `training.pipeline.train_dataset` makes them for classifiers
-    (same arguments; the preset's `objective.detect_*` fields and `augment.flip`)."""
+    (same arguments; the preset's `detect` section and `augment.flip`)."""
     size = image_hw(image_size)
-    objective, flip = preset.objective, preset.augment.flip
+    settings, flip = preset.detect, preset.augment.flip
 
     def prepare(record, label, element_seed):
         image = tf.cast(source.decode(record), tf.float32)
         boxes = tf.cast(label, tf.float32)
-        if objective.detect_scale_min < 1:
-            image, boxes = random_crop(image, boxes, objective.detect_scale_min, element_seed)
+        if settings.scale_min < 1:
+            image, boxes = random_crop(image, boxes, settings.scale_min, element_seed)
         if flip:
             image, boxes = flip_boxes(image, boxes, element_seed)
-        if objective.detect_photometric:
+        if settings.photometric:
             image = photometric(image, element_seed)
         return example(image, boxes, size, preprocessing)
 

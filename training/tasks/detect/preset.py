@@ -11,6 +11,7 @@ the images given; photographs also get flips.
 
 from training.presets import Preset
 from training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
+from training.tasks.detect.section import Detect
 from vit_keras import ViTConfig
 
 PRESET = Preset(
@@ -23,7 +24,7 @@ PRESET = Preset(
     optim=Optim(optimizer="adamw", lr=2e-3, weight_decay=0.05, clipnorm=1.0),
     schedule=Schedule(epochs=30, batch_size=32, decay="cosine", warmup_epochs=2),
     augment=Augment(crop="resize"),
-    objective=Objective(kind="detect", detect_queries=20, detect_layers=3, detect_width=128,
-                        detect_scale_min=0.7),
+    objective=Objective(kind="detect"),
+    tasks=(Detect(queries=20, layers=3, width=128, scale_min=0.7),),
     loop=Loop(eval_every=5, mixed_precision="auto"),
 )

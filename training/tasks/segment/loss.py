@@ -1,4 +1,4 @@
-"""The pixel loss of `--task segment` with a Dice term (`objective.segment_dice` > 0).
+"""The pixel loss of `--task segment` with a Dice term (`segment.dice` > 0).
 
 Cross-entropy scores every pixel on its own; the soft Dice loss (Milletari et al. 2016, as
 mmsegmentation's `DiceLoss` computes it) scores each class's overlap as a whole, so a small class

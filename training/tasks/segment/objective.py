@@ -51,14 +51,14 @@ def _rule_choices(native_hw, num_examples: int, patch: int) -> dict:
     images as native crops (see `NATIVE_FROM`) with flips, a narrower head, and epochs for
     `NATIVE_CROPS_SEEN` crops in all."""
     if max(native_hw) < NATIVE_FROM:
-        return {"objective.segment_stages": int(math.log2(patch))}
+        return {"segment.stages": int(math.log2(patch))}
     epochs = round(NATIVE_CROPS_SEEN / (num_examples * _crops_per_image(native_hw)))
     return {"model.image_size": NATIVE_CROP, "model.patch_size": NATIVE_PATCH,
             "model.dynamic_image_size": True, "model.dynamic_image_pad": True,
-            "objective.segment_native": True,
-            "objective.segment_stages": int(math.log2(NATIVE_PATCH)),
-            "objective.segment_width": NATIVE_HEAD_WIDTH,
-            "objective.segment_scale_min": 1.0, "objective.segment_scale_max": 1.0,
+            "segment.native": True,
+            "segment.stages": int(math.log2(NATIVE_PATCH)),
+            "segment.width": NATIVE_HEAD_WIDTH,
+            "segment.scale_min": 1.0, "segment.scale_max": 1.0,
             "augment.flip": True,
             "schedule.epochs": int(min(adapt.MAX_EPOCHS, max(NATIVE_MIN_EPOCHS, epochs)))}
 
@@ -97,8 +97,8 @@ class Segmentation(Objective):
         if preset.objective.label_smoothing:
             raise ValueError("objective 'segment' takes no label smoothing: drop "
                              "objective.label_smoothing")
-        if preset.objective.segment_native and not preset.model.dynamic_image_size:
-            raise ValueError("objective.segment_native segments whole images at their own size, "
+        if preset.segment.native and not preset.model.dynamic_image_size:
+            raise ValueError("segment.native segments whole images at their own size, "
                              "which needs a model taking any size: set "
                              "model.dynamic_image_size=true (and model.dynamic_image_pad=true "
                              "for sides that are not multiples of the patch size)")
@@ -107,7 +107,7 @@ class Segmentation(Objective):
     @property
     def native(self) -> bool:
         """Trained on crops at the images' own resolution, fed whole images at their size."""
-        return self.preset.objective.segment_native
+        return self.preset.segment.native
 
     def model_preprocessing(self, preprocessing):
         """The data's rule, with images kept at their own size for a native-crop model."""
@@ -156,17 +156,17 @@ class Segmentation(Objective):
         return segmentation_data.take_pairs(source, image_size, count)
 
     def build(self, config: ViTConfig) -> keras.Model:
-        settings = self.preset.objective
+        settings = self.preset.segment
         probing = self.preset.finetune.mode == "probe"
-        model = ViTSegmenter(config, head="linear" if probing else settings.segment_head,
-                             blocks=settings.segment_blocks, head_width=settings.segment_width,
-                             head_stages=settings.segment_stages)
+        model = ViTSegmenter(config, head="linear" if probing else settings.head,
+                             blocks=settings.blocks, head_width=settings.width,
+                             head_stages=settings.stages)
         if self.preset.finetune.weights:  # position embeddings resized to this model's grid
             load_backbone(model, self.preset.finetune.weights)
         return model
 
     def compile_args(self, config: ViTConfig) -> dict:
-        dice = self.preset.objective.segment_dice
+        dice = self.preset.segment.dice
         loss = CrossEntropyDice(dice) if dice else keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, ignore_class=IGNORE)
         return {"loss": loss,

@@ -2,7 +2,7 @@
 batches `(model inputs, int32 masks)`; photometric changes touch the image only.
 
 Per pair: a random rescale of both to `scale_min..scale_max` times the model's size (with
-`objective.segment_native`, times the image's own size; bilinear for the image, nearest for the
+`segment.native`, times the image's own size; bilinear for the image, nearest for the
 mask, so class ids stay ids), padding to at least the model's size (image 0, mask 255 =
 ignore), one random crop of the model's size and, with `augment.flip`, one horizontal flip,
 each drawn once for the image and mask stacked together, so they cannot drift apart. Native
@@ -27,14 +27,14 @@ from vit_keras.tasks.segment.scores import IGNORE
 
 
 
-def paired_geometry(image, mask, size, objective, flip: bool, seed, native: bool = False):
+def paired_geometry(image, mask, size, settings, flip: bool, seed, native: bool = False):
     """The random rescale, pad, crop and flip of one pair (see the module docstring).
 
     Args:
         image: float32 [h, w, 3] in 0..255.
         mask: uint8 [h, w] class ids.
         size: the model's (height, width).
-        objective: the preset's `objective` section (`segment_scale_min/max`).
+        settings: the preset's `segment` section (`scale_min`, `scale_max`).
         flip: random horizontal flips.
         seed: a stateless [2] seed.
         native: rescale relative to the image's own size (a crop at its resolution), not to
@@ -44,8 +44,8 @@ def paired_geometry(image, mask, size, objective, flip: bool, seed, native: bool
         (float32 [height, width, 3], int32 [height, width]).
     """
     height, width = size
-    factor = tf.random.stateless_uniform([], seed, objective.segment_scale_min,
-                                         objective.segment_scale_max)
+    factor = tf.random.stateless_uniform([], seed, settings.scale_min,
+                                         settings.scale_max)
     base = tf.cast(tf.shape(image)[:2], tf.float32) if native else \
         tf.constant([height, width], tf.float32)
     scaled = tf.cast(tf.round(base * factor), tf.int32)
@@ -78,19 +78,19 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
                   preprocessing=OFFICIAL) -> tf.data.Dataset:
     """Training batches `(model inputs, int32 masks [batch, height, width])` for epochs
     start_epoch..epochs-1, as `training.pipeline.train_dataset` makes them for classifiers
-    (same arguments; the preset's `objective.segment_*` fields and `augment.flip`)."""
+    (same arguments; the preset's `segment` section and `augment.flip`)."""
     size = image_hw(image_size)
-    objective, flip = preset.objective, preset.augment.flip
+    settings, flip = preset.segment, preset.augment.flip
 
     def prepare(record, label, element_seed):
         image = tf.cast(source.decode(record), tf.float32)
-        image, mask = paired_geometry(image, source.decode_mask(label), size, objective, flip,
-                                      element_seed, objective.segment_native)
-        if objective.segment_photometric:
+        image, mask = paired_geometry(image, source.decode_mask(label), size, settings, flip,
+                                      element_seed, settings.native)
+        if settings.photometric:
             image = photometric(image, element_seed)
         return scale(image, preprocessing), mask
 
-    passes = native_passes(source, size) if objective.segment_native else 1
+    passes = native_passes(source, size) if settings.native else 1
     return paired_train_dataset(source, preset, batch_size, prepare, start_epoch=start_epoch,
                                 start_step=start_step, steps_per_epoch=steps_per_epoch,
                                 passes=passes)

@@ -13,6 +13,7 @@ train as 128 px crops at their own resolution and are segmented whole at their s
 
 from training.presets import Preset
 from training.presets.sections import Augment, Data, Loop, Objective, Optim, Schedule
+from training.tasks.segment.section import Segment
 from vit_keras import ViTConfig
 
 PRESET = Preset(
@@ -28,7 +29,7 @@ PRESET = Preset(
     # scenes come within 1.1 points of a U-Net given the same time (64 wide: 2.4 behind).
     schedule=Schedule(epochs=15, batch_size=32, decay="cosine", warmup_epochs=2),
     augment=Augment(crop="resize"),
-    objective=Objective(kind="segment", segment_head="skip", segment_width=128,
-                        segment_stages=2, segment_scale_min=0.75, segment_scale_max=1.5),
+    objective=Objective(kind="segment"),
+    tasks=(Segment(head="skip", width=128, stages=2, scale_min=0.75, scale_max=1.5),),
     loop=Loop(eval_every=5, mixed_precision="auto"),
 )
