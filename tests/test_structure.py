@@ -9,6 +9,7 @@ each rank. `--help` imports no framework.
 """
 
 import ast
+import dataclasses
 import pathlib
 
 import pytest
@@ -452,3 +453,72 @@ def test_the_task_import_check_sees_shared_code_and_other_tasks():
     assert imports_of_task_folders(graph) == {
         ("vit_app.inference.predict", "vit_app.tasks.detect.predict"),
         ("training.tasks.detect.pipeline", "training.tasks.segment.pipeline")}
+
+
+# --- tasks: only a task's own modules use its words -------------------------------------------
+
+# A task's words: its built-in data set, its label kind, its metric keys, what its exported
+# files agree on and its preset section's keys (and the keys they replaced). Classification's
+# are left out: it is the encoder's own head and the default task, whose words ('digits',
+# 'classes', 'accuracy') the shared data readers and presets still speak.
+WORDS_LEFT = {
+    ("vit_app.inference.model_files", "pixels"):
+        "release 0.2 recorded a segmenter's files by their agreement, before files said `task`",
+}
+SHARED_METRICS = ("", "loss", "val_loss")
+
+
+def task_words(task: str) -> set[str]:
+    """The words of `task` (see above), from its registered parts."""
+    from vit_app.data.specs import task_data
+    from vit_keras import tasks
+
+    parts, data = tasks.parts(task), task_data(task)
+    objective = tasks.load_part(parts.objective)
+    metrics = {name for metric in (*objective.epoch_metrics, objective.monitor)
+               for name in (metric, metric.removeprefix("val_"))} - set(SHARED_METRICS)
+    words = {data.built_in, data.labels, tasks.load_part(parts.inference).agreement, *metrics}
+    if parts.section:
+        section = tasks.load_part(parts.section)
+        words |= {key for field in dataclasses.fields(section)
+                  for key in (f"{section.NAME}.{field.name}",
+                              f"{section.RENAMED_FROM}{field.name}")}
+    return words
+
+
+def words_used(path: pathlib.Path, words: dict[str, str]) -> list[tuple[int, str, str]]:
+    """(line, word, its task) of each string in the file that is a task's word."""
+    return [(node.lineno, node.value, words[node.value])
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value in words]
+
+
+def test_only_a_tasks_own_modules_use_its_words():
+    """No module outside a task's own names its built-in data, label kind, metric keys, file
+    agreement or preset keys: the shared code asks the registered task for them."""
+    from vit_keras import tasks
+
+    words = {word: task for task in tasks.TASKS if task != tasks.CLASSIFY
+             for word in task_words(task)}
+    assert {"digit-scenes", "masks", "val_mean_iou", "segment.head", "objective.segment_head",
+            "digit-boxes", "boxes", "box_f1"} <= set(words)
+    found = {(name, word): f"{path.relative_to(REPO)}:{line} {word!r} ({task})"
+             for name, path in modules().items()
+             for line, word, task in words_used(path, words)
+             if not _in_group(name, own_modules(task))}
+    stray = sorted(where for key, where in found.items() if key not in WORDS_LEFT)
+    assert not stray, "a task's words outside its own modules:\n" + "\n".join(stray)
+    assert not set(WORDS_LEFT) - set(found), "no longer used, drop from WORDS_LEFT"
+
+
+def test_the_word_check_sees_a_tasks_words(tmp_path):
+    """The checker itself: a built-in set's name, a metric key and a preset key are reported,
+    a word no task owns is not."""
+    source = tmp_path / "shared.py"
+    source.write_text('SPEC = "digit-scenes"\nKEY = "val_box_f1"\n'
+                      'SET = ["segment.native"]\nOTHER = "accuracy"\n')
+    words = {"digit-scenes": "segment", "val_box_f1": "detect", "segment.native": "segment"}
+    assert words_used(source, words) == [(1, "digit-scenes", "segment"),
+                                         (2, "val_box_f1", "detect"),
+                                         (3, "segment.native", "segment")]
