@@ -383,8 +383,9 @@ def task_branches(path: pathlib.Path) -> list[tuple[int, str, str | None]]:
 
 def test_only_a_tasks_own_modules_branch_on_it():
     """Evaluate, predict, serve, export and training ask the model's task
-    (`vit_keras.tasks`, `vit_app.inference.inference_task`, the objectives); no other module compares with
-    a task's name, tests for a task's model class or reads a task from output shapes."""
+    (`vit_keras.tasks`, `vit_app.inference.inference_task`, the objectives); no other module
+    compares with a task's name, tests for a task's model class or reads a task from output
+    shapes."""
     stray = [f"{path.relative_to(REPO)}:{line} {what}"
              for name, path in modules().items()
              for line, what, task in task_branches(path)

@@ -5,8 +5,8 @@ optimizer, backups and `--resume`, the NaN stop, history, best weights, evaluati
 inspection); an objective supplies its data, model, loss, metrics, small-data rule and the
 float32 model `model.keras` holds. A task's objective subclasses `Objective` directly
 (each task's `training/tasks/<task>/objective.py`: `Classification`, `Segmentation`,
-`Detection`), named by the task's line in `vit_keras.tasks.TASKS`; a variant of a task (distillation, multi-label)
-subclasses that task's objective.
+`Detection`), named by the task's line in `vit_keras.tasks.TASKS`; a variant of a task
+(distillation, multi-label) subclasses that task's objective.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@
    inspection and the result table.
 
 The objective (`training.objective`, each task's own) supplies the model, its loss, its outputs
-and whatever else differs between objectives; between phases every process may stop together on a signal.
+and whatever else differs between objectives; between phases every process may stop together on a
+signal.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ check their specs first).
 
 The spec grammar is shared (`folder:PATH`, `csv:PATH`, `tfds:NAME[:SPLIT]`, `tfrecord:GLOB`, a
 built-in set's name); what a spec's data is belongs to a task: each registered task's
-`TaskData` (`vit_app.tasks.<task>.data`) names its built-in set, recognises its folders and checks its
-specs, and this module asks them. The sources themselves are opened by `vit_app.data.sources`
+`TaskData` (`vit_app.tasks.<task>.data`) names its built-in set, recognises its folders and checks
+its specs, and this module asks them. The sources themselves are opened by `vit_app.data.sources`
 and each task's data module.
 """
 
@@ -25,7 +25,8 @@ KINDS = ("folder", "csv", "tfds", "tfrecord")  # the spec kinds that take an arg
 class TaskData:
     """A task's data as read before any framework loads: its built-in set, the folders it
     recognises, and the checks that answer a wrong spec at once. A task's module under
-    `vit_app.tasks.<task>.data` defines one as `DATA`; its `TaskParts.specs` line names that module.
+    `vit_app.tasks.<task>.data` defines one as `DATA`; its `TaskParts.specs` line names that
+    module.
 
     Attributes:
         noun: the task's data in messages ('segmentation': "segmentation data 'x': ...").

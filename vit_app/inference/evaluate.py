@@ -1,8 +1,8 @@
-"""`vit evaluate`: the model's task scores it on a data spec (`vit_app.inference.inference_task`). Here, the
-classifier's scores: top-1, top-5 and per-class accuracy; for a multi-label model or data, the
-exact mAP, F1 and per-class average precision (`vit_app.tasks.classify.multilabel_scores`); the
-paper's few-shot linear evaluation. A segmenter's are `vit_app.tasks.segment.evaluate`'s. The flags
-are `vit.commands.evaluate`'s.
+"""`vit evaluate`: the model's task scores it on a data spec (`vit_app.inference.inference_task`).
+Here, the classifier's scores: top-1, top-5 and per-class accuracy; for a multi-label model or
+data, the exact mAP, F1 and per-class average precision
+(`vit_app.tasks.classify.multilabel_scores`); the paper's few-shot linear evaluation. A segmenter's
+are `vit_app.tasks.segment.evaluate`'s. The flags are `vit.commands.evaluate`'s.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 directory, .tflite or .onnx) or an architecture with pretrained weights, loaded as a
 `vit_app.inference.classifier.Classifier`; what it writes is the model's task's
 (`vit_app.inference.inference_task`: a classifier's top-k classes, a segmenter's masks). The
-flags are `vit.commands.predict`'s; the folders and patterns among the images were expanded to their
-files by its `check`.
+flags are `vit.commands.predict`'s; the folders and patterns among the images were expanded to
+their files by its `check`.
 
 The images go through the model in batches; a file that cannot be used (not an image, corrupt,
 too large, unreadable) is skipped and listed at the end, and the command fails only when no

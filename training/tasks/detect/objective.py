@@ -1,11 +1,10 @@
 """The detect task's training part: a `ViTDetector` (DETR on the ViT) on images with boxes.
 
 Its data are images with boxes (`vit_app.tasks.detect.data.sources`), cropped, flipped and
-recoloured with their boxes (`training.tasks.detect.pipeline`); its loss DETR's set loss on every decoder block
-(`vit_keras.tasks.detect.loss`); its best weights follow the box F1 at IoU 0.5 that Keras
-computes in the step, and metrics.json reports COCO's mAP, mAP@0.5, AP per size and per class
-from pycocotools on the validation images at their own size
-(`vit_app.tasks.detect.evaluate`).
+recoloured with their boxes (`training.tasks.detect.pipeline`); its loss DETR's set loss on every
+decoder block (`vit_keras.tasks.detect.loss`); its best weights follow the box F1 at IoU 0.5 that
+Keras computes in the step, and metrics.json reports COCO's mAP, mAP@0.5, AP per size and per class
+from pycocotools on the validation images at their own size (`vit_app.tasks.detect.evaluate`).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Its data are image/mask pairs (`vit_app.tasks.segment.data.sources`), augmented together
 (`training.tasks.segment.pipeline`); its loss pixel cross-entropy that ignores 255, with an
-optional Dice term (`training.tasks.segment.loss`); its best weights follow Keras' `MeanIoU` at the model's
-resolution, and metrics.json reports the exact mIoU, pixel accuracy and per-class IoU at the
-masks' own resolution (`vit_app.tasks.segment.evaluate`). Its small-data rule sees fewer
-images than a classifier's, since every pixel is a training signal.
+optional Dice term (`training.tasks.segment.loss`); its best weights follow Keras' `MeanIoU` at the
+model's resolution, and metrics.json reports the exact mIoU, pixel accuracy and per-class IoU at
+the masks' own resolution (`vit_app.tasks.segment.evaluate`). Its small-data rule sees fewer images
+than a classifier's, since every pixel is a training signal.
 """
 
 from __future__ import annotations
