@@ -40,11 +40,11 @@ def train(crop: str, epochs: int, output: str) -> str:
 def evaluate_sizes(model_path: str, sizes: list[int]) -> dict[int, float]:
     """top-1 on digits' test split at each square size."""
     sys.path.insert(0, REPO)
-    from vit_app.data import sources
+    from vit_app.data import readers
     from vit_app.inference.evaluate import evaluate, load_model
 
     model = load_model(model_path)
-    source = sources.load_source("digits", sources.evaluation_subset("digits"), None,
+    source = readers.load_source("digits", readers.evaluation_subset("digits"), None,
                                  val_split=0.0)
     return {size: evaluate(model, source, image_size=(size, size))["top1"] for size in sizes}
 

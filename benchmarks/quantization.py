@@ -47,9 +47,9 @@ def _quantized(model_path: str, mode: str):
 def accuracy(model_path: str) -> dict:
     """Top-1 of the model and its quantized copies on the digits test split."""
     from vit_app.inference import evaluate
-    from vit_app.data import sources
+    from vit_app.data import readers
 
-    source = sources.digits_source("test")
+    source = readers.digits_source("test")
     return {mode: evaluate.evaluate(_quantized(model_path, mode), source)["top1"]
             for mode in MODES}
 

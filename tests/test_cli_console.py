@@ -11,7 +11,7 @@ from helpers import assert_a_runs_export_and_stages, script_module
 
 from vit import cli
 from vit_app import outputs
-from vit_app.data import sources
+from vit_app.data import readers
 
 
 def _vit(*args, cwd):
@@ -153,7 +153,7 @@ def test_vit_train_refuses_before_reading_any_data(tmp_path, monkeypatch, capsys
     def no_data(*args, **kwargs):
         raise AssertionError("data was read before the output folder was checked")
 
-    monkeypatch.setattr(sources, "open_training_data", no_data)
+    monkeypatch.setattr(readers, "open_training_data", no_data)
     assert cli.main(["train", "--output", str(tmp_path / "run"), "--epochs", "1"]) == 2
     assert "already holds a finished run" in capsys.readouterr().err
 

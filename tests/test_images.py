@@ -10,7 +10,8 @@ from helpers import png_bomb
 from PIL import Image
 
 from vit_app import images
-from vit_app.data import evaluation, sources
+from vit_app.data import evaluation
+from vit_app.data import readers
 from vit_app.inference.server.app import STATUS_OF_IMAGE_PROBLEM
 
 
@@ -54,7 +55,7 @@ def test_a_folder_of_tiff_files_is_a_data_source(tmp_path):
                          ("b/y.TIFF", rng.integers(0, 256, (25, 20, 3)).astype(np.uint8))]:
         (tmp_path / name).parent.mkdir()
         (tmp_path / name).write_bytes(_encoded(pixels, "TIFF"))
-    source = sources.load_source(f"folder:{tmp_path}", val_split=0.0)
+    source = readers.load_source(f"folder:{tmp_path}", val_split=0.0)
     assert source.class_names == ["a", "b"] and source.num_examples == 2
     through_pipeline, _ = evaluation.take_raw_images(source, (16, 12), 2)
     read = images.load_files([str(tmp_path / "a/x.tif"), str(tmp_path / "b/y.TIFF")], (16, 12))
@@ -126,7 +127,7 @@ def test_one_resize_rule_for_files_and_the_evaluation_pipeline(tmp_path):
     pixels = rng.integers(0, 256, (37, 23, 3))
     (folder / "x.png").write_bytes(_png(pixels))
     read = images.load_files([str(folder / "x.png")], (16, 12))
-    source = sources.load_source(f"folder:{tmp_path / 'data'}", val_split=0.0)
+    source = readers.load_source(f"folder:{tmp_path / 'data'}", val_split=0.0)
     through_pipeline, _ = evaluation.take_raw_images(source, (16, 12), 1)
     np.testing.assert_array_equal(read, through_pipeline)
     expected = tf.clip_by_value(tf.image.resize(tf.constant(pixels, tf.float32), (16, 12),

@@ -13,7 +13,8 @@ from PIL import Image
 
 from helpers import vit_predict
 from vit import cli
-from vit_app.data import csv_source, evaluation, sources
+from vit_app.data import csv_source, evaluation
+from vit_app.data import readers
 from vit_app.images import scale
 from vit_app.tasks.classify import multilabel_scores
 from training import pipeline, run
@@ -79,15 +80,15 @@ def test_csv_source_reads_classes_and_multi_hot_labels(tmp_path, image_list):
     np.testing.assert_array_equal(listed.targets, [[0, 1, 1], [1, 0, 0], [0, 0, 0]])
     assert listed.targets.dtype == np.float32
 
-    train = sources.load_source(f"csv:{image_list}", "train", val_split=0.25, seed=1)
-    val = sources.load_source(f"csv:{image_list}", "val", val_split=0.25, seed=1)
+    train = readers.load_source(f"csv:{image_list}", "train", val_split=0.25, seed=1)
+    val = readers.load_source(f"csv:{image_list}", "val", val_split=0.25, seed=1)
     assert (train.multilabel, val.multilabel) == (True, True)
     assert (train.num_examples, val.num_examples) == (18, 6)
     assert set(train.arrays[0]) | set(val.arrays[0]) == set(
         csv_source.read_image_list(str(image_list)).files)
-    again = sources.load_source(f"csv:{image_list}", "val", val_split=0.25, seed=1)
+    again = readers.load_source(f"csv:{image_list}", "val", val_split=0.25, seed=1)
     np.testing.assert_array_equal(again.arrays[0], val.arrays[0])
-    everything = sources.load_source(f"csv:{image_list}", "train", val_split=0.0)
+    everything = readers.load_source(f"csv:{image_list}", "train", val_split=0.0)
     assert everything.num_examples == 24 and everything.arrays[1].shape == (24, 3)
     assert everything.arrays[1].sum(axis=1).max() == 2  # some images have two labels
 
@@ -106,7 +107,7 @@ def _bad_case(tmp_path, text, labels_txt=None):
         (tmp_path / "labels.txt").write_text(labels_txt)
     (tmp_path / "bad.csv").write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ValueError) as error:
-        sources.load_source(f"csv:{tmp_path / 'bad.csv'}", "train", val_split=0.0)
+        readers.load_source(f"csv:{tmp_path / 'bad.csv'}", "train", val_split=0.0)
     return str(error.value)
 
 
@@ -140,20 +141,20 @@ def test_unreadable_images_and_missing_csv_are_refused(tmp_path):
     (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
     _write_csv(tmp_path / "list.csv", [("broken.png", "cat")])
     with pytest.raises(ValueError, match="broken.png: is a corrupt image"):
-        sources.load_source(f"csv:{tmp_path / 'list.csv'}")
+        readers.load_source(f"csv:{tmp_path / 'list.csv'}")
     with pytest.raises(ValueError, match="is not a file: expected a CSV file"):
-        sources.load_source(f"csv:{tmp_path / 'nowhere.csv'}")
+        readers.load_source(f"csv:{tmp_path / 'nowhere.csv'}")
 
 
 def test_validation_csv_needs_the_same_classes(tmp_path, image_list):
     _write_csv(tmp_path / "val.csv", [("images/img_00.png", "cat"), ("images/img_01.png", "dog"),
                                       ("images/img_02.png", "bat")])
     with pytest.raises(ValueError, match="expected the same classes in the same order"):
-        sources.open_training_data(f"csv:{image_list}", f"csv:{tmp_path / 'val.csv'}")
+        readers.open_training_data(f"csv:{image_list}", f"csv:{tmp_path / 'val.csv'}")
 
 
 def test_single_label_objectives_refuse_multi_label_data(image_list):
-    data = sources.open_training_data(f"csv:{image_list}", val_split=0.25)
+    data = readers.open_training_data(f"csv:{image_list}", val_split=0.25)
     assert data.val_origin.startswith("25% of the CSV rows held out")
     with pytest.raises(ValueError, match="--set objective.kind=multilabel, not 'classify'"):
         get_objective(get_preset("digits_tiny")).check_data(data)
@@ -162,7 +163,7 @@ def test_single_label_objectives_refuse_multi_label_data(image_list):
 
 
 def test_pipeline_gives_multi_hot_targets_mixed_by_mixup_and_cutmix(image_list):
-    source = sources.load_source(f"csv:{image_list}", val_split=0.0)
+    source = readers.load_source(f"csv:{image_list}", val_split=0.0)
     evaluated = np.concatenate([labels for _, labels in evaluation.eval_dataset(source, 8, 5)])
     np.testing.assert_array_equal(evaluated, source.arrays[1])
     preset = get_preset("digits_tiny").replace(augment={"mixup_alpha": 0.8, "cutmix_alpha": 1.0})
@@ -274,7 +275,7 @@ def test_multilabel_run_predict_export_and_evaluate(tmp_path, image_list, capsys
     assert report["activation"] == "sigmoid" and report["keras"]["accuracy"] is None
     assert report["keras"]["mAP"] == pytest.approx(metrics["val_mAP"], abs=1e-5)
     keras_model = keras.saving.load_model(str(output / "model.keras"), compile=False)
-    images = evaluation.take_raw_images(sources.load_source(f"csv:{val_csv}"), 8, 5)[0]
+    images = evaluation.take_raw_images(readers.load_source(f"csv:{val_csv}"), 8, 5)[0]
     expected = _sigmoid(keras_model(scale(images)))
     for path in ("model.keras", "saved_model", "model.tflite", "model.onnx"):
         loaded = classifier.load(str(output / path))

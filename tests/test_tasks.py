@@ -22,7 +22,8 @@ from PIL import Image
 from training.objective import float32_twin
 from training.tasks.classify.objective import Classification
 from vit import cli
-from vit_app.data import sources, specs
+from vit_app.data import specs
+from vit_app.data import readers
 from vit_app.inference import classifier
 from vit_app.inference import inference_task as inference_tasks
 from vit_app.inference.server import create_app
@@ -194,7 +195,7 @@ def test_a_tasks_data_is_its_own_and_the_shared_spec_code_asks_it(monkeypatch, t
     assert specs.built_in_sets()["toy-pairs"] == "pairs"
     assert specs.spec_task("toy-pairs") == specs.spec_task(f"folder:{folder}") == "pairs"
     assert specs.spec_task(f"folder:{tmp_path}") == "classify"  # no task claims it
-    assert sources.evaluation_subset("toy-pairs") == "val"
+    assert readers.evaluation_subset("toy-pairs") == "val"
     specs.check_spec(f"folder:{folder}", task="pairs")
     specs.check_spec("toy-pairs", task="pairs")
     with pytest.raises(ValueError, match=f"pair data .*: expected .*/{PAIRS_FILE}"):
@@ -204,7 +205,7 @@ def test_a_tasks_data_is_its_own_and_the_shared_spec_code_asks_it(monkeypatch, t
         with pytest.raises(ValueError, match=refused):
             specs.check_spec(spec)
     with pytest.raises(ValueError, match=refused):
-        sources.load_source("toy-pairs")
+        readers.load_source("toy-pairs")
     with pytest.raises(ValueError, match="expected 'digits', 'digit-scenes', 'digit-boxes', "
                                          "'toy-pairs', 'folder:PATH'"):
         specs.parse_spec("nothing:here")

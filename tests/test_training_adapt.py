@@ -91,15 +91,15 @@ def test_presets_without_adapt_and_fine_tuning_are_left_alone():
 
 
 def test_typical_image_size_reads_a_folder(tmp_path):
-    from vit_app.data import sources
+    from vit_app.data import readers
 
     for index, size in enumerate([(20, 30), (20, 30), (24, 30), (20, 31), (19, 30)]):
         folder = tmp_path / str(index % 2)
         folder.mkdir(exist_ok=True)
         Image.fromarray(np.zeros((*size, 3), np.uint8)).save(folder / f"{index}.png")
-    source = sources.load_source(f"folder:{tmp_path}", "train", val_split=0.0)
+    source = readers.load_source(f"folder:{tmp_path}", "train", val_split=0.0)
     assert adapt.typical_image_size(source) == (20, 30)
-    assert adapt.typical_image_size(sources.load_source("digits", "train")) == (8, 8)
+    assert adapt.typical_image_size(readers.load_source("digits", "train")) == (8, 8)
 
 
 def _photo_crops(count: int = 32, size: int = 48) -> list[np.ndarray]:
@@ -120,9 +120,9 @@ def _photo_crops(count: int = 32, size: int = 48) -> list[np.ndarray]:
 
 
 def test_photographs_are_told_from_glyphs_by_their_texture():
-    from vit_app.data import sources
+    from vit_app.data import readers
 
-    digits = adapt.sample_images(sources.load_source("digits", "train"))[1]
+    digits = adapt.sample_images(readers.load_source("digits", "train"))[1]
     is_photos, share, _ = adapt.looks_like_photos(digits)
     assert not is_photos and share > 0.25
     is_photos, share, correlation = adapt.looks_like_photos(_photo_crops())
@@ -173,9 +173,9 @@ def test_photographs_at_least_twice_the_training_size_get_random_resized_crops(n
 
 
 def test_the_digits_are_not_photographs_so_the_default_job_is_unchanged():
-    from vit_app.data import sources
+    from vit_app.data import readers
 
-    shapes, crops = adapt.sample_images(sources.load_source("digits", "train"))
+    shapes, crops = adapt.sample_images(readers.load_source("digits", "train"))
     preset = get_preset("digits_tiny")
     assert adapt.adapt(preset, adapt.typical_image_size(shapes), 1437,
                        photos=adapt.looks_like_photos(crops)) == (preset, None)

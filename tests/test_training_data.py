@@ -8,7 +8,9 @@ import tensorflow as tf
 from helpers import record_calls
 from PIL import Image
 
-from vit_app.data import evaluation, sources
+from vit_app.data import evaluation
+
+from vit_app.data import readers
 from training import augment, pipeline
 from training.presets import Preset
 
@@ -25,18 +27,18 @@ def _write_folder(root, per_class=3, classes=("cat", "dog"), size=(12, 10)):
 
 
 def test_digits_split_is_stratified_and_fixed():
-    train_x, train_y = sources.digits_arrays("train")
-    test_x, test_y = sources.digits_arrays("test")
+    train_x, train_y = readers.digits_arrays("train")
+    test_x, test_y = readers.digits_arrays("test")
     assert train_x.shape == (1437, 8, 8, 3) and test_x.shape == (360, 8, 8, 3)
     assert train_x.dtype == np.uint8 and train_x.max() == 255
     assert np.bincount(test_y).min() >= 35            # every class held out ~20%
-    np.testing.assert_array_equal(sources.digits_arrays("test")[1], test_y)
+    np.testing.assert_array_equal(readers.digits_arrays("test")[1], test_y)
 
 
 def test_folder_source_lists_classes_and_holds_out_a_stratified_split(tmp_path):
     root = _write_folder(tmp_path / "images", per_class=5)
-    train = sources.load_source(f"folder:{root}", "train", val_split=0.2)
-    val = sources.load_source(f"folder:{root}", "val", val_split=0.2)
+    train = readers.load_source(f"folder:{root}", "train", val_split=0.2)
+    val = readers.load_source(f"folder:{root}", "val", val_split=0.2)
     assert train.class_names == ["cat", "dog"]
     assert (train.num_examples, val.num_examples) == (8, 2)
     batches = list(evaluation.eval_dataset(val, 16, batch_size=4))
@@ -51,7 +53,7 @@ def test_folder_source_rejects_corrupt_files_up_front_naming_them(tmp_path):
     (root / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     (root / "dog" / "notes.png").write_text("hello")
     with pytest.raises(ValueError) as error:
-        sources.load_source(f"folder:{root}")
+        readers.load_source(f"folder:{root}")
     message = str(error.value)
     assert "2 of 8 image files" in message
     assert "broken.jpg" in message and "notes.png" in message
@@ -75,22 +77,22 @@ def _write_tfrecord(path, count=6, classes=3, corrupt=()):
 
 def test_tfrecord_source_reads_features_and_skips_undecodable_records(tmp_path):
     _write_tfrecord(tmp_path / "train-0.tfrecord", count=6, corrupt=(2,))
-    source = sources.load_source(f"tfrecord:{tmp_path}/train-*.tfrecord")
+    source = readers.load_source(f"tfrecord:{tmp_path}/train-*.tfrecord")
     assert source.num_classes == 3 and source.num_examples == 6
     labels = [int(label) for _, label in evaluation.eval_images(source, 8)]
     assert labels == [0, 1, 0, 1, 2]                   # record 2 skipped, the run goes on
     (tmp_path / "labels.txt").write_text("a\nb\nc\nd\n")
-    assert sources.load_source(f"tfrecord:{tmp_path}/*.tfrecord").class_names == list("abcd")
+    assert readers.load_source(f"tfrecord:{tmp_path}/*.tfrecord").class_names == list("abcd")
     with pytest.raises(ValueError, match="matches no files"):
-        sources.load_source(f"tfrecord:{tmp_path}/none-*")
+        readers.load_source(f"tfrecord:{tmp_path}/none-*")
 
 
 def test_tfds_source_with_mock_data():
     import tensorflow_datasets as tfds
 
     with tfds.testing.mock_data(num_examples=12):
-        train = sources.load_source("tfds:mnist", "train")
-        val = sources.load_source("tfds:mnist", "val")
+        train = readers.load_source("tfds:mnist", "train")
+        val = readers.load_source("tfds:mnist", "val")
         assert train.num_classes == 10
         images, labels = next(iter(evaluation.eval_dataset(val, 16, batch_size=5)))
         assert images.shape == (5, 16, 16, 3) and labels.shape == (5, 10)
@@ -101,7 +103,7 @@ def test_tfds_source_with_mock_data():
 
 
 def test_train_stream_is_seeded_and_resumable():
-    source = sources.digits_source("train")
+    source = readers.digits_source("train")
     preset = Preset(seed=3).replace(augment={"translate": 0.1, "rotate": 0.05, "mixup_alpha": 0.2,
                                              "crop": "pad_crop", "pad": 2},
                                     schedule={"epochs": 2})
@@ -131,7 +133,7 @@ def test_the_pipelines_are_traced_as_written_without_autograph(monkeypatch):
 
     rewritten = record_calls(monkeypatch, api._TRANSPILER, "transform",
                              lambda function, context: function.__qualname__)
-    source = sources.digits_source("train")
+    source = readers.digits_source("train")
     preset = Preset(seed=3).replace(augment={"flip": True, "randaugment_ops": 1,
                                              "mixup_alpha": 0.2, "cutmix_alpha": 1.0,
                                              "erasing_prob": 0.5, "crop": "inception"})
@@ -159,27 +161,27 @@ def test_augment_layers_run_in_tf_data_with_per_batch_seeds():
 
 def test_bad_specs_are_rejected():
     with pytest.raises(ValueError, match="data spec"):
-        sources.parse_spec("imagenet")
+        readers.parse_spec("imagenet")
     with pytest.raises(ValueError, match="not a directory"):
-        sources.load_source("folder:/does/not/exist")
+        readers.load_source("folder:/does/not/exist")
 
 
 def test_val_data_keeps_every_training_example(tmp_path):
     """Given --val-data, the training folder is not split: val_split applies only without it."""
     train_root = _write_folder(tmp_path / "train", per_class=5)
     test_root = _write_folder(tmp_path / "test", per_class=3)
-    given = sources.open_training_data(f"folder:{train_root}", f"folder:{test_root}",
+    given = readers.open_training_data(f"folder:{train_root}", f"folder:{test_root}",
                                        val_split=0.2)
     assert given.train.num_examples == 10 and given.val.num_examples == 6
     assert "--val-data" in given.val_origin
-    held_out = sources.open_training_data(f"folder:{train_root}", val_split=0.2)
+    held_out = readers.open_training_data(f"folder:{train_root}", val_split=0.2)
     assert (held_out.train.num_examples, held_out.val.num_examples) == (8, 2)
     assert "held out" in held_out.val_origin
-    none = sources.open_training_data(f"folder:{train_root}", val_split=0.0)
+    none = readers.open_training_data(f"folder:{train_root}", val_split=0.0)
     assert none.val is None and none.train.num_examples == 10
 
 
 def test_validation_with_other_classes_is_refused(tmp_path):
     train_root = _write_folder(tmp_path / "train", per_class=2)
     with pytest.raises(ValueError, match="validation data has 10 classes, training data 2"):
-        sources.open_training_data(f"folder:{train_root}", "digits")
+        readers.open_training_data(f"folder:{train_root}", "digits")

@@ -19,7 +19,7 @@ from PIL import Image
 
 import vit_keras
 from vit_app import images
-from vit_app.data import sources
+from vit_app.data import readers
 
 # VIT_FUZZ_EXAMPLES=500 pytest tests/reliability explores further (random, not derandomized).
 EXAMPLES = int(os.environ.get("VIT_FUZZ_EXAMPLES", "0"))
@@ -64,7 +64,7 @@ def test_image_files_are_refused_or_decode(tmp_path, payload):
         assert images.decode_file(tf.constant(str(path))).shape[-1] == 3
         return
     with pytest.raises(ValueError, match="x.png"):
-        sources.folder_source(str(tmp_path), "train", 0.0, 0)
+        readers.folder_source(str(tmp_path), "train", 0.0, 0)
     with pytest.raises(ValueError, match="x.png"):
         images.load_files([str(path)], 8)
 
@@ -77,7 +77,7 @@ def test_decompression_bomb_is_refused_with_the_limit(tmp_path, width, height):
     assert path.stat().st_size < 100_000
     limit = str(images.MAX_IMAGE_PIXELS)
     with pytest.raises(ValueError, match=f"bomb.png:? is too large.*limit is {limit}"):
-        sources.folder_source(str(tmp_path), "train", 0.0, 0)
+        readers.folder_source(str(tmp_path), "train", 0.0, 0)
     with pytest.raises(images.ImageError, match=f"bomb.png:? is too large.*limit is {limit}") \
             as refused:
         images.load_files([str(path)], 8)

@@ -13,7 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from vit_app import console
-from vit_app.data import evaluation, sources
+from vit_app.data import evaluation
+from vit_app.data import readers
 from vit_app.images import scale
 from vit_app.inference import classifier, model_files
 from vit_app.tasks.classify import multilabel_scores
@@ -160,7 +161,7 @@ def few_shot_report(model, spec: str, data_dir, test_source, shots, image_size=N
     `test_source` (for folder/tfrecord data both are the same images)."""
     size = evaluation_size(model, image_size)
     rule = preprocessing_of(model)
-    train_source = sources.load_source(spec, "train", data_dir, val_split=0.0)
+    train_source = readers.load_source(spec, "train", data_dir, val_split=0.0)
     train_images, train_labels = evaluation.take_raw_images(train_source, size, FEW_SHOT_POOL,
                                                             rule)
     test_images, test_labels = evaluation.take_raw_images(test_source, size, FEW_SHOT_POOL, rule)

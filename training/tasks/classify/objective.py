@@ -30,7 +30,8 @@ import keras
 import numpy as np
 
 import vit_keras
-from vit_app.data import evaluation, sources, subsets
+from vit_app.data import evaluation, subsets
+from vit_app.data import readers
 from vit_app.tasks.classify import multilabel_scores
 from training import finetune, pipeline, recipe
 from training.tasks.classify import multilabel
@@ -58,11 +59,11 @@ class Classification(Objective):
     hints_fine_tuning = True
 
     def open_data(self, data_dir: str | None):
-        """The training and validation data (`vit_app.data.sources.TrainingData`), the preset's
+        """The training and validation data (`vit_app.data.readers.TrainingData`), the preset's
         classes subset applied."""
         data = self.preset.data
         return subsets.restrict_training_data(
-            sources.open_training_data(data.train, data.val, data.val_split, self.preset.seed,
+            readers.open_training_data(data.train, data.val, data.val_split, self.preset.seed,
                                        data_dir), data.classes)
 
     def train_batches(self, source, image_size, batch_size: int, **options):
@@ -91,7 +92,7 @@ class Classification(Objective):
         than 2 classes).
 
         Args:
-            data: the run's `vit_app.data.sources.TrainingData`.
+            data: the run's `vit_app.data.readers.TrainingData`.
         """
         if data.train.multilabel:
             raise ValueError(f"{data.train.spec} is multi-label data (an image may have several "

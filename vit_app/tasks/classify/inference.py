@@ -12,7 +12,9 @@ import argparse
 
 import numpy as np
 
-from vit_app.data import evaluation as data_evaluation, sources, specs
+from vit_app.data import evaluation as data_evaluation, specs
+
+from vit_app.data import readers
 from vit_app.inference import evaluate as evaluation
 from vit_app.tasks.classify import multilabel_scores
 from vit_app.inference.predict import table
@@ -46,11 +48,11 @@ class Classify(InferenceTask):
         def take(source, image_hw, count):
             return data_evaluation.take_raw_images(source, image_hw, count, rule)
 
-        return sources.open_training_data(spec, *trained_on), take
+        return readers.open_training_data(spec, *trained_on), take
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
-        source = sources.load_source(args.data, sources.evaluation_subset(args.data),
+        source = readers.load_source(args.data, readers.evaluation_subset(args.data),
                                      args.data_dir, val_split=0.0)
         scored = model.keras_model if model.keras_model is not None else model
         names = evaluation.class_names_for(args.model, args.labels, source.class_names)
