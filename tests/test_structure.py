@@ -326,7 +326,15 @@ def test_keras_files_load_after_import_vit_keras_alone(imports, tmp_path):
 # a task"). Classification's model is the encoder's own head, so the encoder is its too.
 TASK_FOLDERS = ("vit_keras.tasks", "vit_app.tasks", "training.tasks")
 ENCODER_HEADS = {"classify": ("vit_keras.core",)}
-TASK_MODEL_CLASSES = {"ViTSegmenter": "segment", "ViTDetector": "detect"}  # a task's model, beside the plain encoder
+
+
+def task_model_classes() -> dict[str, str]:
+    """A task's model class (what its line exports, beside the plain encoder) -> the task."""
+    from vit_keras import tasks
+
+    return {name: task for task, parts in tasks.TASKS.items() for name in parts.exports}
+
+
 # Shape checks that are no task's: module -> why
 SHAPE_CHECKS = {"vit_keras.analysis.looking_inside": "few-shot features must be [batch, D], "
                                                      "whatever the model was trained for"}
@@ -377,7 +385,7 @@ def task_branches(path: pathlib.Path) -> list[tuple[int, str, str | None]]:
         elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
             names = {getattr(each, "id", getattr(each, "attr", "")) for each in ast.walk(node)}
             found += [(node.lineno, f"tests for {name}", task)
-                      for name, task in TASK_MODEL_CLASSES.items() if name in names]
+                      for name, task in task_model_classes().items() if name in names]
     return found
 
 
