@@ -8,7 +8,7 @@ import pytest
 import keras
 
 from training import recipe
-from training.presets import PRESET_NAMES, Preset, get_preset
+from training.presets import Preset, get_preset, preset_names
 from training.presets.overrides import apply_overrides
 
 
@@ -78,7 +78,7 @@ def test_gradient_accumulation_equals_the_large_batch(name):
 
 
 def test_presets_load_and_overrides_are_typed():
-    for name in PRESET_NAMES:
+    for name in preset_names():
         assert get_preset(name).name == name
     preset = apply_overrides(get_preset("digits_tiny"),
                              ["optim.lr=0.01", "schedule.epochs=3", "augment.flip=true",

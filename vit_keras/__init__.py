@@ -42,10 +42,15 @@ _HOMES = {
     "vit_keras.pretrained": ("decode_predictions",),
     "vit_keras.weight_decay": ("no_weight_decay",),
     "vit_keras.weights": ("load_weights",),
-    # Each registered task's model (`ViTSegmenter`, `ViTDetector`), from its line of TASKS.
-    **{parts.head: parts.exports for parts in tasks.TASKS.values() if parts.exports},
 }
-__getattr__, __dir__, __all__ = _lazy.lazy_names(__name__, globals(), _HOMES)
+
+
+def _task_models() -> dict[str, tuple[str, ...]]:
+    """Each registered task's model (`ViTSegmenter`, `ViTDetector`), from its line of TASKS."""
+    return {parts.head.partition(":")[0]: parts.exports for parts in tasks.TASKS.values()
+            if parts.exports}
+
+__getattr__, __dir__, __all__ = _lazy.lazy_names(__name__, globals(), _HOMES, _task_models)
 
 
 def _register_layers_with_keras() -> None:

@@ -7,22 +7,29 @@ from __future__ import annotations
 import importlib
 
 
-def lazy_names(package: str, namespace: dict, homes: dict[str, tuple[str, ...]]):
+def lazy_names(package: str, namespace: dict, homes: dict[str, tuple[str, ...]],
+               more_homes=None):
     """The `__getattr__` and `__dir__` of a package whose public names live in its modules.
 
     Args:
         package: the package's `__name__`.
         namespace: its `globals()`; a name is cached there after its first lookup.
         homes: module name -> the public names it defines.
+        more_homes: None, or a function giving more such {module: names} when a name is
+            looked up (names that may be added while the program runs).
 
     Returns:
         (`__getattr__`, `__dir__`, `__all__`) for the package to bind.
     """
-    home_of = {name: module for module, names in homes.items() for name in names}
+    fixed = {name: module for module, names in homes.items() for name in names}
+
+    def home_of() -> dict[str, str]:
+        extra = more_homes() if more_homes else {}
+        return {**{name: module for module, names in extra.items() for name in names}, **fixed}
 
     def __getattr__(name: str):
-        if name in home_of:
-            value = getattr(importlib.import_module(home_of[name]), name)
+        if name in (homes_now := home_of()):
+            value = getattr(importlib.import_module(homes_now[name]), name)
             namespace[name] = value  # the next lookup is a plain attribute
             return value
         try:
@@ -33,6 +40,6 @@ def lazy_names(package: str, namespace: dict, homes: dict[str, tuple[str, ...]])
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(home_of))
+        return sorted(set(namespace) | set(home_of()))
 
-    return __getattr__, __dir__, sorted(home_of)
+    return __getattr__, __dir__, sorted(home_of())

@@ -33,11 +33,15 @@ def preset_modules() -> dict[str, str]:
     """Every preset's name -> its module: the shared ones, then each registered task's own."""
     modules = {name: f"training.presets.{name}" for name in SHARED_PRESETS}
     for task, parts in tasks.TASKS.items():
-        modules.setdefault(parts.preset, f"training.tasks.{task}.preset")
+        modules.setdefault(parts.preset, parts.preset_module or f"training.tasks.{task}.preset")
     return modules
 
 
-PRESET_NAMES = tuple(preset_modules())
+def preset_names() -> tuple[str, ...]:
+    """Every preset's name (`vit train --config`'s choices), a registered task's included."""
+    return tuple(preset_modules())
+
+
 DEFAULT_PRESET = "digits_tiny"
 # The flat keys of the presets before they had sections, where the sectioned name differs from
 # `SECTION.<the same name>`. They are no longer accepted: `flat_keys` serves only the error
@@ -256,25 +260,33 @@ class RunOptions:
     process_id: int | None = None
 
 
-@functools.cache
 def moved_keys() -> dict[str, str]:
     """Every key that moved -> its new 'SECTION.FIELD': `MOVED_KEYS`, and each task option
     that left the `objective` section for the task's own (`objective.segment_head` ->
     `segment.head`)."""
+    return _moved_keys(tuple(task_sections().items()))
+
+
+@functools.cache
+def _moved_keys(named_sections: tuple) -> dict[str, str]:
     moved = dict(MOVED_KEYS)
-    for name, section in task_sections().items():
+    for name, section in named_sections:
         moved.update({f"{section.RENAMED_FROM}{field.name}": f"{name}.{field.name}"
                       for field in dataclasses.fields(section)
                       if getattr(section, "RENAMED_FROM", "")})
     return moved
 
 
-@functools.cache
 def flat_keys() -> dict[str, str]:
     """Every flat key (the names before sections, no longer accepted) -> its
     `SECTION.FIELD`, for the error that names it."""
+    return _flat_keys(tuple(all_sections().items()))
+
+
+@functools.cache
+def _flat_keys(named_sections: tuple) -> dict[str, str]:
     renamed = set(RENAMED_FLAT_KEYS.values())  # 'train', 'kind', ... alone say too little
-    keys = {field.name: path for name, section in all_sections().items()
+    keys = {field.name: path for name, section in named_sections
             for field in dataclasses.fields(section)
             if (path := f"{name}.{field.name}") not in renamed}
     return {**keys, **RENAMED_FLAT_KEYS}
@@ -286,10 +298,11 @@ def task_preset(task: str | None) -> str:
 
 
 def get_preset(name: str) -> Preset:
-    """Returns the preset called `name` (one of `PRESET_NAMES`)."""
-    if name not in PRESET_NAMES:
-        raise ValueError(f"unknown preset {name!r}; expected one of {list(PRESET_NAMES)}")
-    return importlib.import_module(preset_modules()[name]).PRESET
+    """Returns the preset called `name` (one of `preset_names()`)."""
+    modules = preset_modules()
+    if name not in modules:
+        raise ValueError(f"unknown preset {name!r}; expected one of {list(modules)}")
+    return importlib.import_module(modules[name]).PRESET
 
 
 def describe(preset: Preset) -> str:

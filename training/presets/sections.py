@@ -320,12 +320,16 @@ SECTIONS = {section.NAME: section
             for section in (Data, Optim, Schedule, Augment, Objective, Finetune, Loop)}
 
 
-@functools.cache
 def task_sections() -> dict[str, type]:
-    """Each registered task's own section (its `TaskParts.section`), by name; no framework."""
-    return {section.NAME: section
-            for parts in tasks.TASKS.values() if parts.section
-            for section in (tasks.load_part(parts.section),)}
+    """Each registered task's own section (its `TaskParts.section`), by name; no framework.
+    A task registered while the program runs is included from then on."""
+    return _sections_named(tuple(parts.section for parts in tasks.TASKS.values()
+                                 if parts.section))
+
+
+@functools.cache
+def _sections_named(references: tuple[str, ...]) -> dict[str, type]:
+    return {section.NAME: section for section in map(tasks.load_part, references)}
 
 
 def all_sections() -> dict[str, type]:

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             for name, parts in tasks.TASKS.items()) +
                         "; it sets objective.kind and picks the default preset (default: "
                         "classify, the preset's objective)")
-    recipe.add_argument("--config", choices=presets.PRESET_NAMES,
+    recipe.add_argument("--config", choices=presets.preset_names(),
                         help=f"preset to start from (default: {presets.DEFAULT_PRESET}, or "
                         "the task's: " + ", ".join(f"{parts.preset} with --task {name}"
                                                    for name, parts in tasks.TASKS.items()) + ")")

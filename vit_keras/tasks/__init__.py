@@ -42,7 +42,9 @@ class TaskParts:
         specs: the `vit_app.tasks.<task>.data` module whose `DATA` describes its data before any
             framework: its built-in set, the folders it recognises, its checks.
         fewest_classes: the fewest classes its training data may have.
-        preset: the preset `vit train --task NAME` starts from.
+        preset: the name of the preset `vit train --task NAME` starts from.
+        preset_module: the module (no framework) whose `PRESET` it is; ''
+            (default): `training.tasks.<task>.preset`.
         summary: what its model learns, in a few words (`vit train --help`).
         data: the data specs it trains and is evaluated on, its built-in set first
             (`vit train --help`, `vit evaluate --help`).
@@ -66,6 +68,7 @@ class TaskParts:
     exports: tuple[str, ...] = ()
     section: str = ""
     options: str = ""
+    preset_module: str = ""
 
 
 TASKS = {
