@@ -144,10 +144,17 @@ class InferenceTask:
     def page_answer(self, name: str, model, outputs: dict) -> dict:
         """The page's JSON for one image's `answer`: 'model', 'top' (its list of labels, each
         with a 'probability' or a 'share'), 'drawing' (how the page draws the rest: 'labels',
-        the attention 'heatmap' where there is one; 'mask'; 'boxes'), what that drawing
+        the attention 'heatmap' where there is one; 'mask'; 'boxes'; the task's name, by its
+        `page_script`), what that drawing
         takes, 'caption' (the text under it), 'empty' (what the page says when 'top' is
         empty) and, optionally, 'score_of' (what a top score is a share of)."""
         raise NotImplementedError
+
+    def page_script(self) -> str | None:
+        """The path of the task's own drawing, a JavaScript module whose `draw(result,
+        canvas)` draws an answer whose `drawing` is the task's name over the image (the page
+        loads it as /static/task.js); None: the page's own drawings serve."""
+        return None
 
     def page_features(self, model) -> dict:
         """What the page may show for this model, beside its name and size."""

@@ -45,7 +45,8 @@ from vit_app.inference.server.admission import (RETRY_AFTER_S, Admission, Busy, 
 from vit_app.inference.server.batching import Batcher, Expired, QueueFull, ShuttingDown
 
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "page")
-ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}  # all /static/ serves
+ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}  # what /static/ serves,
+TASK_SCRIPT = "task.js"  # and the task's own drawing where it has one (`page_script`)
 # A request whose image cannot be used: 413 for one over the pixel limit, 400 for the others.
 STATUS_OF_IMAGE_PROBLEM = {"too_large": 413, "unreadable": 400, "not_an_image": 400,
                            "corrupt": 400, "channels": 400}
@@ -190,6 +191,9 @@ class _Service:
 
     async def asset(self, request: Request):
         asset = request.path_params["asset"]
+        if asset == TASK_SCRIPT and self.task.page_script():
+            return FileResponse(self.task.page_script(), media_type="text/javascript",
+                                headers=PAGE_HEADERS)
         if asset not in ASSETS:
             raise RequestError(404, f"no such file /static/{asset}; the page uses "
                                     f"{sorted(ASSETS)}")
@@ -208,6 +212,7 @@ class _Service:
             "name": self.name, "format": self.model.format, "classes": self.model.num_classes,
             "image_size": list(size) if size else None,
             "task": self.task.name, "verb": self.task.verb,
+            "drawing_script": self.task.page_script() is not None,
             **self.task.page_features(self.model),
             "max_request_bytes": self.options.max_request_bytes})
 

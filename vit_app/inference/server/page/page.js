@@ -44,6 +44,10 @@ async function loadModel() {
     `Model “${page.model.name}” (${page.model.format}, ${page.model.classes} classes, ` +
     `${size}).`;
   document.getElementById("api-name").textContent = page.model.name;
+  if (page.model.drawing_script) { // the task draws its answers itself
+    const own = await import("/static/task.js");
+    DRAWINGS[page.model.task] = (result) => own.draw(result, page.heatmap);
+  }
   setState("ready", "Ready: choose or drop an image.");
 }
 
@@ -81,7 +85,8 @@ async function classify(file) {
     `${what ? " " + what : ""}).`);
 }
 
-// How the page draws an answer, by the kind its task declares (`InferenceTask.page_answer`).
+// How the page draws an answer, by the kind its task declares (`InferenceTask.page_answer`);
+// a task with its own script adds its drawing under its name.
 const DRAWINGS = {
   labels: (result) => drawHeatmap(result.heatmap),
   mask: (result) => drawMask(result.mask),
