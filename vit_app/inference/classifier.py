@@ -206,12 +206,15 @@ def scores_from_logits(logits, activation: str | None = None) -> np.ndarray:
 
     Args:
         logits: the model's logits.
-        activation: 'sigmoid' (independent per-class scores, a multi-label model) or
-            'softmax'; None: sigmoid for an ImageNet-21k head, else softmax.
+        activation: 'sigmoid' (independent per-class scores, a multi-label model),
+            'softmax', or 'linear' (the logits are the scores); None: sigmoid for an
+            ImageNet-21k head, else softmax.
     """
     logits = np.asarray(logits, dtype=np.float64)
     if activation not in (None, *ACTIVATIONS):
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if activation == "linear":
+        return logits
     if activation == "sigmoid" or (activation is None and
                                    logits.shape[-1] == IMAGENET21K_CLASSES):
         return 1.0 / (1.0 + np.exp(-logits))

@@ -17,7 +17,10 @@ from vit_keras.checkpoints import keras_hub_config
 from vit_keras.config import ViTConfig, split_preprocessing
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
 
-ACTIVATIONS = ("softmax", "sigmoid")
+# What gives a model's scores (`probabilities`) from its logits: one class per image, classes
+# scored on their own (multi-label), or the outputs themselves (a task whose outputs are no
+# class scores, such as a count).
+ACTIVATIONS = ("softmax", "sigmoid", "linear")
 # Files next to a model that record its activation: the run's, then the export's.
 ACTIVATION_FILES = ("config.json", "export.json")
 # How release 0.2 recorded a task beside its files, before they said `task`.

@@ -80,7 +80,8 @@ def split_activation(model: keras.Model, activation=None):
         model: a Keras classifier; if its last layer is an `Activation` (e.g. the `predictions`
             layer of `classifier_activation='softmax'`), its input are the logits.
         activation: what maps the logits of a model that outputs logits to its scores, e.g.
-            'sigmoid' for a multi-label classifier; None = softmax.
+            'sigmoid' for a multi-label classifier, 'linear' for outputs that are their own
+            scores; None = softmax.
 
     Returns:
         (logits_model, activation): `activation` maps logits to probabilities.

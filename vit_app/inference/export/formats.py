@@ -144,9 +144,9 @@ class ExportOptions:
             size of the TFLite files and of both SavedModel signatures. None: TFLite at the
             training size, and the SavedModel's `serving_default` takes any size.
         activation: what gives the SavedModel's `probabilities` from the logits: 'softmax'
-            (None) or 'sigmoid' (a multi-label model); recorded in export.json, where
-            `vit_app.inference.classifier` finds it for the .tflite and .onnx files, which give
-            logits.
+            (None), 'sigmoid' (a multi-label model) or 'linear' (the logits); recorded in
+            export.json, where `vit_app.inference.classifier` finds it for the .tflite and
+            .onnx files, which give logits.
         min_agreement: the top-1 agreement with Keras each file must reach: one fraction for
             every format, or {format or 'float' or 'int8': fraction}; None (default): 0.999
             for float formats, 0.98 for int8 ones. On random images (no eval or
