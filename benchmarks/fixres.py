@@ -6,7 +6,7 @@ Trains the `digits_tiny` preset (16 px) with `--set model.dynamic_image_size=tru
 with the preset's plain resize and with random-resized crops (`train_crop=inception`, the FixRes
 setting: objects look larger in training than in a centred test image; with the preset's
 minimum crop area 0.05, and with 0.35), then evaluates the models on digits' test split at
-every size with `vit_app.inference.evaluate.evaluate` (the position embeddings resampled at
+every size with `vit_app.tasks.classify.evaluate.evaluate` (the position embeddings resampled at
 call time). Prints a Markdown table of top-1 per training crop and
 evaluation size.
 """
@@ -40,10 +40,12 @@ def train(crop: str, epochs: int, output: str) -> str:
 def evaluate_sizes(model_path: str, sizes: list[int]) -> dict[int, float]:
     """top-1 on digits' test split at each square size."""
     sys.path.insert(0, REPO)
-    from vit_app.data import readers
-    from vit_app.inference.evaluate import evaluate, load_model
+    import keras
 
-    model = load_model(model_path)
+    from vit_app.data import readers
+    from vit_app.tasks.classify.evaluate import evaluate
+
+    model = keras.saving.load_model(model_path, safe_mode=True)
     source = readers.load_source("digits", readers.evaluation_subset("digits"), None,
                                  val_split=0.0)
     return {size: evaluate(model, source, image_size=(size, size))["top1"] for size in sizes}

@@ -46,7 +46,7 @@ def _quantized(model_path: str, mode: str):
 
 def accuracy(model_path: str) -> dict:
     """Top-1 of the model and its quantized copies on the digits test split."""
-    from vit_app.inference import evaluate
+    from vit_app.tasks.classify import evaluate
     from vit_app.data import readers
 
     source = readers.digits_source("test")

@@ -109,7 +109,7 @@ def test_export_model_records_the_size(dynamic_model, tmp_path):
 
 
 def test_a_fixed_model_refuses_another_size(tiny_config, tmp_path):
-    from vit_app.inference.evaluate import evaluation_size
+    from vit_app.tasks.classify.evaluate import evaluation_size
 
     model = VisionTransformer(tiny_config)
     with pytest.raises(ValueError, match=r"takes \(32, 32\) images only.*dynamic_image_size"):

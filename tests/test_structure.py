@@ -414,14 +414,7 @@ def test_the_task_check_sees_a_branch(tmp_path):
 
 
 # Imports of a task's folder from outside it that are left, each with why; a new one fails.
-TASK_IMPORTS_LEFT = {
-    ("vit_app.inference.classifier", "vit_keras.tasks.segment.windows"):
-        "a model fed at the images' own size is run in windows by the loaded model "
-        "(`Classifier.predict_native`), which holds every format's runner",
-    ("vit_app.inference.evaluate", "vit_app.tasks.classify.multilabel_scores"):
-        "`vit evaluate`'s shared module still holds the classifier's own scores (top-1, "
-        "multi-label, few-shot) beside the command",
-}
+TASK_IMPORTS_LEFT: dict = {}
 
 
 def task_folder_of(name: str) -> str | None:

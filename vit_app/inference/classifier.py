@@ -36,7 +36,6 @@ from vit_keras.core.model import config_from_model, input_image_size, preprocess
 from vit_keras.export import ONNXModel, TFLiteModel, graph
 from vit_keras.export.serving import SERVE_BYTES, SERVING_DEFAULT
 from vit_keras.preprocessing import OFFICIAL, Preprocessing
-from vit_keras.tasks.segment import windows as segmentation_windows
 from vit_keras.pretrained import labels as released_labels
 
 IMAGENET21K_CLASSES = 21843  # heads pre-trained with sigmoid cross-entropy (multi-label)
@@ -159,19 +158,26 @@ class Classifier:
                                            preprocessing=self.resize_rule))
 
     def predict_native(self, image) -> dict[str, np.ndarray]:
-        """One image's per-pixel outputs at its own size: whole for a model taking any size
-        (windows where it is large), in windows of its size for a fixed-size file
-        (`vit_keras.tasks.segment.windows`).
+        """One image's outputs at its own size, as the model's task runs an image there (a
+        segmenter: whole for a model taking any size, in windows of its size for a
+        fixed-size file; `TaskContract.native_scores`).
 
         Args:
             image: float32 [height, width, 3] pixels in 0..255.
 
         Returns:
             {'probabilities', 'logits'}, each [height, width, classes].
+
+        Raises:
+            ValueError: the model's task never feeds images at their own size.
         """
-        logits = segmentation_windows.segment_scores(
-            lambda pixels: self.predict(pixels)["logits"], np.asarray(image, np.float32),
-            None if self.takes_any_size else self.image_size, self.patch_size)
+        run_native = library_tasks.contract(self.task).native_scores
+        if run_native is None:
+            raise ValueError(f"{self.path}: a {self.task} model is not fed images at their own "
+                             "size (preprocessing 'native' is a segmenter's)")
+        logits = run_native(lambda pixels: self.predict(pixels)["logits"],
+                            np.asarray(image, np.float32),
+                            None if self.takes_any_size else self.image_size, self.patch_size)
         return {"probabilities": scores_from_logits(logits, self.activation).astype(np.float32),
                 "logits": logits}
 

@@ -113,6 +113,11 @@ class TaskContract:
             outputs (the small answer over REST), or None.
         class_per_image: its logits give one class per image ([batch, classes]), which the
             attention analysis names beside each image.
+        native_scores: how a model of the task fed images at their own size
+            (`preprocessing.native`) runs one: (a function from float32 pixels [batch, h, w,
+            3] to logits, one float32 [height, width, 3] image, the (height, width) a file
+            takes or None for any size, the patch size) -> the image's logits at its size; or
+            None, where the task's models are never fed so.
     """
 
     name: str
@@ -120,6 +125,7 @@ class TaskContract:
     whole_image: bool = False
     derived_outputs: Callable | None = None
     derived_endpoint: str | None = None
+    native_scores: Callable | None = None
 
 
 def task_of(model) -> str:

@@ -16,6 +16,7 @@ from vit_app.data import evaluation as data_evaluation, specs
 
 from vit_app.data import readers
 from vit_app.inference import evaluate as evaluation
+from vit_app.tasks.classify import evaluate as classify_scores
 from vit_app.tasks.classify import multilabel_scores
 from vit_app.inference.predict import table
 from vit_app.inference.inference_task import InferenceTask, percent
@@ -56,18 +57,19 @@ class Classify(InferenceTask):
                                      args.data_dir, val_split=0.0)
         scored = model.keras_model if model.keras_model is not None else model
         names = evaluation.class_names_for(args.model, args.labels, source.class_names)
-        multilabel = evaluation.is_multilabel(args.model, source)
+        multilabel = classify_scores.is_multilabel(args.model, source)
         if multilabel:
             results = _multilabel_results(scored, source, names, args)
         else:
-            results = evaluation.evaluate(scored, source, args.batch_size, args.image_size)
+            results = classify_scores.evaluate(scored, source, args.batch_size,
+                                               args.image_size)
         if args.few_shot is not None:
             _add_few_shot(results, scored, source, args)
         evaluation.name_classes(results, names)
-        height, width = evaluation.scorer(scored, args.image_size)[0]
+        height, width = classify_scores.scorer(scored, args.image_size)[0]
         where = (f"{args.model} on {args.data}: {results['examples']} images at "
                  f"{height}x{width}")
-        lines = evaluation.multilabel_lines if multilabel else evaluation.lines
+        lines = classify_scores.multilabel_lines if multilabel else classify_scores.lines
         return results, lines(results, where)
 
     def label_scores(self, logits, labels) -> dict:
@@ -129,13 +131,14 @@ def _multilabel_results(model, source, names: list[str], args: argparse.Namespac
         raise ValueError(f"{args.data} has the classes {source.class_names}, the model "
                          f"{names}: expected the same classes in the same order (a "
                          "labels.txt beside the CSV file fixes its list)")
-    return evaluation.evaluate_multilabel(model, source, args.batch_size, args.image_size)
+    return classify_scores.evaluate_multilabel(model, source, args.batch_size,
+                                               args.image_size)
 
 
 def _add_few_shot(results: dict, model, source, args: argparse.Namespace) -> None:
     shots = tuple(args.few_shot) or (1, 5, 10, 25)
-    results["few_shot"] = evaluation.few_shot_report(model, args.data, args.data_dir, source,
-                                                     shots, args.image_size, args.block)
+    results["few_shot"] = classify_scores.few_shot_report(
+        model, args.data, args.data_dir, source, shots, args.image_size, args.block)
     if args.block is not None:
         results["few_shot_block"] = args.block
 

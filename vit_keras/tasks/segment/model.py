@@ -35,6 +35,7 @@ from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.model import ConfiguredModel, config_and_preprocessing
 from vit_keras.intermediates import block_indices
 from vit_keras.task_encoder import block_grids, load_encoder
+from vit_keras.tasks.segment import windows
 
 HEADS = ("linear", "progressive", "skip")
 # Runs of a few hundred steps leave the default 0.99 momentum's moving statistics far from the
@@ -50,9 +51,11 @@ def _class_ids(logits) -> dict:
 
 
 # The segment task's library contract: each image resized whole (its mask covers all of it);
-# a SavedModel also gives the class id per pixel, alone through `serve_class_ids`.
+# a SavedModel also gives the class id per pixel, alone through `serve_class_ids`; a model fed
+# images at their own size segments each whole or in windows stitched back.
 TASK = tasks.TaskContract("segment", class_per_image=False, whole_image=True,
-                          derived_outputs=_class_ids, derived_endpoint="serve_class_ids")
+                          derived_outputs=_class_ids, derived_endpoint="serve_class_ids",
+                          native_scores=windows.segment_scores)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
