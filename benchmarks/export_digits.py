@@ -22,7 +22,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vit_keras  # noqa: E402,F401
-from vit_app.data import evaluation, sources  # noqa: E402
+from vit_app.data import evaluation  # noqa: E402
+from vit_app.tasks.classify.data import readers  # noqa: E402
 from vit_app.inference.export.formats import tflite_arguments, tflite_precisions  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.export import graph  # noqa: E402
@@ -47,10 +48,10 @@ def main():
     args = parser.parse_args()
     model = keras.saving.load_model(args.model, safe_mode=True)
     height, _ = graph.image_size(model)
-    train_images, _ = evaluation.take_raw_images(sources.load_source("digits", "train"), height,
-                                           args.calibration_images)
-    test_images, test_labels = evaluation.take_raw_images(sources.load_source("digits", "val"), height,
-                                                    10_000)
+    train_images, _ = evaluation.take_raw_images(readers.load_source("digits", "train"), height,
+                                                 args.calibration_images)
+    test_images, test_labels = evaluation.take_raw_images(readers.load_source("digits", "val"),
+                                                          height, 10_000)
     logits_model, _ = graph.split_activation(model)
     keras_logits = np.asarray(graph.logits_function(logits_model)(test_images))
     keras_accuracy = float(np.mean(keras_logits.argmax(-1) == test_labels))

@@ -42,11 +42,12 @@ def evaluate_sizes(model_path: str, sizes: list[int]) -> dict[int, float]:
     sys.path.insert(0, REPO)
     import keras
 
-    from vit_app.data import readers
+    from vit_app.data.training_data import evaluation_subset
+    from vit_app.tasks.classify.data import readers
     from vit_app.tasks.classify.evaluate import evaluate
 
     model = keras.saving.load_model(model_path, safe_mode=True)
-    source = readers.load_source("digits", readers.evaluation_subset("digits"), None,
+    source = readers.load_source("digits", evaluation_subset("digits"), None,
                                  val_split=0.0)
     return {size: evaluate(model, source, image_size=(size, size))["top1"] for size in sizes}
 

@@ -21,7 +21,8 @@ import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
 import vit_keras  # noqa: E402,F401
-from vit_app.data import evaluation, sources  # noqa: E402
+from vit_app.data import evaluation  # noqa: E402
+from vit_app.tasks.classify.data import readers  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.core.attention import MultiHeadSelfAttention  # noqa: E402
 from vit_keras.export import graph  # noqa: E402
@@ -57,9 +58,9 @@ def main():
     if not model.config.locality_attention:
         raise SystemExit(f"{args.model} has no locality attention: nothing to compare")
     height, _ = graph.image_size(model)
-    calibration, _ = evaluation.take_raw_images(sources.load_source("digits", "train"), height,
+    calibration, _ = evaluation.take_raw_images(readers.load_source("digits", "train"), height,
                                                 args.calibration_images)
-    images, labels = evaluation.take_raw_images(sources.load_source("digits", "val"), height,
+    images, labels = evaluation.take_raw_images(readers.load_source("digits", "val"), height,
                                                 10_000)
     keras_logits = np.asarray(graph.logits_function(graph.split_activation(model)[0])(images))
     keras_accuracy = float(np.mean(keras_logits.argmax(-1) == labels))

@@ -47,7 +47,7 @@ def _quantized(model_path: str, mode: str):
 def accuracy(model_path: str) -> dict:
     """Top-1 of the model and its quantized copies on the digits test split."""
     from vit_app.tasks.classify import evaluate
-    from vit_app.data import readers
+    from vit_app.tasks.classify.data import readers
 
     source = readers.digits_source("test")
     return {mode: evaluate.evaluate(_quantized(model_path, mode), source)["top1"]

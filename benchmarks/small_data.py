@@ -168,8 +168,8 @@ def svm_top1(images, labels, train, test) -> float:
 
 
 def default_split(labels):
-    """The default job's split: vit_app.data.readers' digits split (stratified 80/20, seed 0)."""
-    from vit_app.data.readers import DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION
+    """The default job's split: vit_app.data.training_data's digits split (stratified 80/20, seed 0)."""
+    from vit_app.data.training_data import DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION
 
     return small_datasets.split(labels, DIGITS_TEST_FRACTION, DIGITS_SPLIT_SEED)
 

@@ -11,7 +11,7 @@ from helpers import assert_a_runs_export_and_stages, script_module
 
 from vit import cli
 from vit_app import outputs
-from vit_app.data import readers
+from vit_app.tasks.classify.data import readers
 
 
 def _vit(*args, cwd):

@@ -190,9 +190,9 @@ def test_vit_export_reads_a_detectors_data_as_its_run_read_it(tmp_path):
 
 
 def test_evaluating_on_the_digit_boxes_reads_their_validation_scenes():
-    from vit_app.data import readers
+    from vit_app.data import training_data
 
-    assert readers.evaluation_subset("digit-boxes") == "val"
+    assert training_data.evaluation_subset("digit-boxes") == "val"
     assert detection.load_detection_source("digit-boxes", "val").num_examples == 400
 
 

@@ -11,7 +11,7 @@ from PIL import Image
 
 from vit_app import images
 from vit_app.data import evaluation
-from vit_app.data import readers
+from vit_app.tasks.classify.data import readers
 from vit_app.inference.server.app import STATUS_OF_IMAGE_PROBLEM
 
 

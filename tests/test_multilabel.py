@@ -13,8 +13,8 @@ from PIL import Image
 
 from helpers import vit_predict
 from vit import cli
-from vit_app.data import csv_source, evaluation
-from vit_app.data import readers
+from vit_app.data import evaluation
+from vit_app.tasks.classify.data import csv_source, readers
 from vit_app.images import scale
 from vit_app.tasks.classify import multilabel_scores
 from training import pipeline, run

@@ -23,7 +23,8 @@ from training.objective import float32_twin
 from training.tasks.classify.objective import Classification
 from vit import cli
 from vit_app.data import specs
-from vit_app.data import readers
+from vit_app.data import training_data
+from vit_app.tasks.classify.data import readers
 from vit_app.inference import classifier
 from vit_app.inference import inference_task as inference_tasks
 from vit_app.inference.server import create_app
@@ -195,7 +196,7 @@ def test_a_tasks_data_is_its_own_and_the_shared_spec_code_asks_it(monkeypatch, t
     assert specs.built_in_sets()["toy-pairs"] == "pairs"
     assert specs.spec_task("toy-pairs") == specs.spec_task(f"folder:{folder}") == "pairs"
     assert specs.spec_task(f"folder:{tmp_path}") == "classify"  # no task claims it
-    assert readers.evaluation_subset("toy-pairs") == "val"
+    assert training_data.evaluation_subset("toy-pairs") == "val"
     specs.check_spec(f"folder:{folder}", task="pairs")
     specs.check_spec("toy-pairs", task="pairs")
     with pytest.raises(ValueError, match=f"pair data .*: expected .*/{PAIRS_FILE}"):

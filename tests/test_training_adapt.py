@@ -91,7 +91,7 @@ def test_presets_without_adapt_and_fine_tuning_are_left_alone():
 
 
 def test_typical_image_size_reads_a_folder(tmp_path):
-    from vit_app.data import readers
+    from vit_app.tasks.classify.data import readers
 
     for index, size in enumerate([(20, 30), (20, 30), (24, 30), (20, 31), (19, 30)]):
         folder = tmp_path / str(index % 2)
@@ -120,7 +120,7 @@ def _photo_crops(count: int = 32, size: int = 48) -> list[np.ndarray]:
 
 
 def test_photographs_are_told_from_glyphs_by_their_texture():
-    from vit_app.data import readers
+    from vit_app.tasks.classify.data import readers
 
     digits = adapt.sample_images(readers.load_source("digits", "train"))[1]
     is_photos, share, _ = adapt.looks_like_photos(digits)
@@ -173,7 +173,7 @@ def test_photographs_at_least_twice_the_training_size_get_random_resized_crops(n
 
 
 def test_the_digits_are_not_photographs_so_the_default_job_is_unchanged():
-    from vit_app.data import readers
+    from vit_app.tasks.classify.data import readers
 
     shapes, crops = adapt.sample_images(readers.load_source("digits", "train"))
     preset = get_preset("digits_tiny")

@@ -8,9 +8,8 @@ import tensorflow as tf
 from helpers import record_calls
 from PIL import Image
 
-from vit_app.data import evaluation
-
-from vit_app.data import readers
+from vit_app.data import evaluation, specs, training_data
+from vit_app.tasks.classify.data import readers
 from training import augment, pipeline
 from training.presets import Preset
 
@@ -27,12 +26,12 @@ def _write_folder(root, per_class=3, classes=("cat", "dog"), size=(12, 10)):
 
 
 def test_digits_split_is_stratified_and_fixed():
-    train_x, train_y = readers.digits_arrays("train")
-    test_x, test_y = readers.digits_arrays("test")
+    train_x, train_y = training_data.digits_arrays("train")
+    test_x, test_y = training_data.digits_arrays("test")
     assert train_x.shape == (1437, 8, 8, 3) and test_x.shape == (360, 8, 8, 3)
     assert train_x.dtype == np.uint8 and train_x.max() == 255
     assert np.bincount(test_y).min() >= 35            # every class held out ~20%
-    np.testing.assert_array_equal(readers.digits_arrays("test")[1], test_y)
+    np.testing.assert_array_equal(training_data.digits_arrays("test")[1], test_y)
 
 
 def test_folder_source_lists_classes_and_holds_out_a_stratified_split(tmp_path):
@@ -161,7 +160,7 @@ def test_augment_layers_run_in_tf_data_with_per_batch_seeds():
 
 def test_bad_specs_are_rejected():
     with pytest.raises(ValueError, match="data spec"):
-        readers.parse_spec("imagenet")
+        specs.parse_spec("imagenet")
     with pytest.raises(ValueError, match="not a directory"):
         readers.load_source("folder:/does/not/exist")
 

@@ -144,7 +144,7 @@ def test_kill_right_after_the_last_backup_keeps_history_and_best_weights(tmp_pat
 def test_evaluate_and_predict_commands(tmp_path, capsys):
     from PIL import Image
 
-    from vit_app.data import readers
+    from vit_app.data import training_data
 
     output = _run_whose_int8_file_fails()[0]
     model = str(output / "model.keras")
@@ -163,7 +163,8 @@ def test_evaluate_and_predict_commands(tmp_path, capsys):
     assert few_shot["few_shot_block"] == 0 and sorted(few_shot["few_shot"]) == ["1", "10"]
     assert all(0 <= few_shot["few_shot"][shots] <= 1 for shots in ("1", "10"))
     assert cli.main(["evaluate", "--model", model, "--data", "digits", "--block", "0"]) == 2
-    image, label = readers.digits_arrays("test")[0][0], readers.digits_arrays("test")[1][0]
+    image, label = training_data.digits_arrays("test")[0][0], \
+        training_data.digits_arrays("test")[1][0]
     Image.fromarray(image).save(tmp_path / "digit.png")
     Image.fromarray(image).save(tmp_path / "digit.tif")
     capsys.readouterr()
@@ -217,7 +218,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras, vit_keras
     from training import pipeline, recipe
-    from vit_app.data import readers
+    from vit_app.tasks.classify.data import readers
     from training.presets import Preset
     from vit_keras import keras_compat
     # SGD: Adam's m / sqrt(v) would amplify float32 noise in near-zero gradients. The global

@@ -68,7 +68,7 @@ class Objective:
         return self.metric_label
 
     def open_data(self, data_dir: str | None):
-        """The training and validation data (`vit_app.data.readers.TrainingData`)."""
+        """The training and validation data (`vit_app.data.training_data.TrainingData`)."""
         raise NotImplementedError
 
     def check_data(self, data) -> None:

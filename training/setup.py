@@ -16,7 +16,7 @@ import numpy as np
 from training import adapt, distribute, jax_distribution, presets
 from training.objective import get_objective
 from vit_app import console, hardware, outputs
-from vit_app.data import readers
+from vit_app.data import training_data
 from vit_app.data.evaluation import traced_as_written
 from vit_app.data.source import Source
 from vit_keras import atomic
@@ -66,7 +66,7 @@ class Setup:
         backend: the Keras backend.
         placement: `training.distribute.Placement`.
         policy: the Keras dtype policy name.
-        data: the opened `vit_app.data.readers.TrainingData`.
+        data: the opened `vit_app.data.training_data.TrainingData`.
         num_examples: training examples.
         plan: the batch arithmetic.
         config: the model's `ViTConfig`.
@@ -81,7 +81,7 @@ class Setup:
     backend: str
     placement: distribute.Placement
     policy: str
-    data: readers.TrainingData
+    data: training_data.TrainingData
     num_examples: int
     plan: Plan
     config: object

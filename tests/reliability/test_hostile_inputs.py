@@ -19,7 +19,7 @@ from PIL import Image
 
 import vit_keras
 from vit_app import images
-from vit_app.data import readers
+from vit_app.tasks.classify.data import readers
 
 # VIT_FUZZ_EXAMPLES=500 pytest tests/reliability explores further (random, not derandomized).
 EXAMPLES = int(os.environ.get("VIT_FUZZ_EXAMPLES", "0"))

@@ -5,8 +5,8 @@ check their specs first).
 The spec grammar is shared (`folder:PATH`, `csv:PATH`, `tfds:NAME[:SPLIT]`, `tfrecord:GLOB`, a
 built-in set's name); what a spec's data is belongs to a task: each registered task's
 `TaskData` (`vit_app.tasks.<task>.data`) names its built-in set, recognises its folders and checks
-its specs, and this module asks them. The sources themselves are opened by `vit_app.data.readers`
-and each task's data module.
+its specs, and this module asks them. Each task's readers open the sources themselves (in
+`vit_app.tasks.<task>.data`).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def check_spec(spec: str, min_classes: int = 1, task: str = tasks.CLASSIFY) -> N
     folder's classes, a segmentation folder's two parts, a detection folder's box files).
 
     Args:
-        spec: a data spec (`vit_app.data.readers` and each task's data module).
+        spec: a data spec (each task's data module).
         min_classes: classes a `folder:` source must have (2 to train a classifier).
         task: the registered task the data is for ('classify').
 

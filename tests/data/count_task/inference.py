@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from count_task.data import sources
-from vit_app.data import readers, specs
+from vit_app.data import specs, training_data
 from vit_app.inference.inference_task import InferenceTask, percent, percent_or_blank
 
 
@@ -67,7 +67,7 @@ class Count(InferenceTask):
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
-        source = sources.load_count_source(args.data, readers.evaluation_subset(args.data))
+        source = sources.load_count_source(args.data, training_data.evaluation_subset(args.data))
         pictures, true_counts = sources.labelled_images(source, model.image_size)
         estimates = np.concatenate([
             model.predict(pictures[start:start + args.batch_size])["logits"][:, 0]

@@ -31,7 +31,7 @@ import numpy as np
 
 import vit_keras
 from vit_app.data import evaluation, subsets
-from vit_app.data import readers
+from vit_app.tasks.classify.data import readers
 from vit_app.tasks.classify import multilabel_scores
 from training import finetune, pipeline, recipe
 from training.tasks.classify import multilabel
@@ -59,8 +59,8 @@ class Classification(Objective):
     hints_fine_tuning = True
 
     def open_data(self, data_dir: str | None):
-        """The training and validation data (`vit_app.data.readers.TrainingData`), the preset's
-        classes subset applied."""
+        """The training and validation data (`vit_app.data.training_data.TrainingData`), the
+        preset's classes subset applied."""
         data = self.preset.data
         return subsets.restrict_training_data(
             readers.open_training_data(data.train, data.val, data.val_split, self.preset.seed,
@@ -92,7 +92,7 @@ class Classification(Objective):
         than 2 classes).
 
         Args:
-            data: the run's `vit_app.data.readers.TrainingData`.
+            data: the run's `vit_app.data.training_data.TrainingData`.
         """
         if data.train.multilabel:
             raise ValueError(f"{data.train.spec} is multi-label data (an image may have several "

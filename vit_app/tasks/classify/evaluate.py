@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_app.data import evaluation
-from vit_app.data import readers
+from vit_app.tasks.classify.data import readers
 from vit_app.images import scale
 from vit_app.inference import model_files
 from vit_app.tasks.classify import multilabel_scores

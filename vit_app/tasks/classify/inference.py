@@ -14,7 +14,8 @@ import numpy as np
 
 from vit_app.data import evaluation as data_evaluation, specs
 
-from vit_app.data import readers
+from vit_app.data import training_data
+from vit_app.tasks.classify.data import readers
 from vit_app.inference import evaluate as evaluation
 from vit_app.tasks.classify import evaluate as classify_scores
 from vit_app.tasks.classify import multilabel_scores
@@ -53,7 +54,7 @@ class Classify(InferenceTask):
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
-        source = readers.load_source(args.data, readers.evaluation_subset(args.data),
+        source = readers.load_source(args.data, training_data.evaluation_subset(args.data),
                                      args.data_dir, val_split=0.0)
         scored = model.keras_model if model.keras_model is not None else model
         names = evaluation.class_names_for(args.model, args.labels, source.class_names)

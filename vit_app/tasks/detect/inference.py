@@ -28,7 +28,7 @@ import numpy as np
 
 from vit_app.data import specs
 
-from vit_app.data import readers
+from vit_app.data import training_data
 from vit_app.tasks.detect.data import sources as detection
 from vit_app.tasks.detect import evaluate as detection_eval
 from vit_app.tasks.detect import predict as detect_predict
@@ -98,7 +98,7 @@ class Detect(InferenceTask):
             raise ValueError(f"--few-shot fits classifiers; {args.model} is a detector: leave "
                              "--few-shot out")
         specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
-        source = detection.load_detection_source(args.data, readers.evaluation_subset(args.data),
+        source = detection.load_detection_source(args.data, training_data.evaluation_subset(args.data),
                                                  val_split=0.0)
         names = model.class_names[:object_classes(model)]
         if len(source.class_names) != len(names):

@@ -23,7 +23,7 @@ import numpy as np
 
 from vit_app.data import specs
 
-from vit_app.data import readers
+from vit_app.data import training_data
 from vit_app.images import palette
 from vit_app.tasks.segment.data import sources as segmentation
 from vit_app.inference import evaluate as evaluation
@@ -87,7 +87,7 @@ class Segment(InferenceTask):
             raise ValueError(f"--few-shot fits classifiers; {args.model} is a segmenter: "
                              "leave --few-shot out")
         specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
-        source = segmentation.load_segmentation_source(args.data, readers.evaluation_subset(
+        source = segmentation.load_segmentation_source(args.data, training_data.evaluation_subset(
             args.data), val_split=0.0)
         results = segmentation_eval.evaluate(model, source, min(args.batch_size, 64),
                                              args.image_size)

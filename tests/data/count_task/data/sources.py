@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from count_task.data import BUILT_IN, COUNTS_FILE
 from vit_app import images
-from vit_app.data.readers import TrainingData, evaluation_subset
+from vit_app.data.training_data import TrainingData, evaluation_subset
 from vit_app.data.source import Source, check_files
 from vit_app.data.specs import parse_spec
 from vit_keras.preprocessing import OFFICIAL

@@ -21,8 +21,8 @@ from vit_app import images
 from vit_app.tasks.segment.data import masks
 from vit_app.data.evaluation import traced_as_written, with_options
 from vit_app.data.source import Source
-from vit_app.data.readers import (TrainingData, digits_arrays, open_paired_data,
-                                  split_indices)
+from vit_app.data.training_data import (TrainingData, digits_arrays, open_paired_data,
+                                        split_indices)
 from vit_app.data.specs import parse_spec
 from vit_keras.preprocessing import OFFICIAL
 

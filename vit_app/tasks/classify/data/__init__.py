@@ -1,6 +1,6 @@
 """Classification's data, read without a framework: the built-in digits, a folder of class
 folders (the layout a folder has when no other task recognises it), CSV lists, tfds and
-TFRecord files (`vit_app.data.readers` opens them)."""
+TFRecord files (`vit_app.tasks.classify.data.readers` opens them)."""
 
 from __future__ import annotations
 
