@@ -524,3 +524,56 @@ def test_the_word_check_sees_a_tasks_words(tmp_path):
     assert words_used(source, words) == [(1, "digit-scenes", "segment"),
                                          (2, "val_box_f1", "detect"),
                                          (3, "segment.native", "segment")]
+
+
+# --- scripts outside the packages ---------------------------------------------------------------
+
+def project_imports(path: pathlib.Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, name or None) of each import of a project package in a script; a name
+    for `from MODULE import NAME`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in PACKAGES:
+            found += [(node.lineno, node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, None) for alias in node.names
+                      if alias.name.split(".")[0] in PACKAGES]
+    return found
+
+
+def missing_import(module: str, name: str | None) -> str | None:
+    """What of `from module import name` (or `import module`) the project lacks, or None."""
+    import importlib
+    import importlib.util
+
+    def found(dotted: str) -> bool:
+        try:
+            return importlib.util.find_spec(dotted) is not None
+        except ModuleNotFoundError:  # a parent that is a module, not a package
+            return False
+
+    if not found(module):
+        return module
+    if name is None or found(f"{module}.{name}"):
+        return None
+    return None if hasattr(importlib.import_module(module), name) else f"{module}.{name}"
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "tools"])
+def test_benchmarks_and_tools_import_only_what_the_project_has(folder):
+    """A module moved or renamed leaves no script importing its old name (the scripts run
+    only when someone measures, so nothing else would notice)."""
+    gone = [f"{path.relative_to(REPO)}:{line}: {what}"
+            for path in sorted((REPO / folder).glob("*.py"))
+            for line, module, name in project_imports(path)
+            if (what := missing_import(module, name))]
+    assert not gone, "imports of what the project no longer has:\n" + "\n".join(gone)
+
+
+def test_the_script_import_check_sees_a_moved_module(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text("from vit_app.data import sources\nfrom vit_keras import nothing_here\n"
+                      "import vit_app.no_such\nimport numpy\nfrom vit_app.data import specs\n")
+    assert [missing_import(module, name) for _, module, name in project_imports(script)] == \
+        ["vit_app.data.sources", "vit_keras.nothing_here", "vit_app.no_such", None]
