@@ -64,3 +64,16 @@ def test_a_release_0_2_config_dict_is_split_not_silently_read():
     assert ViTConfig.from_dict(config) == ViTConfig(image_size=16, patch_size=8)
     assert rule == Preprocessing(mean=0.4, std=0.2)
     assert VisionTransformer(old).preprocessing == rule  # the model takes an old dict whole
+
+
+@pytest.mark.parametrize("agreement, task", [("top-1", "classify"), ("pixels", "segment")])
+def test_a_release_0_2_export_is_known_by_its_agreement(tmp_path, agreement, task):
+    """Release 0.2's export.json recorded no task, only what its files agree on: each task's
+    own `InferenceTask.agreement` names it."""
+    from vit_app.inference import model_files
+
+    (tmp_path / "export.json").write_text(json.dumps({"agreement": agreement}))
+    assert model_files.task_beside(str(tmp_path / "model.tflite")) == \
+        (task, str(tmp_path / "export.json"))
+    (tmp_path / "export.json").write_text(json.dumps({"agreement": "nothing known"}))
+    assert model_files.task_beside(str(tmp_path / "model.tflite"))[0] == "classify"

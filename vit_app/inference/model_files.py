@@ -23,8 +23,9 @@ from vit_keras.preprocessing import OFFICIAL, Preprocessing
 ACTIVATIONS = ("softmax", "sigmoid", "linear")
 # Files next to a model that record its activation: the run's, then the export's.
 ACTIVATION_FILES = ("config.json", "export.json")
-# How release 0.2 recorded a task beside its files, before they said `task`.
-RELEASE_0_2_AGREEMENTS = {"top-1": "classify", "pixels": "segment"}
+# How release 0.2 recorded a task beside its files, before they said `task`: export.json's
+# `agreement` (each task's `InferenceTask.agreement`, `task_agreeing_on`) and config.json's
+# objective.
 RELEASE_0_2_OBJECTIVE_TASKS = {"classify": "classify", "distill": "classify",
                                "multilabel": "classify", "segment": "segment"}
 
@@ -126,8 +127,8 @@ def activation_beside(model_path: str) -> str | None:
 
 def task_beside(model_path: str) -> tuple[str, str]:
     """The task recorded next to an exported file and where it was read: export.json's or
-    config.json's `task`; release 0.2 recorded it as export.json's `agreement` ('pixels': a
-    segmenter's) and config.json's `preset.objective.kind`. A file with no record beside it
+    config.json's `task`; release 0.2 recorded it as export.json's `agreement` (the task's
+    `InferenceTask.agreement`) and config.json's `preset.objective.kind`. A file with no record beside it
     counts as a classifier.
 
     Returns:
@@ -138,13 +139,25 @@ def task_beside(model_path: str) -> tuple[str, str]:
         if task is not None:
             return task, path
     path, agreement = _recorded_beside(model_path, "export.json", "agreement")
-    if agreement in RELEASE_0_2_AGREEMENTS:
-        return RELEASE_0_2_AGREEMENTS[agreement], path
+    if task := task_agreeing_on(agreement):
+        return task, path
     path, preset = _recorded_beside(model_path, "config.json", "preset")
     kind = (preset or {}).get("objective", {}).get("kind")
     if kind in RELEASE_0_2_OBJECTIVE_TASKS:
         return RELEASE_0_2_OBJECTIVE_TASKS[kind], path
     return "classify", "nothing beside it"
+
+
+def task_agreeing_on(agreement: str | None) -> str | None:
+    """The registered task whose exported files are compared with Keras on `agreement`
+    (export.json's, e.g. a segmenter's 'pixels'), or None."""
+    if agreement is None:
+        return None
+    from vit_app.inference import inference_task  # each task's part, loaded when asked
+    from vit_keras import tasks
+
+    return next((name for name in tasks.TASKS
+                 if inference_task.get(name).agreement == agreement), None)
 
 
 def patch_size_beside(model_path: str) -> int | None:
