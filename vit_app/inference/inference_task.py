@@ -28,6 +28,7 @@ class InferenceTask:
         agreement_column, score_column: the export table's names of the agreement and of the
             score on labelled images.
         summary_kind: what `vit train`'s result table says a file agrees on ('pixel ').
+        summary_score: what that table calls the score on labelled images ('top-1').
         verb: what the page says while the model works ('Classifying').
     """
 
@@ -37,6 +38,7 @@ class InferenceTask:
     agreement_column = "top-1 agreement"
     score_column = "accuracy"
     summary_kind = ""
+    summary_score = "top-1"
     verb = "Classifying"
 
     def agreement_cell(self, entry: dict) -> str:
@@ -50,7 +52,7 @@ class InferenceTask:
     def score_summary(self, entry: dict) -> str:
         """The score as `vit train`'s result table names it ('top-1 97.00%'); ''."""
         cell = self.score_cell(entry)
-        return cell and f"top-1 {cell}"
+        return cell and f"{self.summary_score} {cell}"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         """`vit predict`: (a row per image for `--output`, the text printed)."""

@@ -38,6 +38,7 @@ class Count(InferenceTask):
     agreement_column = "count agreement"
     score_column = "exact counts"
     summary_kind = "count "
+    summary_score = "exact counts"
     verb = "Counting"
 
     def agreement_cell(self, entry: dict) -> str:
@@ -45,10 +46,6 @@ class Count(InferenceTask):
 
     def score_cell(self, entry: dict) -> str:
         return percent_or_blank(entry.get("exact"))
-
-    def score_summary(self, entry: dict) -> str:
-        cell = self.score_cell(entry)
-        return cell and f"exact counts {cell}"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         rows = []

@@ -54,6 +54,7 @@ class Segment(InferenceTask):
     agreement_column = "pixel agreement"
     score_column = "mIoU"
     summary_kind = "pixel "
+    summary_score = "mIoU"
     verb = "Segmenting"
 
     def agreement_cell(self, entry: dict) -> str:
@@ -64,10 +65,6 @@ class Segment(InferenceTask):
 
     def score_cell(self, entry: dict) -> str:
         return percent_or_blank(entry.get("mIoU"))
-
-    def score_summary(self, entry: dict) -> str:
-        cell = self.score_cell(entry)
-        return cell and f"mIoU {cell}"
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
         rows = segment_predict.segment_files(model, readable, args.top_k, args.batch_size,
