@@ -218,3 +218,26 @@ def test_a_task_reading_anothers_data_shares_it(registered):
     assert specs.built_in_sets()["digits"] == "classify"
     specs.check_spec("digits", task=TOY)
     specs.refuse_other_tasks_data("digits", TOY, model="toy.keras")
+
+
+# --- the encoder apart from a task's head ---------------------------------------------------
+
+@pytest.mark.parametrize("model_class", ["ViTSegmenter", "ViTDetector"])
+def test_a_task_model_keeps_the_encoder_and_none_of_the_classifiers_head(model_class):
+    """A config carrying a classification head (a pre-logits layer, a projection, a head bias)
+    builds a task's model on its encoder alone: the model and its file record none of them,
+    while the classifier built from the same config keeps its head."""
+    import vit_keras
+    from vit_keras import ViTConfig
+    from vit_keras.config import CLASSIFIER_HEAD_FIELDS
+
+    config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+                       num_layers=1, num_classes=3, representation_size=8, projection_size=8,
+                       head_bias_init=-1.0)
+    head = {"ViTDetector": {"num_queries": 4, "decoder_layers": 1, "decoder_width": 16}}
+    model = getattr(vit_keras, model_class)(config, **head.get(model_class, {}))
+    assert model.config == config.encoder() and model.config.num_classes == 3
+    assert all(model.get_config()["config"][name] == getattr(ViTConfig(), name)
+               for name in CLASSIFIER_HEAD_FIELDS)
+    assert type(model).from_config(model.get_config()).config == model.config
+    assert VisionTransformer(config).config.representation_size == 8

@@ -22,6 +22,10 @@ ARCHITECTURE_FIELDS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num
                        "resnet_layers", "resnet_width", "stem", "locality_attention",
                        "activation", "pre_norm", "pooled_norm", "layer_norm_epsilon")
 RESNET_STEM_STRIDE = 4  # the hybrid's root: a stride-2 conv, then a stride-2 max pool
+# The classification head's own fields (`VisionTransformer`'s, on the pooled vector): a task's
+# head on the encoder (`vit_keras.task_encoder`) is configured by its own arguments and keeps
+# none of them (`ViTConfig.encoder`).
+CLASSIFIER_HEAD_FIELDS = ("representation_size", "head_bias_init", "projection_size")
 
 
 def _as_hw(image_size: Any) -> tuple[int, int]:
@@ -318,6 +322,13 @@ class ViTConfig:
                 f"{[f.name for f in dataclasses.fields(self)]}"
             )
         return dataclasses.replace(self, **changes)
+
+    def encoder(self) -> "ViTConfig":
+        """This config without the classification head's own fields
+        (`CLASSIFIER_HEAD_FIELDS`, at their defaults): the encoder a task's head sits on.
+        `num_classes` stays: the classes the task's head predicts."""
+        return self.replace(**{field.name: field.default for field in dataclasses.fields(self)
+                               if field.name in CLASSIFIER_HEAD_FIELDS})
 
     def to_dict(self) -> dict:
         """A JSON-friendly dict; `ViTConfig.from_dict` inverts it."""

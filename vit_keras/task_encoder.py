@@ -9,9 +9,19 @@ from keras import ops
 
 from vit_keras import names
 from vit_keras.config import ViTConfig
-from vit_keras.core.model import VisionTransformer, encode_tokens, patch_tokens
+from vit_keras.core.model import (VisionTransformer, config_and_preprocessing, encode_tokens,
+                                  patch_tokens)
 from vit_keras.intermediates import SplitTokens
 from vit_keras.weights import load_weights
+
+
+def task_config(config, preprocessing=None) -> tuple:
+    """The (`ViTConfig`, `Preprocessing`) a task's model is built with: checked as a
+    classifier's (`config_and_preprocessing`: a config or its dict, a preprocessing or its
+    dict), the config without the classification head's own fields (`ViTConfig.encoder`),
+    which a task's head never reads, so the model's file records none of them."""
+    config, preprocessing = config_and_preprocessing(config, preprocessing)
+    return config.encoder(), preprocessing
 
 
 def block_grids(config: ViTConfig, images, blocks, prefix: str, dtype=None) -> list:

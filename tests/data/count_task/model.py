@@ -7,8 +7,8 @@ import keras
 from keras import ops
 
 from vit_keras import quantization, tasks
-from vit_keras.core.model import ConfiguredModel, config_and_preprocessing
-from vit_keras.task_encoder import block_grids
+from vit_keras.core.model import ConfiguredModel
+from vit_keras.task_encoder import block_grids, task_config
 
 HEAD_PREFIX = "count_"  # every layer of the head; the rest is the ViT's encoder
 
@@ -37,7 +37,7 @@ class ViTCounter(ConfiguredModel, keras.Model):
 
     def __init__(self, config, name: str | None = None, dtype=None, preprocessing=None,
                  **kwargs):
-        config, preprocessing = config_and_preprocessing(config, preprocessing)
+        config, preprocessing = task_config(config, preprocessing)
         images = keras.Input((*config.image_hw, config.channels), name="images")
         grid = block_grids(config, images, [config.num_layers - 1], HEAD_PREFIX, dtype)[0]
         pooled = keras.layers.GlobalAveragePooling2D(name=f"{HEAD_PREFIX}pool",

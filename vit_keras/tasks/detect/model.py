@@ -41,9 +41,9 @@ from vit_keras.core.attention import MultiHeadSelfAttention
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.layers import MLPBlock
 from vit_keras.core.normalization import LayerNorm
-from vit_keras.core.model import ConfiguredModel, config_and_preprocessing
+from vit_keras.core.model import ConfiguredModel
 from vit_keras.tasks.detect import loss as set_loss  # noqa: F401  registers its loss, metric
-from vit_keras.task_encoder import block_grids, load_encoder
+from vit_keras.task_encoder import block_grids, load_encoder, task_config
 
 HEAD_PREFIX = "det_"  # every layer of the detection head; the rest is the ViT's encoder
 BOX_CHANNELS = 4
@@ -444,7 +444,7 @@ class ViTDetector(ConfiguredModel, keras.Model):
                  decoder_mlp_dim: int | None = None, query_selection: bool = True,
                  all_layers: bool = False, name: str | None = None, dtype=None,
                  preprocessing=None, **kwargs):
-        config, preprocessing = config_and_preprocessing(config, preprocessing)
+        config, preprocessing = task_config(config, preprocessing)
         _check_head(config, num_queries, decoder_layers, decoder_width, decoder_heads,
                     query_selection)
         mlp_dim = decoder_mlp_dim or 4 * decoder_width

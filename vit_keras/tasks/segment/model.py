@@ -32,9 +32,9 @@ from keras import ops
 from vit_keras import fast_paths, lora, quantization, tasks
 from vit_keras.config import ViTConfig
 from vit_keras.core.initializers import PACKAGE
-from vit_keras.core.model import ConfiguredModel, config_and_preprocessing
+from vit_keras.core.model import ConfiguredModel
 from vit_keras.intermediates import block_indices
-from vit_keras.task_encoder import block_grids, load_encoder
+from vit_keras.task_encoder import block_grids, load_encoder, task_config
 from vit_keras.tasks.segment import windows
 
 HEADS = ("linear", "progressive", "skip")
@@ -207,7 +207,7 @@ class ViTSegmenter(ConfiguredModel, keras.Model):
     def __init__(self, config, head: str = "linear", blocks=None, head_width: int = 256,
                  head_stages: int = 2, name: str | None = None, dtype=None,
                  preprocessing=None, **kwargs):
-        config, preprocessing = config_and_preprocessing(config, preprocessing)
+        config, preprocessing = task_config(config, preprocessing)
         _check_head(config, head, head_width, head_stages)
         indices = block_indices([-1] if blocks is None else blocks, config.num_layers)
         height, width = (None, None) if config.dynamic_image_size else config.image_hw
