@@ -210,3 +210,17 @@ def test_int8_export_never_quantizes_a_stale_float_file(tiny_config, tmp_path):
     written = entry.get("rejected_file") or entry["file"]
     assert export.ONNXModel(str(tmp_path / written)).num_classes == 5
     assert entry["top1_agreement"] >= 0.75
+
+
+def test_a_layer_with_keras_exact_gelu_exports(tmp_path):
+    """Keras' exact GELU on TensorFlow is an `Erfc`, which ONNX has no operator for (a task's
+    own head may use it): the file computes it as `1 - Erf`, and matches Keras."""
+    import keras
+
+    images = keras.Input((8, 8, 3))
+    hidden = keras.layers.Dense(6, activation="gelu")(keras.layers.Flatten()(images))
+    model = keras.Model(images, keras.layers.Dense(3)(hidden))
+    pixels = np.random.default_rng(0).uniform(0, 255, (4, 8, 8, 3)).astype(np.float32)
+    report = export.onnx(model, str(tmp_path / "model.onnx"), verify_images=pixels)
+    assert "Erf" in report["ops"] and "Erfc" not in report["ops"]
+    assert report["max_abs_logit_diff"] <= 1e-4

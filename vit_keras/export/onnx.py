@@ -98,6 +98,7 @@ def _convert(logits_model: keras.Model, opset: int, dynamic_batch: bool,
         proto = _tf2onnx_proto(function, signature, opset)
     _rename_output(proto, OUTPUT_NAME)
     _declare_output_shape(proto, logits_model.output_shape[1:])
+    onnx_graph.replace_erfc(proto)
     fused = onnx_graph.fuse_layer_norms(proto)
     onnx_lib.checker.check_model(proto)
     return proto, fused

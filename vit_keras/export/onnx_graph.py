@@ -5,6 +5,10 @@ over the last axis of a [batch, tokens, D] tensor), subtract, square, mean, add 
 Reciprocal, multiply. `fuse_layer_norms` puts one opset-17 `LayerNormalization` node in their
 place: one kernel in float32, and in a QDQ-quantized graph one DequantizeLinear/QuantizeLinear
 pair around it instead of one around every element-wise step.
+
+tf2onnx has no ONNX form of TensorFlow's `Erfc` (Keras' exact GELU on TensorFlow is
+`0.5 * x * erfc(-x / sqrt(2))`, as a layer of the user's own, a task's head, may use it):
+`replace_erfc` writes each as `1 - Erf(x)`.
 """
 
 from __future__ import annotations
@@ -150,6 +154,24 @@ def fuse_layer_norms(model: onnx.ModelProto) -> int:
         fused += 1
     _drop_unused_initializers(model.graph)
     return fused
+
+
+def replace_erfc(model: onnx.ModelProto) -> int:
+    """Replaces every `Erfc(x)` node (left unconverted by tf2onnx, which ONNX has no operator
+    for) by `1 - Erf(x)`, in place; returns how many."""
+    graph = model.graph
+    nodes = [node for node in graph.node
+             if node.op_type == "Erfc" and node.domain in ("", "ai.onnx")]
+    for node in nodes:
+        output, one = node.output[0], f"{node.output[0]}__one"
+        graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), one))
+        erf = helper.make_node("Erf", [node.input[0]], [f"{output}__erf"], name=f"{output}__erf")
+        minus = helper.make_node("Sub", [one, f"{output}__erf"], [output], name=f"{output}__sub")
+        where = list(graph.node).index(node)
+        graph.node.remove(node)
+        graph.node.insert(where, minus)
+        graph.node.insert(where, erf)
+    return len(nodes)
 
 
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
