@@ -97,6 +97,36 @@ def test_an_int8_file_below_its_bar_is_refused_and_the_others_are_written(traine
     assert not (tmp_path / "rejected" / "model_int8.tflite").exists()
 
 
+def test_a_format_whose_converter_fails_is_a_failed_row_and_the_others_are_written(
+        trained_tiny, tmp_path, monkeypatch):
+    """A converter that raises (an operator it has no form for) fails its file alone: a
+    FAILED row with the converter's reason, no stale file under its name, the other formats
+    written and checked, export.json written."""
+    from vit_app.inference.export import report as export_report
+    from vit_keras import export
+
+    def no_onnx(*args, **kwargs):
+        raise RuntimeError("No Op registered for Frobnicate\n==> Context: node 7")
+
+    monkeypatch.setattr(export, "onnx", no_onnx)
+    (tmp_path / "model.onnx").write_bytes(b"an earlier export")
+    report = export_command.export_model(
+        trained_tiny.model(), str(tmp_path), formats=("tflite", "onnx"),
+        eval_images=trained_tiny.held_out, eval_labels=trained_tiny.labels, latency_runs=1)
+    assert report["failed"] == ["onnx"]
+    entry = report["formats"]["onnx"]
+    assert not entry["passed"] and entry["written"] is False
+    assert entry["failure"] == ("could not be written (RuntimeError: No Op registered for "
+                                "Frobnicate ==> Context: node 7)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export.json", "model.tflite"]
+    assert report["formats"]["tflite"]["passed"]
+    assert "| onnx | | | | | | FAILED (not written) |" in export_command.format_report(report)
+    assert ("model.onnx", "FAILED (not written)") in export_report.summary_rows(report)
+    assert export_report.failure_line("onnx", entry).startswith(
+        "export: onnx FAILED: could not be written (RuntimeError: No Op registered")
+    assert json.loads((tmp_path / "export.json").read_text())["failed"] == ["onnx"]
+
+
 def test_vit_export_exits_3_after_writing_the_files_that_pass(trained_tiny, tmp_path, capsys):
     """--calibration-images 1 on a black first image: a bad int8 file, refused by the CLI."""
     model_path = tmp_path / "run" / "model.keras"

@@ -131,9 +131,13 @@ def _write_checked(export_format, job: WriteJob, folders, evaluation: Evaluation
     or rejects it; returns (its export.json entry, where its file now is)."""
     output_dir, staging = folders
     staged = os.path.join(staging, export_format.file)
-    with console.stage(f"export: {export_format.title}"):
-        entry = export_format.writer(export_format, staged, job, written)
-        logits = export_writers.file_logits(export_format, staged, evaluation.images)
+    try:
+        with console.stage(f"export: {export_format.title}"):
+            entry = export_format.writer(export_format, staged, job, written)
+            logits = export_writers.file_logits(export_format, staged, evaluation.images)
+    except Exception as error:  # noqa: BLE001  a converter's failure fails this file alone
+        atomic.remove(os.path.join(output_dir, export_format.file))  # no stale file of its name
+        return export_report.not_written(export_format.file, error, bar), None
     entry = {"file": export_format.file, "size_bytes": _size(staged),
              **export_report.agreement_columns(logits, evaluation.keras_logits,
                                                evaluation.labels, evaluation.task,

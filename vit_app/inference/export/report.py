@@ -19,6 +19,7 @@ from vit_keras.tasks import CLASSIFY
 
 REPORT_NAME = "export.json"
 EXIT_EXPORT_FAILED = 3  # every other file was written; see the FAILED rows
+NOT_WRITTEN_REASON_CHARS = 300  # of a converter's message in a not-written row
 
 
 def header(eval_images, latency_runs: int, keras_scores: dict, task) -> dict:
@@ -70,6 +71,17 @@ def write(report: dict, output_dir: str) -> None:
                        (json.dumps(report, indent=2) + "\n").encode())
 
 
+def not_written(file: str, error: Exception, bar) -> dict:
+    """The export.json entry of a format whose file could not be written (its converter
+    failed): failed, with the converter's reason and what to try."""
+    reason = " ".join(f"{type(error).__name__}: {error}".split())
+    return {"file": file, "written": False, "passed": False, "min_agreement": bar,
+            "latency_ms": None, "failed_on": "writing",
+            "failure": f"could not be written ({reason[:NOT_WRITTEN_REASON_CHARS]})",
+            "advice": "run with --verbose for the converter's own messages, or leave the "
+                      "format out (--formats)"}
+
+
 def format_report(report: dict) -> str:
     """export.json as a Markdown table: format, size, latency, accuracy, agreement, logit diff
     and the check against the format's bar."""
@@ -79,6 +91,9 @@ def format_report(report: dict) -> str:
     task = _task(report)
     lines.append(f"| keras | | | {task.score_cell(report['keras'])} | | | |")
     for name, entry in report["formats"].items():
+        if not entry.get("written", True):
+            lines.append(f"| {name} | | | | | | {check_label(entry)} |")
+            continue
         latency = "" if entry["latency_ms"] is None else f"{entry['latency_ms']:.2f}"
         lines.append(f"| {name} | {entry['size_bytes'] / 1e6:.2f} | {latency} | "
                      f"{task.score_cell(entry)} | {task.agreement_cell(entry)} | "
@@ -91,6 +106,9 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
     table of `vit train`."""
     task, rows = _task(report), []
     for entry in report["formats"].values():
+        if not entry.get("written", True):
+            rows.append((entry["file"], check_label(entry)))
+            continue
         score = task.score_summary(entry)
         rows.append((entry.get("rejected_file") or entry["file"],
                      f"{task.summary_kind}agreement {task.agreement_cell(entry)}"
@@ -103,6 +121,8 @@ def check_label(entry: dict) -> str:
     from Keras')" (a score, its agreement met), or 'not checked' (int8 on random images);
     'scores not judged: 3 images' is added where too few images were scored to judge the
     file's scores against Keras' (`tasks.MIN_JUDGED_IMAGES`), so only its agreement was."""
+    if not entry.get("written", True):
+        return "FAILED (not written)"
     if entry.get("min_agreement") is None:
         return "not checked"
     unjudged = "" if entry.get("scores_judged", True) else \
@@ -120,6 +140,8 @@ def failure_line(name: str, entry: dict, agreement: str = "top-1 agreement") -> 
     failure = entry.get("failure") or (  # the task's reason (older reports: the agreement)
         f"{agreement} with the Keras model {percent_or_blank(entry['top1_agreement'])} < "
         f"{percent_or_blank(entry['min_agreement'])}")
+    if not entry.get("written", True):
+        return f"export: {name} FAILED: {failure}; {entry['advice']}"
     return (f"export: {name} FAILED: {failure}; not written as {entry['file']} (kept as "
             f"{entry['rejected_file']} to inspect); {entry['advice']}")
 
@@ -140,8 +162,8 @@ def report_failures(report: dict, command: str = "vit export") -> int:
     if not report["failed"]:
         return 0
     console.say(f"{command}: {len(report['failed'])} of {len(report['formats'])} exported files "
-                f"FAILED their agreement check and were not written under their names; exit "
-                f"status {EXIT_EXPORT_FAILED}", error=True)
+                f"FAILED their check (or could not be written) and are not under their names; "
+                f"exit status {EXIT_EXPORT_FAILED}", error=True)
     return EXIT_EXPORT_FAILED
 
 
