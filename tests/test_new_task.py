@@ -170,6 +170,7 @@ def test_serve_answers_its_counts_and_the_page_gets_its_drawing(trained, tmp_pat
         assert page["top"][0]["label"] == f"{page['count']} dots"
 
 
+@pytest.mark.slow  # a Chromium of its own (about 10 s); the REST answers run in the default tier
 def test_the_page_draws_the_answer_with_the_tasks_own_script(trained, tmp_path):
     browser.skip_without_browser()
     loaded = classifier.load(str(trained / "model.keras"))
