@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from count_task.data import BUILT_IN, COUNTS_FILE
 from vit_app import images
-from vit_app.data.training_data import TrainingData, evaluation_subset
+from vit_app.data.training_data import TrainingData, open_paired_data, split_indices
 from vit_app.data.source import Source, check_files
 from vit_app.data.specs import parse_spec
 from vit_keras.preprocessing import OFFICIAL
@@ -72,32 +72,25 @@ def read_counts(folder: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(files), np.asarray(counts, np.float32)
 
 
-def load_count_source(spec: str, subset: str = "train") -> Source:
-    """The built-in dots' `subset` ('train', or 'val'/'test': its held-out part), or a whole
-    folder of counted images."""
+def load_count_source(spec: str, subset: str = "train", val_split: float = 0.0,
+                      seed: int = 0) -> Source:
+    """The built-in dots' `subset` ('train', or 'val'/'test': its held-out part), or a folder
+    of counted images (its seeded `val_split` held out as 'val')."""
     kind, argument = parse_spec(spec)
     if kind == BUILT_IN:
         return array_source(spec, *dot_count_arrays("train" if subset == "train" else "val"))
-    return array_source(spec, *read_counts(argument))
+    pictures, counts = read_counts(argument)
+    train, held_out = split_indices([0] * len(counts), val_split, seed)
+    picked = train if subset == "train" else held_out
+    return array_source(spec, pictures[picked], counts[picked])
 
 
 def open_count_data(data: str, val_data: str = "", val_split: float = 0.1,
                     seed: int = 0) -> TrainingData:
-    """Training and validation sources: `val_data`, the built-in set's held-out part, or a
-    random `val_split` of a folder."""
-    if val_data:
-        return TrainingData(load_count_source(data), load_count_source(
-            val_data, evaluation_subset(val_data)), f"{val_data} (--val-data)")
-    if parse_spec(data)[0] == BUILT_IN:
-        return TrainingData(load_count_source(data), load_count_source(data, "val"),
+    """Training and validation sources, chosen as every task with labels of its own chooses
+    them (`open_paired_data`)."""
+    return open_paired_data(load_count_source, data, val_data, val_split, seed, BUILT_IN,
                             "its held-out part")
-    pictures, counts = load_count_source(data).arrays
-    order = np.random.default_rng(seed).permutation(len(counts))
-    held = order[:max(1, round(val_split * len(counts)))]
-    kept = order[len(held):]
-    return TrainingData(array_source(data, pictures[kept], counts[kept]),
-                        array_source(data, pictures[held], counts[held]),
-                        f"a random {val_split:.0%} of {data}")
 
 
 def resized(source: Source, record, size) -> tf.Tensor:
