@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from vit_app.tasks.detect import baseline
 from vit_app.tasks.detect import evaluate as detection_eval
 from vit_app.tasks.detect import inference as detect_task
 from vit_keras import ViTConfig
@@ -175,6 +176,36 @@ def test_coco_scores_of_the_truth_itself_are_perfect_and_of_nothing_zero():
     assert scores["objects"] == 2 and scores["AP_large"] is None
     empty = [{"boxes": np.zeros((0, 4)), "scores": np.zeros(0), "classes": np.zeros(0)}] * 2
     assert detection_eval.coco_scores(truth, empty, [(100, 100)] * 2, ["a", "b"])["mAP"] == 0
+
+
+def test_the_constant_box_is_each_class_mean_box_scored_by_its_share():
+    objects = np.array([[0, 0.5, 0.5, 0.2, 0.4], [0, 0.3, 0.7, 0.4, 0.2],
+                        [1, 0.1, 0.1, 0.1, 0.1]])
+    (first, share, box), (second, other, _) = baseline.mean_boxes(objects, num_classes=3)
+    assert (first, second) == (0, 1) and (share, other) == pytest.approx((2 / 3, 1 / 3))
+    np.testing.assert_allclose(box, [0.4, 0.6, 0.3, 0.3])
+    found = baseline.detections(baseline.mean_boxes(objects, 3), [(100, 200)])[0]
+    np.testing.assert_allclose(found["boxes"][0], [50, 45, 110, 75])
+    assert list(found["classes"]) == [0, 1]
+
+
+def test_a_detector_beats_the_constant_box_only_by_scoring_above_it_on_both_scores():
+    # Two images of 100 px, the same object in each at different places: the mean box is
+    # between them and overlaps neither well.
+    truth = [np.array([[0, 0, 30, 30, 0]], np.float32), np.array([[60, 60, 90, 90, 0]],
+                                                                  np.float32)]
+    objects = np.array([[0, 0.15, 0.15, 0.3, 0.3], [0, 0.75, 0.75, 0.3, 0.3]])
+    constant = baseline.scores(objects, truth, [(100, 100)] * 2, ["a"])
+    assert constant == {"mAP": 0.0, "mAP50": 0.0}
+    perfect = {"mAP": 1.0, "mAP50": 1.0}
+    assert baseline.shortfall(perfect, constant) is None
+    assert "beaten" in baseline.table_cell(perfect, constant)
+    assert baseline.shortfall(constant, constant).startswith(   # a tie is not a win
+        "the detector does not beat a constant box (mAP 0.00% <= 0.00%, mAP@0.5 0.00%")
+    half = baseline.shortfall({"mAP": 0.5, "mAP50": 0.4}, {"mAP": 0.1, "mAP50": 0.6})
+    assert "mAP@0.5 40.00% <= 60.00%" in half and "mAP 50.00%" not in half
+    assert "NOT BEATEN" in baseline.table_cell({"mAP": 0.5, "mAP50": 0.4},
+                                               {"mAP": 0.1, "mAP50": 0.6})
 
 
 # --- the model -----------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def _train(root, export: bool, epochs: int = QUALITY_EPOCHS, images: int = 96,
     train = write_yolo_squares(root / "train", images, seed=0)
     val = write_voc_squares(root / "val", 16, seed=1)
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
         status = cli.main(["train", "--task", "detect", "--data", f"folder:{train}",
                            "--val-data", f"folder:{val}", "--epochs", str(epochs), *model,
                            *([] if export else ["--no-export"]), "--no-inspect",
@@ -122,6 +122,25 @@ def test_a_folder_of_yolo_boxes_trains_a_detector_scored_by_coco_map(squares_run
     metrics = json.loads((squares_run / "run" / "metrics.json").read_text())
     assert 0 <= metrics["val_mAP"] <= metrics["val_mAP50"] <= 1, metrics
     assert set(metrics["val_class_ap"]) == set(CLASSES) and metrics["val_objects"] > 16
+
+
+def test_a_detector_run_reports_the_constant_box_and_says_when_it_does_not_beat_it(squares_run):
+    """The table compares the run with a box at the training boxes' mean in every image; a run
+    that does not beat it on mAP and mAP@0.5 says so on its last line (its files still
+    written)."""
+    printed = (squares_run / "printed.txt").read_text()
+    metrics = json.loads((squares_run / "run" / "metrics.json").read_text())
+    constant = {key: metrics[f"val_constant_box_{key}"] for key in ("mAP", "mAP50")}
+    assert all(0 <= value <= 1 for value in constant.values()), metrics
+    beats = all(metrics[f"val_{key}"] > value for key, value in constant.items())
+    assert metrics["val_beats_constant_box"] is beats
+    row = re.search(r"\| constant box \(val/test\) +\| mAP ([\d.]+)% .*: (beaten|NOT BEATEN)",
+                    printed)
+    assert row and float(row.group(1)) == pytest.approx(100 * constant["mAP"], abs=0.01), printed
+    assert row.group(2) == ("beaten" if beats else "NOT BEATEN")
+    last = printed.strip().splitlines()[-1]
+    assert last.startswith("WARNING: the detector does not beat a constant box") is not beats
+    assert (squares_run / "run" / "model.keras").exists()
 
 
 def _boxes_within(rows, width, height):
@@ -173,6 +192,40 @@ def test_evaluate_scores_a_folder_of_voc_boxes(squares_run, tmp_path, capsys):
     assert "mAP@0.5" in printed and "red" in printed and "green" in printed
     scores = json.loads(output.read_text())
     assert scores["images"] == 8 and 0 <= scores["mAP"] <= 1
+
+
+def write_voc_fixed_squares(root, count):
+    """`count` VOC images, each with one red square at the same place: a constant box finds
+    every one."""
+    (root / "JPEGImages").mkdir(parents=True)
+    (root / "Annotations").mkdir()
+    (root / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    image = np.full((SIDE, SIDE, 3), 30, np.uint8)
+    image[10:22, 8:20] = COLOURS[0]
+    for index in range(count):
+        Image.fromarray(image).save(root / "JPEGImages" / f"{index}.png")
+        (root / "Annotations" / f"{index}.xml").write_text(
+            "<annotation><object><name>red</name><bndbox><xmin>9</xmin><ymin>11</ymin>"
+            "<xmax>20</xmax><ymax>22</ymax></bndbox></object></annotation>")
+    return root
+
+
+def test_evaluate_says_when_a_detector_does_not_beat_the_constant_box(squares_run, tmp_path,
+                                                                      capsys):
+    from vit import cli
+
+    val = write_voc_fixed_squares(tmp_path / "fixed", 8)
+    output = tmp_path / "scores.json"
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--model", str(squares_run / "run" / "model.keras"),
+                     "--data", f"folder:{val}", "--output", str(output)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "constant box" in lines[-2] and "mAP 100.00%" in lines[-2], lines
+    assert "NOT BEATEN" in lines[-2] and lines[-1].startswith(
+        "WARNING: the detector does not beat a constant box (mAP"), lines
+    scores = json.loads(output.read_text())
+    assert scores["constant_box"] == {"mAP": 1.0, "mAP50": 1.0}
+    assert scores["beats_constant_box"] is False
 
 
 def test_serve_answers_boxes_and_the_page_gets_them_to_draw(squares_run):
@@ -242,7 +295,7 @@ def test_a_folder_of_voc_photographs_trains_with_no_flags_and_reports_coco_map(t
     train = write_voc_photos(tmp_path / "train", 120, seed=0)
     val = write_voc_photos(tmp_path / "val", 24, seed=1)
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
         status = cli.main(["train", "--task", "detect", "--data", f"folder:{train}",
                            "--val-data", f"folder:{val}", "--output", str(tmp_path / "run"),
                            "--epochs", "2", "--formats", "tflite,onnx_int8"])

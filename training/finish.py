@@ -51,7 +51,8 @@ def evaluate(setup: Setup, fitted: Fitted) -> dict:
             metrics["best_val_accuracy"] = results.get(fitted.best.monitor[len("val_"):])
             metrics["best_epoch"] = 1
         metrics.update(setup.objective.evaluate_extras(fitted.model, fitted.val_dataset,
-                                                       val_source=setup.data.val))
+                                                       val_source=setup.data.val,
+                                                       train_source=setup.data.train))
         metrics["val_examples"] = fitted.val_examples
     return metrics
 
@@ -94,11 +95,15 @@ def finish(setup: Setup, fitted: Fitted, metrics: dict, options) -> int:
     console.say(outputs.summary_table(rows + (export_summary_rows(exported) if exported else [])))
     if atomic.exists(folders.backup_dir):
         atomic.remove(folders.backup_dir)
-    if not exported or not exported["failed"]:
-        return 0
-    console.say(f"the training succeeded: {os.path.join(folders.write_dir, 'model.keras')} and "
-                "the run's files are written; only the export failed its check (below)")
-    return report_export_failures(exported, "vit train")
+    status = 0
+    if exported and exported["failed"]:
+        console.say(f"the training succeeded: {os.path.join(folders.write_dir, 'model.keras')} "
+                    "and the run's files are written; only the export failed its check (below)")
+        status = report_export_failures(exported, "vit train")
+    shortfall = objective.shortfall(metrics)
+    if shortfall:   # the run's files are written; the last line says what they are worth
+        console.say(f"WARNING: {shortfall}", error=True)
+    return status
 
 
 def write_run_files(setup: Setup, fitted: Fitted, classifier) -> None:

@@ -138,10 +138,20 @@ class Objective:
     def write_extras(self, classifier: keras.Model, output: str) -> None:
         """Files only this objective writes (none)."""
 
-    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+    def evaluate_extras(self, model, val_dataset, val_source=None, train_source=None) -> dict:
         """metrics.json entries measured beyond `evaluate` (none); `val_source` is the
-        validation `Source` the batches come from."""
+        validation `Source` the batches come from, `train_source` the training one."""
         return {}
+
+    def baseline_rows(self, metrics: dict) -> list[tuple[str, str]]:
+        """The result table's rows comparing the run with a model that ignores the image
+        (none)."""
+        return []
+
+    def shortfall(self, metrics: dict) -> str | None:
+        """Why the run's score does not beat that model, for the run's last line; None when it
+        does (or there is none)."""
+        return None
 
 
 def float32_twin(model: keras.Model, make) -> keras.Model:

@@ -139,6 +139,7 @@ def summary_rows(metrics: dict, output: str, objective) -> list[tuple[str, str]]
     if "val_f1_micro" in metrics:
         rows.append(("F1 micro / macro (val/test)",
                      f"{percent('val_f1_micro')} / {percent('val_f1_macro')}"))
+    rows += objective.baseline_rows(metrics)
     rows.append(loss_row(metrics))
     rows += [(f"best val {objective.monitor_label}",
               f"{percent('best_val_accuracy')} (epoch {metrics['best_epoch']})"),

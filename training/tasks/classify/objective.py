@@ -219,7 +219,7 @@ class Distillation(Classification):
     def compile_args(self, config):
         return {"metrics": recipe.make_metrics(config.num_classes)}
 
-    def evaluate_extras(self, model, val_dataset, val_source=None):
+    def evaluate_extras(self, model, val_dataset, val_source=None, train_source=None):
         """The teacher's top-1 on the same validation data, to compare the student with."""
         hits = keras.metrics.CategoricalAccuracy()
         for images, labels in val_dataset:
@@ -258,7 +258,7 @@ class MultiLabel(Classification):
         return {"loss": multilabel.SigmoidCrossEntropy(self.preset.objective.label_smoothing),
                 "metrics": multilabel.make_metrics(config.num_classes)}
 
-    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+    def evaluate_extras(self, model, val_dataset, val_source=None, train_source=None) -> dict:
         """The exact mAP and F1 (threshold 0.5) over every validation example."""
         logits, targets = multilabel_scores.predictions(model, val_dataset)
         scores = multilabel_scores.report(targets, logits)

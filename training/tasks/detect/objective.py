@@ -16,6 +16,7 @@ from training import adapt, finetune
 from training.tasks.detect import pipeline as detect_pipeline
 from training.objective import Objective, float32_twin
 from vit_app.tasks.detect.data import sources as detection_data
+from vit_app.tasks.detect import baseline
 from vit_app.tasks.detect import evaluate as detection_eval
 from vit_keras import ViTConfig
 from vit_keras.tasks.detect.model import ViTDetector, load_backbone
@@ -116,14 +117,37 @@ class Detection(Objective):
         return float32_twin(merged, lambda: ViTDetector.from_config(
             {**merged.get_config(), "all_layers": False, "dtype": None}))
 
-    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+    def evaluate_extras(self, model, val_dataset, val_source=None, train_source=None) -> dict:
         """COCO's scores on the whole validation source, each image's boxes at its own size."""
         scores = detection_eval.evaluate_keras(model, val_source,
                                                self.preset.data.preprocessing)
-        return detection_eval.report(scores)
+        found = detection_eval.report(scores)
+        if train_source is not None:
+            constant = baseline.source_scores(train_source, val_source)
+            found.update({f"val_constant_box_{key}": value for key, value in constant.items()})
+            found["val_beats_constant_box"] = baseline.shortfall(scores, constant) is None
+        return found
+
+    def baseline_rows(self, metrics: dict) -> list[tuple[str, str]]:
+        """The constant box's mAP and mAP@0.5 on the validation images, and the lead over it."""
+        if "val_constant_box_mAP" not in metrics:
+            return []
+        return [("constant box (val/test)",
+                 baseline.table_cell(*_against_constant_box(metrics)))]
+
+    def shortfall(self, metrics: dict) -> str | None:
+        if "val_constant_box_mAP" not in metrics:
+            return None
+        return baseline.shortfall(*_against_constant_box(metrics))
 
     def report(self, results: dict) -> dict:
         return {"val_box_f1": float(results["box_f1"]), "val_loss": float(results["loss"])}
+
+
+def _against_constant_box(metrics: dict) -> tuple[dict, dict]:
+    """(the detector's, the constant box's) mAP and mAP@0.5 from metrics.json's entries."""
+    return ({key: metrics[f"val_{key}"] for key, _ in baseline.COMPARED},
+            {key: metrics[f"val_constant_box_{key}"] for key, _ in baseline.COMPARED})
 
 
 def _most_objects(source) -> int:

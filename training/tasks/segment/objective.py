@@ -179,7 +179,7 @@ class Segmentation(Objective):
         return float32_twin(merged, lambda: ViTSegmenter.from_config(
             {**merged.get_config(), "dtype": None}))
 
-    def evaluate_extras(self, model, val_dataset, val_source=None) -> dict:
+    def evaluate_extras(self, model, val_dataset, val_source=None, train_source=None) -> dict:
         """The exact scores at the masks' resolution over the whole validation source (a
         native-crop model segments each whole image at its size)."""
         preprocessing = self.preset.data.preprocessing

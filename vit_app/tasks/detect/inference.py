@@ -30,6 +30,7 @@ from vit_app.data import specs
 
 from vit_app.data import training_data
 from vit_app.tasks.detect.data import sources as detection
+from vit_app.tasks.detect import baseline
 from vit_app.tasks.detect import evaluate as detection_eval
 from vit_app.tasks.detect import predict as detect_predict
 from vit_app.inference.inference_task import (InferenceTask, judged_images, percent,
@@ -108,7 +109,15 @@ class Detect(InferenceTask):
         where = (f"{args.model} on {args.data}: {results['images']} images, "
                  f"{results['objects']} objects, each image resized whole and its boxes scored "
                  "at its own size")
-        return results, detection_eval.report_lines(results, where)
+        lines = detection_eval.report_lines(results, where)
+        constant = baseline.source_scores(source, source)
+        results["constant_box"] = constant
+        results["beats_constant_box"] = baseline.shortfall(results, constant) is None
+        lines.append("  constant box (each class's mean box on these images, in every image): "
+                     + baseline.table_cell(results, constant))
+        if not results["beats_constant_box"]:
+            lines.append(f"WARNING: {baseline.shortfall(results, constant)}")
+        return results, lines
 
     def checked_labels(self, labels: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Targets [N, max_objects, 5] float32 (class or -1, cx, cy, w, h in fractions), one

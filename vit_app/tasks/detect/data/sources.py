@@ -162,6 +162,33 @@ def labelled_images(source: Source, count: int | None = None):
     return found_images, found_boxes
 
 
+def image_sizes(source: Source) -> np.ndarray:
+    """Each image's (height, width) as stored: int [n, 2], from the arrays of an in-memory
+    source or the headers of its files (nothing decoded)."""
+    records = source.arrays[0]
+    if isinstance(records, np.ndarray) and records.ndim == 4:
+        return np.tile(np.asarray(records.shape[1:3]), (len(records), 1))
+    sizes = []
+    for path in records:   # files checked when the folder was read
+        with open(path.decode() if isinstance(path, bytes) else str(path), "rb") as file:
+            width, height = images.pixel_size(file.read())
+        sizes.append((height, width))
+    return np.asarray(sizes, np.int64).reshape(-1, 2)
+
+
+def object_fractions(source: Source) -> np.ndarray:
+    """Every object of an in-memory source: float64 [objects, 5] (class, cx, cy, w, h in
+    fractions of its image)."""
+    boxes = np.asarray(source.arrays[1], np.float64)
+    sizes = image_sizes(source).astype(np.float64)
+    scale = np.concatenate([sizes[:, ::-1], sizes[:, ::-1]], axis=-1)[:, None]
+    corners = boxes[..., :4] / scale
+    found = boxes[..., 4] >= 0
+    centre = (corners[..., :2] + corners[..., 2:]) / 2
+    side = corners[..., 2:] - corners[..., :2]
+    return np.concatenate([boxes[..., 4:5], centre, side], axis=-1)[found]
+
+
 # --- model inputs and targets ----------------------------------------------------------------
 
 def to_model_size(image, size) -> tf.Tensor:
