@@ -178,6 +178,32 @@ def test_coco_scores_of_the_truth_itself_are_perfect_and_of_nothing_zero():
     assert detection_eval.coco_scores(truth, empty, [(100, 100)] * 2, ["a", "b"])["mAP"] == 0
 
 
+def test_a_resample_of_one_evaluation_scores_as_cocoeval_on_the_resampled_images():
+    """The bootstrap accumulates each image's evaluation, done once, over a resample with
+    repeats: the same scores as pycocotools on those images from scratch."""
+    rng = np.random.default_rng(3)
+    truth, detections = [], []
+    for _ in range(12):
+        corners = np.sort(rng.uniform(0, 100, (3, 2, 2)), axis=1).reshape(3, 4)[:, [0, 2, 1, 3]]
+        truth.append(np.concatenate([corners, rng.integers(0, 2, (3, 1))], axis=1))
+        detections.append({"boxes": corners + rng.normal(0, 2, corners.shape),
+                           "scores": rng.uniform(0, 1, 3),
+                           "classes": truth[-1][:, 4].astype(int)})
+    sizes, names = [(100, 100)] * 12, ["a", "b"]
+    evaluation = detection_eval.evaluated(truth, detections, sizes, len(names))
+    assert detection_eval.accumulated_scores(evaluation, names) == \
+        detection_eval.coco_scores(truth, detections, sizes, names)
+    picked = [4, 4, 0, 11, 7, 7, 7, 2, 9, 1, 1, 5]
+    resampled = detection_eval.accumulated_scores(evaluation, names, picked)
+    direct = detection_eval.coco_scores([truth[i] for i in picked],
+                                        [detections[i] for i in picked], sizes, names)
+    assert resampled.pop("class_ap") == pytest.approx(direct.pop("class_ap"))
+    assert resampled == pytest.approx(direct) and resampled["objects"] == 36
+    assert 0 < resampled["mAP"] < 1
+    assert detection_eval.accumulated_scores(evaluation, names) == \
+        detection_eval.coco_scores(truth, detections, sizes, names)   # left as it was
+
+
 def test_the_constant_box_is_each_class_mean_box_scored_by_its_share():
     objects = np.array([[0, 0.5, 0.5, 0.2, 0.4], [0, 0.3, 0.7, 0.4, 0.2],
                         [1, 0.1, 0.1, 0.1, 0.1]])

@@ -10,6 +10,7 @@ detection_boxes.decode`).
 from __future__ import annotations
 
 import contextlib
+import copy as _copy
 import io
 
 import numpy as np
@@ -57,6 +58,76 @@ def _mean_precision(precision: np.ndarray):
     return float(valid.mean()) if valid.size else None
 
 
+def evaluated(ground_truth, detections, image_sizes, num_classes: int) -> COCOeval:
+    """pycocotools' evaluation of each image (`COCOeval.evaluate`), not yet accumulated:
+    `accumulated_scores` turns it into scores, over every image or any resample of them.
+
+    Args:
+        ground_truth: per image, float [n, 5] pixel corners and class id (class -1 pads).
+        detections: per image, `decode`'s {'boxes', 'scores', 'classes'}.
+        image_sizes: per image, (height, width).
+        num_classes: the classes scored.
+    """
+    document = _coco_document(ground_truth, image_sizes, num_classes)
+    results = _results(detections)
+    with contextlib.redirect_stdout(io.StringIO()):
+        truth = COCO()
+        truth.dataset = document
+        truth.createIndex()
+        found = truth.loadRes(results) if results else COCO()
+        if not results:
+            found.dataset = {**document, "annotations": []}
+            found.createIndex()
+        evaluation = COCOeval(truth, found, "bbox")
+        evaluation.evaluate()
+    return evaluation
+
+
+def _resampled(evaluation: COCOeval, images) -> COCOeval:
+    """A copy of `evaluation` over the images at positions `images` (repeats allowed, each
+    repeat counted as another image), its per-image results reused."""
+    counted = len(evaluation._paramsEval.imgIds)
+    per_group = [evaluation.evalImgs[start:start + counted]
+                 for start in range(0, len(evaluation.evalImgs), counted)]
+    copy = _copy.copy(evaluation)
+    copy.evalImgs = [group[index] for group in per_group for index in images]
+    copy.params = _copy.deepcopy(evaluation.params)
+    copy.params.imgIds = list(range(len(images)))
+    copy._paramsEval = _copy.deepcopy(copy.params)
+    return copy
+
+
+def accumulated_scores(evaluation: COCOeval, class_names: list[str], images=None) -> dict:
+    """`coco_scores` of an `evaluated` evaluation, over every image or over the images at
+    positions `images` (a bootstrap resample: repeats allowed)."""
+    if images is not None:
+        evaluation = _resampled(evaluation, list(images))
+    with contextlib.redirect_stdout(io.StringIO()):
+        evaluation.accumulate()
+    # precision: [IoU thresholds, recall points, classes, areas (all, small, medium, large),
+    # max detections (1, 10, 100)]
+    precision = evaluation.eval["precision"][..., -1]
+    thresholds = list(np.round(evaluation.params.iouThrs, 2))
+    scores = {"mAP": _mean_precision(precision[:, :, :, 0]),
+              "mAP50": _mean_precision(precision[thresholds.index(0.5), :, :, 0]),
+              "mAP75": _mean_precision(precision[thresholds.index(0.75), :, :, 0])}
+    for index, size in enumerate(SIZES, 1):
+        scores[f"AP_{size}"] = _mean_precision(precision[:, :, :, index])
+    scores["class_ap"] = {name: _mean_precision(precision[:, :, index, 0])
+                          for index, name in enumerate(class_names)}
+    scores["objects"] = int(sum(len(evaluation.cocoGt.getAnnIds(imgIds=[image_id]))
+                                for image_id in _image_ids(evaluation, images)))
+    scores["images"] = len(evaluation.params.imgIds)
+    return {key: (0.0 if value is None and key in ("mAP", "mAP50", "mAP75") and
+                  scores["objects"] else value) for key, value in scores.items()}
+
+
+def _image_ids(evaluation: COCOeval, images) -> list[int]:
+    """The ground truth's image ids at positions `images` (every image's when None)."""
+    ids = evaluation.cocoGt.getImgIds()
+    return ids if images is None else [ids[index] for index in images]
+
+
 def coco_scores(ground_truth, detections, image_sizes, class_names: list[str]) -> dict:
     """COCO's scores of `detections` against `ground_truth`.
 
@@ -70,34 +141,8 @@ def coco_scores(ground_truth, detections, image_sizes, class_names: list[str]) -
         {'mAP', 'mAP50', 'mAP75', 'AP_small', 'AP_medium', 'AP_large' (None where the data
         has no object of that size), 'class_ap': {name: AP or None}, 'objects', 'images'}.
     """
-    document = _coco_document(ground_truth, image_sizes, len(class_names))
-    results = _results(detections)
-    with contextlib.redirect_stdout(io.StringIO()):
-        truth = COCO()
-        truth.dataset = document
-        truth.createIndex()
-        found = truth.loadRes(results) if results else COCO()
-        if not results:
-            found.dataset = {**document, "annotations": []}
-            found.createIndex()
-        evaluation = COCOeval(truth, found, "bbox")
-        evaluation.evaluate()
-        evaluation.accumulate()
-    # precision: [IoU thresholds, recall points, classes, areas (all, small, medium, large),
-    # max detections (1, 10, 100)]
-    precision = evaluation.eval["precision"][..., -1]
-    thresholds = list(np.round(evaluation.params.iouThrs, 2))
-    scores = {"mAP": _mean_precision(precision[:, :, :, 0]),
-              "mAP50": _mean_precision(precision[thresholds.index(0.5), :, :, 0]),
-              "mAP75": _mean_precision(precision[thresholds.index(0.75), :, :, 0])}
-    for index, size in enumerate(SIZES, 1):
-        scores[f"AP_{size}"] = _mean_precision(precision[:, :, :, index])
-    scores["class_ap"] = {name: _mean_precision(precision[:, :, index, 0])
-                          for index, name in enumerate(class_names)}
-    scores["objects"] = len(document["annotations"])
-    scores["images"] = len(document["images"])
-    return {key: (0.0 if value is None and key in ("mAP", "mAP50", "mAP75") and
-                  scores["objects"] else value) for key, value in scores.items()}
+    evaluation = evaluated(ground_truth, detections, image_sizes, len(class_names))
+    return accumulated_scores(evaluation, class_names)
 
 
 def score_outputs(outputs, ground_truth, image_sizes, class_names) -> dict:

@@ -23,6 +23,7 @@ refused; fewer than `MIN_JUDGED_IMAGES` images do not judge scores).
 from __future__ import annotations
 
 import argparse
+import hashlib
 
 import numpy as np
 
@@ -218,36 +219,69 @@ class Detect(InferenceTask):
 def _score_deltas(logits: np.ndarray, keras_logits: np.ndarray, labels: np.ndarray) -> dict:
     """A file's mAP and mAP@0.5 against Keras' (file - Keras); where one is lower than a float
     file may lose, how much that difference moves over bootstrap resamples of the images
-    (`sampling_noise`; COCO's evaluation per resample is slow: run only when a verdict needs
-    it)."""
-    def deltas(indices):
-        ours, theirs = _scores(logits[indices], labels[indices]), \
-            _scores(keras_logits[indices], labels[indices])
-        return {key: ours[key] - theirs[key] for key in ("mAP", "mAP50")}
-
-    columns = {f"{key}_delta": value
-               for key, value in deltas(np.arange(len(labels))).items()}
+    (`sampling_noise`: each image is evaluated once, and each resample accumulates those
+    evaluations; run only when a verdict needs it)."""
+    ours, theirs = _scores(logits, labels), _scores(keras_logits, labels)
+    columns = {f"{key}_delta": ours[key] - theirs[key] for key in ("mAP", "mAP50")}
     lowest_margin = min(min(margins.values()) for margins in SCORE_MARGINS.values())
     if min(columns.values()) < -lowest_margin:
+        file_evaluation, keras_evaluation = _evaluated(logits, labels), \
+            _evaluated(keras_logits, labels)
+        names = [str(index) for index in range(logits.shape[-1] - detection_boxes.BOX_CHANNELS)]
+
+        def deltas(indices):
+            file_scores, keras_scores = (
+                detection_eval.accumulated_scores(evaluation, names, indices)
+                for evaluation in (file_evaluation, keras_evaluation))
+            return {key: (file_scores[key] or 0.0) - (keras_scores[key] or 0.0)
+                    for key in ("mAP", "mAP50")}
+
         noise = sampling_noise(deltas, len(labels), NOISE_DRAWS)
         columns.update({f"{key}_noise": noise.get(key, 0.0) for key in ("mAP", "mAP50")})
     return {**columns, **judged_images(len(labels))}
 
 
+# COCO's evaluation is the export check's slowest part, and the same outputs come back: a
+# file's scores for its row and for its distance from Keras', Keras' own for every file, and
+# (the resamples being seeded) Keras' on each bootstrap resample for every file judged by one.
+_SCORED: dict[bytes, dict] = {}
+_SCORED_KEPT = 4 * NOISE_DRAWS
+
+
 def _scores(logits, labels) -> dict:
-    """COCO's scores of outputs against targets in fractions, both scaled to a nominal image."""
-    labels = np.asarray(labels, np.float64)
+    """COCO's scores of outputs against targets in fractions, both scaled to a nominal image
+    (remembered by content: see `_SCORED`)."""
+    logits, labels = np.ascontiguousarray(logits), np.ascontiguousarray(labels, np.float64)
+    key = hashlib.sha256(logits.tobytes() + str(logits.shape).encode() + labels.tobytes()
+                         ).digest()
+    if key not in _SCORED:
+        if len(_SCORED) >= _SCORED_KEPT:
+            del _SCORED[next(iter(_SCORED))]
+        _SCORED[key] = _coco_scores(logits, labels)
+    return dict(_SCORED[key])
+
+
+def _coco_scores(logits, labels) -> dict:
+    """`_scores`, computed."""
+    classes = np.asarray(logits).shape[-1] - detection_boxes.BOX_CHANNELS
+    found = detection_eval.accumulated_scores(_evaluated(logits, labels),
+                                              [str(index) for index in range(classes)])
+    return {key: (0.0 if found[key] is None else found[key]) for key in ("mAP", "mAP50")}
+
+
+def _evaluated(logits, labels):
+    """pycocotools' per-image evaluation of outputs against targets in fractions, both scaled
+    to a nominal image (`detection_eval.evaluated`)."""
     side = NOMINAL_SIDE
     ground_truth = []
-    for image in labels:
+    for image in np.asarray(labels, np.float64):
         present = image[image[:, 0] >= 0]
         corners = detection_boxes.cxcywh_to_xyxy(present[:, 1:]) * side
         ground_truth.append(np.concatenate([corners, present[:, :1]], axis=-1))
     logits = np.asarray(logits)
-    classes = logits.shape[-1] - detection_boxes.BOX_CHANNELS
-    found = detection_eval.score_outputs(logits, ground_truth, [(side, side)] * len(labels),
-                                         [str(index) for index in range(classes)])
-    return {key: (0.0 if found[key] is None else found[key]) for key in ("mAP", "mAP50")}
+    detections = detection_boxes.decode(logits, (side, side), detection_eval.MAX_DETECTIONS)
+    return detection_eval.evaluated(ground_truth, detections, [(side, side)] * len(labels),
+                                    logits.shape[-1] - detection_boxes.BOX_CHANNELS)
 
 
 TASK = Detect()
