@@ -31,7 +31,7 @@ def random_crop(image, boxes, scale_min: float, seed):
     """A random crop of `image` and the boxes cut to it.
 
     Args:
-        image: float32 [h, w, 3].
+        image: [h, w, 3], of any dtype (a photograph stays uint8 until resized).
         boxes: float32 [n, 5] pixel corners and class (class -1 pads).
         scale_min: the crop's least area, as a fraction of the image's.
         seed: a stateless [2] seed.
@@ -68,10 +68,12 @@ def flip_boxes(image, boxes, seed):
             tf.where(flipped, mirrored, boxes))
 
 
-def example(image, boxes, size, preprocessing):
-    """A decoded image and its pixel boxes -> (model input at `size`, targets)."""
+def example(image, boxes, size, preprocessing, recolour=None):
+    """A decoded image and its pixel boxes -> (model input at `size`, targets); `recolour`
+    (image -> image, 0..255) changes the resized image, where a photograph's pixels are few."""
     found = targets(boxes, tf.shape(image))
-    return scale(to_model_size(image, size), preprocessing), found
+    resized = to_model_size(image, size)
+    return scale(resized if recolour is None else recolour(resized), preprocessing), found
 
 
 def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_epoch: int = 0,
@@ -84,15 +86,15 @@ def train_dataset(source: Source, image_size, batch_size: int, preset, *, start_
     settings, flip = preset.detect, preset.augment.flip
 
     def prepare(record, label, element_seed):
-        image = tf.cast(source.decode(record), tf.float32)
+        image = source.decode(record)   # uint8 until resized: a photograph has many pixels
         boxes = tf.cast(label, tf.float32)
         if settings.scale_min < 1:
             image, boxes = random_crop(image, boxes, settings.scale_min, element_seed)
         if flip:
             image, boxes = flip_boxes(image, boxes, element_seed)
-        if settings.photometric:
-            image = photometric(image, element_seed)
-        return example(image, boxes, size, preprocessing)
+        recolour = (lambda resized: photometric(resized, element_seed)) \
+            if settings.photometric else None
+        return example(image, boxes, size, preprocessing, recolour)
 
     return paired_train_dataset(source, preset, batch_size, prepare, start_epoch=start_epoch,
                                 start_step=start_step, steps_per_epoch=steps_per_epoch)
