@@ -232,6 +232,13 @@ def test_a_detector_beats_the_constant_box_only_by_scoring_above_it_on_both_scor
     assert "mAP@0.5 40.00% <= 60.00%" in half and "mAP 50.00%" not in half
     assert "NOT BEATEN" in baseline.table_cell({"mAP": 0.5, "mAP50": 0.4},
                                                {"mAP": 0.1, "mAP50": 0.6})
+    nothing = baseline.scores(objects, [np.zeros((0, 5))] * 2, [(100, 100)] * 2, ["a"])
+    assert nothing == {"mAP": None, "mAP50": None}   # images without objects judge nothing
+    assert baseline.shortfall({"mAP": None, "mAP50": None}, nothing) is None
+    assert baseline.beats({"mAP": None, "mAP50": None}, nothing) is None
+    assert baseline.beats(perfect, constant) is True
+    assert baseline.beats(constant, constant) is False
+    assert baseline.table_cell({"mAP": None, "mAP50": None}, nothing) == "n/a (no object to find)"
 
 
 # --- the model -----------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ class Detection(Objective):
         if train_source is not None:
             constant = baseline.source_scores(train_source, val_source)
             found.update({f"val_constant_box_{key}": value for key, value in constant.items()})
-            found["val_beats_constant_box"] = baseline.shortfall(scores, constant) is None
+            found["val_beats_constant_box"] = baseline.beats(scores, constant)
         return found
 
     def baseline_rows(self, metrics: dict) -> list[tuple[str, str]]:

@@ -70,7 +70,10 @@ def source_scores(train_source, eval_source) -> dict:
 
 def shortfall(model_scores: dict, baseline: dict) -> str | None:
     """What the detector fails to beat, or None when it beats the constant box on every
-    score of `COMPARED` (a tie is not a win)."""
+    score of `COMPARED` (a tie is not a win) or there is nothing to beat (images without
+    objects score None)."""
+    if all(baseline[key] is None for key, _ in COMPARED):
+        return None
     lost = [f"{label} {100 * (model_scores[key] or 0):.2f}% <= "
             f"{100 * (baseline[key] or 0):.2f}%"
             for key, label in COMPARED if (model_scores[key] or 0) <= (baseline[key] or 0)]
@@ -82,10 +85,20 @@ def shortfall(model_scores: dict, baseline: dict) -> str | None:
             "(docs/detection.md)")
 
 
+def beats(model_scores: dict, baseline: dict) -> bool | None:
+    """Whether the detector beats the constant box (see `shortfall`); None where there is no
+    object to find."""
+    if all(baseline[key] is None for key, _ in COMPARED):
+        return None
+    return shortfall(model_scores, baseline) is None
+
+
 def table_cell(model_scores: dict, baseline: dict) -> str:
     """The constant box's scores and the detector's lead over them, in points."""
     parts = [f"{label} {100 * (baseline[key] or 0):.2f}% "
              f"({100 * ((model_scores[key] or 0) - (baseline[key] or 0)):+.2f} points)"
              for key, label in COMPARED]
+    if all(baseline[key] is None for key, _ in COMPARED):
+        return "n/a (no object to find)"
     verdict = "beaten" if shortfall(model_scores, baseline) is None else "NOT BEATEN"
     return f"{', '.join(parts)}: {verdict}"

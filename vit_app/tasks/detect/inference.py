@@ -113,10 +113,10 @@ class Detect(InferenceTask):
         lines = detection_eval.report_lines(results, where)
         constant = baseline.source_scores(source, source)
         results["constant_box"] = constant
-        results["beats_constant_box"] = baseline.shortfall(results, constant) is None
+        results["beats_constant_box"] = baseline.beats(results, constant)
         lines.append("  constant box (each class's mean box on these images, in every image): "
                      + baseline.table_cell(results, constant))
-        if not results["beats_constant_box"]:
+        if results["beats_constant_box"] is False:
             lines.append(f"WARNING: {baseline.shortfall(results, constant)}")
         return results, lines
 
