@@ -68,11 +68,16 @@ def source_scores(train_source, eval_source) -> dict:
                   eval_source.class_names)
 
 
+def _nothing_to_find(baseline: dict) -> bool:
+    """Images without objects: the constant box scores None, and there is no verdict."""
+    return all(baseline[key] is None for key, _ in COMPARED)
+
+
 def shortfall(model_scores: dict, baseline: dict) -> str | None:
     """What the detector fails to beat, or None when it beats the constant box on every
     score of `COMPARED` (a tie is not a win) or there is nothing to beat (images without
     objects score None)."""
-    if all(baseline[key] is None for key, _ in COMPARED):
+    if _nothing_to_find(baseline):
         return None
     lost = [f"{label} {100 * (model_scores[key] or 0):.2f}% <= "
             f"{100 * (baseline[key] or 0):.2f}%"
@@ -88,7 +93,7 @@ def shortfall(model_scores: dict, baseline: dict) -> str | None:
 def beats(model_scores: dict, baseline: dict) -> bool | None:
     """Whether the detector beats the constant box (see `shortfall`); None where there is no
     object to find."""
-    if all(baseline[key] is None for key, _ in COMPARED):
+    if _nothing_to_find(baseline):
         return None
     return shortfall(model_scores, baseline) is None
 
@@ -98,7 +103,7 @@ def table_cell(model_scores: dict, baseline: dict) -> str:
     parts = [f"{label} {100 * (baseline[key] or 0):.2f}% "
              f"({100 * ((model_scores[key] or 0) - (baseline[key] or 0)):+.2f} points)"
              for key, label in COMPARED]
-    if all(baseline[key] is None for key, _ in COMPARED):
+    if _nothing_to_find(baseline):
         return "n/a (no object to find)"
     verdict = "beaten" if shortfall(model_scores, baseline) is None else "NOT BEATEN"
     return f"{', '.join(parts)}: {verdict}"
