@@ -252,6 +252,22 @@ def test_int8_export_refuses_operators_left_in_float(tmp_path):
     assert not path.exists()
 
 
+def test_int8_of_a_layer_dead_on_every_image_runs_under_xnnpack(tmp_path):
+    """A ReLU that no calibration image switches on used to give the next layer a
+    requantisation XNNPACK refuses, so the file could not be loaded; its range is widened."""
+    inputs = keras.Input((8, 8, 3))
+    features = keras.layers.GlobalAveragePooling2D()(inputs)
+    dead = keras.layers.Dense(16, activation="relu",
+                              bias_initializer=keras.initializers.Constant(-1e3))(features)
+    outputs = keras.layers.Add()([keras.layers.Dense(3)(dead), keras.layers.Dense(3)(features)])
+    model = keras.Model(inputs, outputs)
+    path = tmp_path / "model.tflite"
+    pixels = random_pixels(8, batch=16)
+    report = export.tflite(model, str(path), quantization="int8", representative_data=pixels,
+                           verify_images=pixels)
+    assert report["top1_agreement"] >= 0.98 and path.exists()
+
+
 @pytest.mark.slow
 def test_tensor_names_are_dropped_unless_kept_and_per_tensor_scales(tiny_config, tmp_path):
     from ai_edge_litert.interpreter import Interpreter

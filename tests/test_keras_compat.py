@@ -138,3 +138,43 @@ def test_saving_skipsets_are_computed_once_per_type_and_equal_keras_own():
         assert saving_lib.get_attr_skipset(obj_type) is first, obj_type
         assert walked(saving_lib.get_attr_skipset.__wrapped__(obj_type)) == walked(first), \
             obj_type
+
+
+def test_quantize_calibrated_is_the_converters_own_int8_conversion():
+    """Calibrate, then quantize, with nothing changed between: the tensors, their scales and
+    the weights of `converter.convert()` (only the metadata's order differs)."""
+    import tensorflow as tf
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    inputs = keras.Input((4, 4, 3))
+    features = keras.layers.Dense(8, activation="relu")(keras.layers.Flatten()(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(3)(features))
+    function = tf.function(model, input_signature=[tf.TensorSpec([1, 4, 4, 3], tf.float32)])
+    frozen = keras_compat.freeze_concrete_function(function.get_concrete_function())
+    images = np.random.default_rng(0).uniform(0, 1, (8, 1, 4, 4, 3)).astype(np.float32)
+
+    def converter():
+        made = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+        made.optimizations = [tf.lite.Optimize.DEFAULT]
+        made.representative_dataset = lambda: ([image] for image in images)
+        made.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        return made
+
+    seen = []
+    files = [flatbuffer_utils.convert_bytearray_to_object(bytearray(content)) for content in (
+        converter().convert(),
+        keras_compat.quantize_calibrated(converter(), lambda calibrated: seen.append(1) or
+                                         calibrated))]
+    assert seen == [1]
+
+    def tensors(file):
+        listed = lambda values: None if values is None else list(values)
+        return [(tensor.name, tensor.type,
+                 tensor.quantization and (listed(tensor.quantization.scale),
+                                          listed(tensor.quantization.zeroPoint)),
+                 listed(file.buffers[tensor.buffer].data))
+                for tensor in file.subgraphs[0].tensors]
+
+    assert tensors(files[0]) == tensors(files[1])
+    assert [op.opcodeIndex for op in files[0].subgraphs[0].operators] == \
+        [op.opcodeIndex for op in files[1].subgraphs[0].operators]

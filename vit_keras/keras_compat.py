@@ -16,7 +16,10 @@ The project relies on a few internals that have no public equivalent:
 5. `Dense._kernel` / `EinsumDense._kernel`: the stored kernel variable, which the public
    `kernel` property returns with LoRA merged in (`stored_kernel`, for `vit_keras.lora`).
 6. TensorFlow's `convert_variables_to_constants_v2` and the TFLite converter's
-   `_experimental_disable_per_channel` (`freeze_concrete_function`, `set_per_channel`).
+   `_experimental_disable_per_channel` (`freeze_concrete_function`, `set_per_channel`); its
+   `_experimental_calibrate_only`, `convert.mlir_quantize` and `_deduplicate_readonly_buffers`,
+   the two steps of a full-integer conversion with the calibrated ranges readable between them
+   (`quantize_calibrated`).
 7. `Layer.__delattr__` runs a full `gc.collect()` after each variable a layer drops, so that a
    device buffer goes at once; `Model.quantize` drops every projection's kernel
    (`no_collection_per_variable`).
@@ -166,6 +169,43 @@ def set_per_channel(converter, per_channel: bool) -> None:
         raise RuntimeError("this TensorFlow's TFLite converter has no "
                            "_experimental_disable_per_channel: per-tensor int8 is unavailable")
     converter._experimental_disable_per_channel = not per_channel
+
+
+def quantize_calibrated(converter, adjust) -> bytes:
+    """A full-integer TFLite conversion in its two steps, as `converter.convert()` runs them
+    (the same tensors, scales and weights), with `adjust` between them.
+
+    Args:
+        converter: a `TFLiteConverter` set for int8 (optimizations, representative data,
+            integer ops and the input/output types).
+        adjust: the calibrated file's bytes (float, each activation's min and max recorded)
+            -> the bytes to quantize.
+
+    Returns:
+        The quantized file's bytes.
+    """
+    import tensorflow as tf
+    from tensorflow.lite.python import convert as tf_convert
+    from tensorflow.lite.python import lite as tf_lite
+
+    for name in ("_experimental_calibrate_only", "_experimental_disable_per_channel",
+                 "_experimental_disable_per_channel_quantization_for_dense_layers"):
+        check(converter, name)
+    for module, name in ((tf_convert, "mlir_quantize"),
+                         (tf_lite, "_deduplicate_readonly_buffers")):
+        check(module, name)
+    converter._experimental_calibrate_only = True
+    try:
+        calibrated = converter.convert()
+    finally:
+        converter._experimental_calibrate_only = False
+    quantized = tf_convert.mlir_quantize(
+        adjust(calibrated), converter._experimental_disable_per_channel,
+        input_data_type=converter.inference_input_type or tf.float32,
+        output_data_type=converter.inference_output_type or tf.float32,
+        disable_per_channel_for_dense_layers=(
+            converter._experimental_disable_per_channel_quantization_for_dense_layers))
+    return tf_lite._deduplicate_readonly_buffers(quantized)
 
 
 @contextlib.contextmanager

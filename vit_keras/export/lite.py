@@ -27,6 +27,7 @@ QUANTIZATIONS = (None, "fp16", "dynamic_int8", "int8")
 IO_TYPES = ("float32", "int8", "uint8")
 _NON_BUILTIN_HINTS = ("custom op", "flex", "select", "not supported", "tf op")
 _UNFROZEN_OPS = {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"}
+MIN_ACTIVATION_RANGE = 1e-3  # of a full-integer file's activations (`widen_narrow_ranges`)
 
 
 class NonBuiltinOpsError(ValueError):
@@ -224,6 +225,8 @@ def _convert(frozen, quantization, representative_data, io_type, num_calibration
     try:
         if float_ops:
             return _convert_selectively(converter, float_ops)
+        if quantization == "int8":
+            return keras_compat.quantize_calibrated(converter, widen_narrow_ranges)
         return converter.convert()
     except Exception as error:  # the converter raises ConverterError, not a public type
         message = str(error)
@@ -235,6 +238,34 @@ def _convert(frozen, quantization, representative_data, io_type, num_calibration
                 f"TFLite builtin set {ops or ''}, which most devices cannot run (no Flex "
                 f"delegate). Converter message: {message[:2000]}") from error
         raise
+
+
+def widen_narrow_ranges(calibrated: bytes) -> bytes:
+    """A calibrated `.tflite` file whose activations each span at least `MIN_ACTIVATION_RANGE`.
+
+    An activation that calibration saw (nearly) constant, such as a ReLU dead on every image,
+    gets a scale so small that the next layer's requantisation falls below 2^-32, and XNNPACK,
+    LiteRT's default CPU delegate, refuses the whole file. Its values lie within the narrow
+    range either way, so widening it changes no output beyond a step of the wider scale.
+
+    Args:
+        calibrated: the converter's calibrated file (float, each activation's min and max).
+
+    Returns:
+        The same file with each narrower activation's max raised to min + the range.
+    """
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(calibrated))
+    for subgraph in model.subgraphs:
+        for tensor in subgraph.tensors:
+            limits = tensor.quantization
+            constant = model.buffers[tensor.buffer].data is not None
+            if constant or limits is None or limits.min is None or len(limits.min) != 1:
+                continue
+            if limits.max[0] - limits.min[0] < MIN_ACTIVATION_RANGE:
+                limits.max = [limits.min[0] + MIN_ACTIVATION_RANGE]
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def _convert_selectively(converter, float_ops) -> bytes:
