@@ -301,6 +301,29 @@ def test_the_detector_checks_its_options():
         ViTDetector(TINY, decoder_width=20, decoder_heads=2)
 
 
+def test_the_patches_anchor_box_is_the_size_given_and_saved():
+    """Each patch's proposal, and each block after it, starts at its anchor (their last box
+    layers start at zero): at the patch's centre, `anchor_size` wide and high."""
+    model = ViTDetector(TINY, num_queries=4, decoder_layers=1, decoder_width=16,
+                        decoder_heads=2, anchor_size=(0.6, 0.8), all_layers=True)
+    images = np.random.default_rng(0).normal(size=(2, 16, 16, 3)).astype(np.float32)
+    sides = keras.ops.convert_to_numpy(keras.ops.sigmoid(model.predict(images, verbose=0)))
+    np.testing.assert_allclose(sides[..., -2:], np.broadcast_to([0.6, 0.8], sides[..., -2:].shape),
+                               atol=1e-5)
+    assert ViTDetector.from_config(model.get_config()).anchor_size == (0.6, 0.8)
+    patches = ViTDetector(TINY, num_queries=4, decoder_layers=1, decoder_width=16,
+                          decoder_heads=2, all_layers=True)
+    default = keras.ops.convert_to_numpy(keras.ops.sigmoid(patches.predict(images, verbose=0)))
+    np.testing.assert_allclose(default[..., -2:], 0.5, atol=1e-5)   # two of 4 patches a side
+    with pytest.raises(ValueError, match=r"anchor_size is \(width, height\) in fractions of the "
+                                         r"image, each in \(0, 1\), got \(0.5, 1.2\)"):
+        ViTDetector(TINY, num_queries=4, decoder_width=16, decoder_heads=2,
+                    anchor_size=(0.5, 1.2))
+    with pytest.raises(ValueError, match="learned queries .* learn their own anchors"):
+        ViTDetector(TINY, num_queries=4, decoder_width=16, decoder_heads=2,
+                    query_selection=False, anchor_size=(0.5, 0.5))
+
+
 def test_the_memory_positions_are_sines_of_the_patch_centres():
     positions = grid_positions(2, 3, 16)
     assert positions.shape == (1, 6, 16)

@@ -143,6 +143,21 @@ def test_a_detector_run_reports_the_constant_box_and_says_when_it_does_not_beat_
     assert (squares_run / "run" / "model.keras").exists()
 
 
+def test_the_proposals_start_at_the_training_boxes_median_box(squares_run):
+    """The small-data rule reads the anchor box off the training labels and says so."""
+    sides = np.array([[float(value) for value in line.split()[3:5]]
+                      for label in (squares_run / "train" / "labels").glob("*.txt")
+                      for line in label.read_text().splitlines()])
+    width, height = (round(float(side), 2) for side in np.median(sides, axis=0))
+    preset = json.loads((squares_run / "run" / "config.json").read_text())["preset"]
+    assert (preset["detect"]["anchor_width"], preset["detect"]["anchor_height"]) == (width,
+                                                                                     height)
+    printed = (squares_run / "printed.txt").read_text()
+    assert (f"fitted to the data: detect.anchor_width 0.0 -> {width}, detect.anchor_height "
+            f"0.0 -> {height} (the patches' proposals start as the training boxes' median "
+            "box") in printed
+
+
 def _boxes_within(rows, width, height):
     for row in rows:
         x0, y0, x1, y1 = (float(row[key]) for key in ("x0", "y0", "x1", "y1"))

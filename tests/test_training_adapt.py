@@ -259,3 +259,42 @@ def test_the_detection_rule_leaves_digits_detect_for_the_digit_boxes_and_fits_ot
     # 16x16 px images: a 4x4 grid of 4 px patches holds 16 queries at most
     small, message = adapt.adapt(preset, (16, 16), 300, task_rule=DETECT_RULE)
     assert small.detect.queries == 16 and "detect.queries 20 -> 16" in message
+
+
+class _ReadsTheBoxes:
+    """An objective that reads a box size off its training data."""
+
+    def data_choices(self, source):
+        return {"detect.anchor_width": 0.6, "detect.anchor_height": 0.8}, "the boxes' median"
+
+
+def test_what_the_objective_reads_off_the_data_is_applied_unless_pinned():
+    preset = get_preset("digits_detect")
+    fitted, line = adapt.fit_to_data(preset, _ReadsTheBoxes(), source=None)
+    assert (fitted.detect.anchor_width, fitted.detect.anchor_height) == (0.6, 0.8)
+    assert line == ("fitted to the data: detect.anchor_width 0.0 -> 0.6, "
+                    "detect.anchor_height 0.0 -> 0.8 (the boxes' median; --set pins a field)")
+    assert fitted.pinned == preset.pinned    # what the rule chose is not the user's
+    pinned = apply_overrides(preset, ["detect.anchor_width=0.3"])
+    kept, line = adapt.fit_to_data(pinned, _ReadsTheBoxes(), source=None)
+    assert (kept.detect.anchor_width, kept.detect.anchor_height) == (0.3, 0.8)
+    assert "anchor_width" not in line
+    assert adapt.fit_to_data(fitted, _ReadsTheBoxes(), source=None) == (fitted, "")
+
+
+def test_photos_of_small_objects_train_at_a_size_where_most_span_a_patch():
+    from training.tasks.detect.objective import size_for_boxes
+
+    config = get_preset("digits_detect").model.replace(image_size=(56, 64))
+    photos = np.tile([[360, 480]], (10, 1))
+    # over a tenth of the objects 5% of the photo a side: 2.8 px high at 56 px, under a patch
+    small = np.array([[0, 0.5, 0.5, 0.05, 0.05]] * 3 + [[0, 0.5, 0.5, 0.4, 0.4]] * 17)
+    choices, why = size_for_boxes(small, photos, config)
+    assert choices == {"model.image_size": (112, 128)}   # 128 px at most: 5.6 px
+    assert why == ("a tenth of the objects are under 2.8 px at 56x64 px, less than a 8 px "
+                   "patch; at 112x128 px, 5.6 px")
+    # never past the photos' own size, and nothing where the objects span a patch
+    assert size_for_boxes(small, np.tile([[60, 80]], (10, 1)), config)[0] == \
+        {"model.image_size": (64, 80)}
+    large = np.array([[0, 0.5, 0.5, 0.6, 0.8]] * 20)
+    assert size_for_boxes(large, photos, config) == ({}, "")

@@ -209,6 +209,24 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
                      + (f"\n  why: {reason}" if reason else ""))
 
 
+def fit_to_data(preset, objective, source):
+    """`preset` with what `objective` reads off the training `source`
+    (`Objective.data_choices`), leaving its pinned fields alone.
+
+    Returns:
+        (the preset, a 'fitted to the data: ...' line naming each change and why, or '' when
+        none changed).
+    """
+    choices, reason = objective.data_choices(source)
+    changes = {key: value for key, value in choices.items()
+               if key not in preset.pinned and preset.value(key) != value}
+    if not changes:
+        return preset, ""
+    listing = ", ".join(f"{_recipe_name(key)} {preset.value(key)} -> {value}"
+                        for key, value in changes.items())
+    return (preset.with_values(changes, "small-data rule"),
+            f"fitted to the data: {listing} ({reason}; --set pins a field)")
+
 
 def _recipe_name(key: str) -> str:
     """How the recipe line names 'SECTION.FIELD': a shared section's field by its name

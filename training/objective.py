@@ -79,6 +79,11 @@ class Objective:
         """The `Preprocessing` the model records, from the data's (`data.preprocessing`)."""
         return preprocessing
 
+    def data_choices(self, source) -> tuple[dict, str]:
+        """What this objective reads off the training `source` where the preset fits the data
+        (`data.adapt`): ({'SECTION.FIELD': value}, why) (none)."""
+        return {}, ""
+
     def epoch_examples(self, source, num_examples: int) -> int:
         """Training examples an epoch draws from `source` (its `num_examples`, once each)."""
         return num_examples

@@ -226,6 +226,8 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
         preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(shapes),
                                          num_examples, photos=adapt.looks_like_photos(crops),
                                          task_rule=task_objective.small_data_rule)
+        preset, fitted = adapt.fit_to_data(preset, get_objective(preset), data.train)
+        adaptation = "\n".join(line for line in (adaptation, fitted) if line)
     epoch_examples = get_objective(preset).epoch_examples(data.train, num_examples)
     preset, batch_note = fit_batch_to_data(preset, epoch_examples, placement.replicas)
     adaptation = "\n".join(line for line in (adaptation, batch_note) if line)

@@ -23,6 +23,39 @@ from vit_keras.tasks.detect.model import ViTDetector, load_backbone
 from vit_keras.tasks.detect.loss import BoxF1, SetPredictionLoss
 
 QUERIES = 20  # digits_detect's: the queries are chosen among the patches, so at most one each
+ANCHOR_RANGE = (0.01, 0.95)  # a median box's sides, kept clear of a sigmoid's ends
+# A tenth of the objects may be smaller than a patch; to keep the rest above one, the training
+# size grows up to this side (4x the rule's 64 px tokens) and never past the photos' own.
+SMALL_OBJECTS_PERCENTILE = 10
+MAX_SIDE_FOR_BOXES = 128
+
+
+def size_for_boxes(fractions, image_sizes, config: ViTConfig) -> tuple[dict, str]:
+    """The training size at which the objects' `SMALL_OBJECTS_PERCENTILE` shorter side spans a
+    patch, up to `MAX_SIDE_FOR_BOXES` and the images' median longer side.
+
+    Args:
+        fractions: float [objects, 5]: class, cx, cy, w, h in fractions of their images.
+        image_sizes: int [images, 2]: each training image's (height, width).
+        config: the model's `ViTConfig` as the rule chose it.
+
+    Returns:
+        ({'model.image_size': the larger size}, why), or ({}, '') where the size holds them.
+    """
+    height, width = config.image_hw
+    patch, longest = config.patch_size, max(config.image_hw)
+    shorter = np.minimum(fractions[:, 3] * width, fractions[:, 4] * height)
+    small = float(np.percentile(shorter, SMALL_OBJECTS_PERCENTILE))
+    native = float(np.median(np.max(image_sizes, axis=1)))
+    target = min(MAX_SIDE_FOR_BOXES, native, longest * patch / max(small, 1e-3))
+    if small >= patch or target < longest + patch:
+        return {}, ""
+    factor = target / longest
+    new_hw = tuple(max(patch, int(side * factor) // patch * patch) for side in (height, width))
+    grown = small * new_hw[0] / height
+    return ({"model.image_size": new_hw[0] if new_hw[0] == new_hw[1] else new_hw},
+            f"a tenth of the objects are under {small:.1f} px at {height}x{width} px, less than "
+            f"a {patch} px patch; at {new_hw[0]}x{new_hw[1]} px, {grown:.1f} px")
 
 
 def _rule_choices(native_hw, num_examples: int, patch: int) -> dict:
@@ -57,6 +90,24 @@ class Detection(Objective):
             raise ValueError("finetune 'probe' fits a linear classifier; a detector's head "
                              "trains by gradient steps: use finetune.mode=head or lora")
         super().__init__(preset)
+
+    def data_choices(self, source) -> tuple[dict, str]:
+        """From the training boxes: the patches' anchor box at their median width and height,
+        and, training from scratch, an image size at which most objects span a patch."""
+        fractions = detection_data.object_fractions(source)
+        if not len(fractions):
+            return {}, ""
+        width, height = (round(float(np.clip(side, *ANCHOR_RANGE)), 2)
+                         for side in np.median(fractions[:, 3:5], axis=0))
+        choices = {"detect.anchor_width": width, "detect.anchor_height": height}
+        reasons = [f"the patches' proposals start as the training boxes' median box, "
+                   f"{width:.0%} x {height:.0%} of the image"]
+        if not self.preset.finetune.weights:   # pre-trained weights fix the model's size
+            size, why = size_for_boxes(fractions, detection_data.image_sizes(source),
+                                       self.preset.model)
+            choices.update(size)
+            reasons += [why] if why else []
+        return choices, "; ".join(reasons)
 
     def open_data(self, data_dir):
         data = self.preset.data
@@ -95,9 +146,11 @@ class Detection(Objective):
 
     def build(self, config: ViTConfig) -> keras.Model:
         settings = self.preset.detect
+        anchor_size = (settings.anchor_width, settings.anchor_height) \
+            if settings.anchor_width and settings.anchor_height else None
         model = ViTDetector(config, num_queries=settings.queries,
-                            decoder_layers=settings.layers,
-                            decoder_width=settings.width, all_layers=True)
+                            decoder_layers=settings.layers, decoder_width=settings.width,
+                            anchor_size=anchor_size, all_layers=True)
         if self.preset.finetune.weights:  # position embeddings resized to this model's grid
             load_backbone(model, self.preset.finetune.weights)
         return model

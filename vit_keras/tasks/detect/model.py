@@ -80,14 +80,19 @@ def grid_positions(rows: int, cols: int, width: int) -> np.ndarray:
     return np.concatenate(features, axis=-1)[None].astype(np.float32)
 
 
-def patch_anchors(rows, cols):
-    """[1, rows * cols, 4] box logits of each patch's anchor: its centre, and a side of
-    `PATCH_ANCHOR_SPAN` patches (what the proposal head corrects)."""
+def patch_anchors(rows, cols, anchor_size=None):
+    """[1, rows * cols, 4] box logits of each patch's anchor: its centre, and a size of
+    `anchor_size` (width, height in fractions of the image), or of `PATCH_ANCHOR_SPAN` patches
+    a side when None (what the proposal head corrects)."""
     ys = (ops.cast(ops.arange(rows), "float32") + 0.5) / ops.cast(rows, "float32")
     xs = (ops.cast(ops.arange(cols), "float32") + 0.5) / ops.cast(cols, "float32")
     count = ops.shape(ys)[0] * ops.shape(xs)[0]
-    sides = ops.stack([ops.full((count,), PATCH_ANCHOR_SPAN / ops.cast(cols, "float32")),
-                       ops.full((count,), PATCH_ANCHOR_SPAN / ops.cast(rows, "float32"))], -1)
+    if anchor_size is None:
+        side_x = PATCH_ANCHOR_SPAN / ops.cast(cols, "float32")
+        side_y = PATCH_ANCHOR_SPAN / ops.cast(rows, "float32")
+    else:
+        side_x, side_y = (ops.cast(side, "float32") for side in anchor_size)
+    sides = ops.stack([ops.full((count,), side_x), ops.full((count,), side_y)], -1)
     boxes = ops.concatenate([ops.stack([ops.tile(xs, [rows]), ops.repeat(ys, cols)], -1),
                              ops.minimum(sides, 0.99)], axis=-1)
     return ops.log(boxes / (1 - boxes))[None]
@@ -115,11 +120,14 @@ class DecoderMemory(keras.layers.Layer):
 
     Args:
         width: the decoder's width.
+        anchor_size: the anchors' (width, height) in fractions of the image; None: two
+            patches a side.
     """
 
-    def __init__(self, width: int, **kwargs):
+    def __init__(self, width: int, anchor_size=None, **kwargs):
         super().__init__(**kwargs)
         self.width = width
+        self.anchor_size = None if anchor_size is None else tuple(anchor_size)
         self.projection = keras.layers.Dense(width, name="projection", dtype=self.dtype_policy)
         self.norm = LayerNorm(epsilon=1e-6, name="norm",
                                                     dtype=self.dtype_policy)
@@ -140,7 +148,8 @@ class DecoderMemory(keras.layers.Layer):
         batch, tokens = ops.shape(memory)[0], ops.shape(memory)[1]
         return (memory, ops.broadcast_to(ops.cast(positions, memory.dtype),
                                          (batch, tokens, self.width)),
-                ops.broadcast_to(patch_anchors(rows, cols), (batch, tokens, BOX_CHANNELS)))
+                ops.broadcast_to(patch_anchors(rows, cols, self.anchor_size),
+                                 (batch, tokens, BOX_CHANNELS)))
 
     def compute_output_shape(self, input_shape):
         batch, rows, cols, _ = input_shape
@@ -149,7 +158,7 @@ class DecoderMemory(keras.layers.Layer):
                 (batch, tokens, BOX_CHANNELS))
 
     def get_config(self):
-        return {**super().get_config(), "width": self.width}
+        return {**super().get_config(), "width": self.width, "anchor_size": self.anchor_size}
 
 
 def _box_head(width: int, policy) -> list:
@@ -409,6 +418,21 @@ def _check_head(config: ViTConfig, num_queries, decoder_layers, decoder_width,
                          "smaller patches, or query_selection=False")
 
 
+def _check_anchor_size(anchor_size, query_selection) -> tuple | None:
+    """`anchor_size` as a (width, height) tuple of fractions in (0, 1), or None."""
+    if anchor_size is None:
+        return None
+    if not query_selection:
+        raise ValueError("anchor_size sets the patches' proposals' first boxes; learned "
+                         "queries (query_selection=False) learn their own anchors: drop "
+                         "anchor_size or keep query_selection=True")
+    sides = tuple(float(side) for side in anchor_size)
+    if len(sides) != 2 or not all(0.0 < side < 1.0 for side in sides):
+        raise ValueError(f"anchor_size is (width, height) in fractions of the image, each in "
+                         f"(0, 1), got {anchor_size!r}")
+    return sides
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ViTDetector(ConfiguredModel, keras.Model):
     """DETR on a ViT encoder: images -> [batch, queries, num_classes + 4] (see the module
@@ -430,6 +454,9 @@ class ViTDetector(ConfiguredModel, keras.Model):
         query_selection: the queries start as the best-scoring patches' proposals
             (`ProposalQueries`; default True), or as learned queries with learned anchors
             (`ObjectQueries`, DETR's and DAB-DETR's).
+        anchor_size: the patches' anchor boxes, (width, height) in fractions of the image,
+            which their proposals correct (default None: two patches a side); training sets
+            it to its boxes' median size (`detect.anchor_width`, `detect.anchor_height`).
         all_layers: give every block's outputs (training's auxiliary losses), the proposals'
             first with `query_selection`, instead of the last block's (default False).
         name: model name; default 'vit_detector'.
@@ -442,17 +469,18 @@ class ViTDetector(ConfiguredModel, keras.Model):
     def __init__(self, config, num_queries: int = 20, decoder_layers: int = 3,
                  decoder_width: int = 128, decoder_heads: int = 4,
                  decoder_mlp_dim: int | None = None, query_selection: bool = True,
-                 all_layers: bool = False, name: str | None = None, dtype=None,
-                 preprocessing=None, **kwargs):
+                 anchor_size=None, all_layers: bool = False, name: str | None = None,
+                 dtype=None, preprocessing=None, **kwargs):
         config, preprocessing = task_config(config, preprocessing)
         _check_head(config, num_queries, decoder_layers, decoder_width, decoder_heads,
                     query_selection)
+        anchor_size = _check_anchor_size(anchor_size, query_selection)
         mlp_dim = decoder_mlp_dim or 4 * decoder_width
         height, width = (None, None) if config.dynamic_image_size else config.image_hw
         images = keras.Input((height, width, config.channels), name="images")
         grid = block_grids(config, images, [config.num_layers - 1], HEAD_PREFIX, dtype)[0]
-        memory, positions, anchors = DecoderMemory(decoder_width, name=f"{HEAD_PREFIX}memory",
-                                                   dtype=dtype)(grid)
+        memory, positions, anchors = DecoderMemory(decoder_width, anchor_size,
+                                                   name=f"{HEAD_PREFIX}memory", dtype=dtype)(grid)
         per_layer = []
         if query_selection:
             queries, anchors, proposals = ProposalQueries(
@@ -479,6 +507,7 @@ class ViTDetector(ConfiguredModel, keras.Model):
         self.decoder_heads = decoder_heads
         self.decoder_mlp_dim = decoder_mlp_dim
         self.query_selection = query_selection
+        self.anchor_size = anchor_size
         self.all_layers = all_layers
 
     def get_config(self):
@@ -487,7 +516,8 @@ class ViTDetector(ConfiguredModel, keras.Model):
                 "num_queries": self.num_queries, "decoder_layers": self.decoder_layers,
                 "decoder_width": self.decoder_width, "decoder_heads": self.decoder_heads,
                 "decoder_mlp_dim": self.decoder_mlp_dim,
-                "query_selection": self.query_selection, "all_layers": self.all_layers,
+                "query_selection": self.query_selection, "anchor_size": self.anchor_size,
+                "all_layers": self.all_layers,
                 "name": self.name, "trainable": self.trainable,
                 "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}
 
