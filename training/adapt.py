@@ -87,6 +87,7 @@ class TaskRule:
         images_seen: the images an adapted run sees in all (`IMAGES_SEEN`: a classifier's).
         min_epochs: the fewest epochs it gives.
         photo_recipe: photographs get `PHOTO_RECIPE` (and `PHOTO_CROPS` where large).
+        photo_choices: the task's own {'SECTION.FIELD': value} for photographs, beside them.
         own_choices: (typical (height, width), number of images, patch size) -> the task's
             own {'SECTION.FIELD': value} (they may replace the rule's), or None.
         own_reason: the same arguments -> why the task chose so, for the recipe line ('' when
@@ -96,6 +97,7 @@ class TaskRule:
     images_seen: int = IMAGES_SEEN
     min_epochs: int = MIN_EPOCHS
     photo_recipe: bool = True
+    photo_choices: dict = dataclasses.field(default_factory=dict)
     own_choices: Callable[[tuple, int, int], dict] | None = None
     own_reason: Callable[[tuple, int, int], str] | None = None
 
@@ -188,7 +190,7 @@ def adapt(preset, native_hw: tuple[int, int], num_examples: int,
     choices = rule(native_hw, num_examples, preset.schedule.batch_size, task_rule)
     is_photos = photos[0] and task_rule.photo_recipe
     if is_photos:
-        choices.update(PHOTO_RECIPE)
+        choices.update({**PHOTO_RECIPE, **task_rule.photo_choices})
         if max(native_hw) >= CROP_FROM_DOWNSCALE * max(image_size(native_hw)[0]):
             choices.update(PHOTO_CROPS)
     changes = {key: value for key, value in choices.items()
