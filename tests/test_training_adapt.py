@@ -300,3 +300,19 @@ def test_photos_of_small_objects_train_at_a_size_where_most_span_a_patch():
         {"model.image_size": (64, 80)}
     large = np.array([[0, 0.5, 0.5, 0.6, 0.8]] * 20)
     assert size_for_boxes(large, photos, config) == ({}, "")
+
+
+def test_anchors_move_to_the_median_box_only_far_from_two_patches():
+    from training.tasks.detect.objective import anchor_for_boxes
+
+    config = get_preset("digits_detect").model.replace(image_size=(56, 64))   # 7x8 patches
+    raccoons = np.array([[0, 0.5, 0.5, 0.62, 0.83]] * 3)
+    assert anchor_for_boxes(raccoons, config) == (
+        {"detect.anchor_width": 0.62, "detect.anchor_height": 0.83},
+        "the patches' proposals start as the training boxes' median box, 62% x 83% of the "
+        "image, not 2 patches a side")
+    digits = np.array([[0, 0.5, 0.5, 0.17, 0.28]] * 3)   # two patches: 25% x 29%
+    assert anchor_for_boxes(digits, config) == ({}, "")
+    specks = np.array([[0, 0.5, 0.5, 0.05, 0.3]] * 3)   # a fifth of two patches' width
+    assert anchor_for_boxes(specks, config)[0] == {"detect.anchor_width": 0.05,
+                                                   "detect.anchor_height": 0.3}
