@@ -297,6 +297,7 @@ def test_tensor_names_are_dropped_unless_kept_and_per_tensor_scales(tiny_config,
         export.tflite(model, str(tmp_path / "x.tflite"), per_channel=False)
 
 
+@pytest.mark.slow
 def test_a_file_below_its_bar_raises_and_is_not_left_at_its_path(trained_tiny, tmp_path):
     """Given held-out images, `tflite` holds the file to its bar: int8 calibrated on black
     images raises (nothing at the path), or warns when asked to and writes it."""

@@ -231,6 +231,7 @@ def test_hub_references_without_huggingface_hub_say_what_to_install(monkeypatch)
         pretrained.weights_file("hf://google/vit-base-patch16-224")
 
 
+@pytest.mark.slow
 def test_a_killed_download_leaves_a_part_that_the_next_download_removes(mirror):
     """SIGKILL in the middle of a transfer (the server stalls after half the file): its
     `<file>.<writer>.<pid>.<random>.part` stays; the next download of the file removes it and

@@ -262,6 +262,7 @@ def _train_tiny_segmenter(data, output, *options) -> int:
                      "--no-inspect", "--output", str(output), *options])
 
 
+@pytest.mark.slow
 def test_train_segment_on_a_folder_writes_a_segmenter(tmp_path, capsys):
     """`vit train --task segment` on a folder of palette masks: a ViTSegmenter in model.keras,
     the exact scores in metrics.json, the formats asked for exported and checked by pixel (the
