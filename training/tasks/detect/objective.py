@@ -125,14 +125,14 @@ class Detection(Objective):
     def data_choices(self, source) -> tuple[dict, str]:
         """From the training boxes: the patches' anchor box at their median width and height,
         and, training from scratch, an image size at which most objects span a patch."""
-        fractions = detection_data.object_fractions(source)
+        sizes = detection_data.image_sizes(source)   # every file's header, read once
+        fractions = detection_data.object_fractions(source, sizes)
         if not len(fractions):
             return {}, ""
         choices, why = anchor_for_boxes(fractions, self.preset.model)
         reasons = [why] if why else []
         if not self.preset.finetune.weights:   # pre-trained weights fix the model's size
-            size, why = size_for_boxes(fractions, detection_data.image_sizes(source),
-                                       self.preset.model)
+            size, why = size_for_boxes(fractions, sizes, self.preset.model)
             choices.update(size)
             reasons += [why] if why else []
         return (choices, "; ".join(reasons)) if choices else ({}, "")

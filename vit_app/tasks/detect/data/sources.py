@@ -176,11 +176,11 @@ def image_sizes(source: Source) -> np.ndarray:
     return np.asarray(sizes, np.int64).reshape(-1, 2)
 
 
-def object_fractions(source: Source) -> np.ndarray:
+def object_fractions(source: Source, sizes=None) -> np.ndarray:
     """Every object of an in-memory source: float64 [objects, 5] (class, cx, cy, w, h in
-    fractions of its image)."""
+    fractions of its image); `sizes`: its `image_sizes`, where the caller has them."""
     boxes = np.asarray(source.arrays[1], np.float64)
-    sizes = image_sizes(source).astype(np.float64)
+    sizes = (image_sizes(source) if sizes is None else np.asarray(sizes)).astype(np.float64)
     scale = np.concatenate([sizes[:, ::-1], sizes[:, ::-1]], axis=-1)[:, None]
     corners = boxes[..., :4] / scale
     found = boxes[..., 4] >= 0
