@@ -31,6 +31,12 @@ validation scenes, written as a YOLO folder (images/ + labels/ + classes.txt, `f
     python benchmarks/detection.py                      # about 22 minutes on 2 cores
     python benchmarks/detection.py --only shape-boxes   # one data set
     python benchmarks/detection.py --only photo-boxes   # the photo folder's figures: 5 minutes
+    python benchmarks/detection.py --data folder:train --val-data folder:val  # your photos
+
+Your own folder (`--data`, `--val-data`): the ViT, the two same-time RetinaNets and the constant
+box (the training boxes' mean box in every validation photo, which the ViT's run scores); the
+ViT should lead the constant box by `CONSTANT_BOX_POINTS` in both mAPs. RetinaNet's images are
+zero-padded at the bottom and right to a multiple of 16, which its pyramid needs.
 
 It exits 1 when a verdict does not hold.
     python benchmarks/detection.py --no-retinanet --train-args "--set detect.queries=30"
@@ -54,9 +60,14 @@ DATA_SETS = ("digit-boxes", "shape-boxes", "photo-boxes")
 # A user's first folder of photographs (benchmarks/dense_sets.py), trained with no flags: the
 # ViT alone, held to docs/detection.md's figures (mAP@0.5 0.5 and mAP 0.2 at least).
 PHOTO_BARS = {"val_mAP50": 0.5, "val_mAP": 0.2}
+FOLDER = "your-folder"  # the rows of `--data`
 SHAPE_CLASSES = ("disc", "square", "triangle")
 HEAD_CONVS = {"keras-hub's heads": 4, "1 conv a head": 1}  # row name: convolutions a head
 MARGIN_POINTS = 0  # the ViT's mAP should be at least the same-time RetinaNet's
+# On a folder of real photographs the plain command should beat a box that never looks at the
+# image (the training boxes' mean box, in every validation photo) by this much, in both mAPs.
+CONSTANT_BOX_POINTS = 10
+PYRAMID_STRIDE = 16  # P4's
 sys.path.insert(0, REPO)
 
 
@@ -142,17 +153,26 @@ def retinanet(num_classes: int, size: tuple[int, int], head_convs: int = 4):
     return model
 
 
+def pyramid_size(size: tuple[int, int]) -> tuple[int, int]:
+    """`size` rounded up to P4's stride (16), so that each pyramid level is exactly twice the
+    next: a 56x64 ViT input is zero-padded at its bottom to 64x64 for RetinaNet."""
+    return tuple(-(-side // PYRAMID_STRIDE) * PYRAMID_STRIDE for side in size)
+
+
 def keras_hub_targets(size: tuple[int, int]):
-    """A map from the ViT pipeline's targets [batch, objects, 5] (class, cx cy w h fractions)
-    to RetinaNet's {'boxes': pixel xyxy, 'labels'}, padding -1 in both."""
+    """A map from the ViT pipeline's batches (images at `size`; targets [batch, objects, 5] of
+    class, cx cy w h fractions) to RetinaNet's: the images zero-padded at their bottom and right
+    to `pyramid_size`, {'boxes': pixel xyxy, 'labels'} padding -1 in both."""
     import tensorflow as tf
 
     scale = tf.constant([size[1], size[0], size[1], size[0]], tf.float32)
+    padded = pyramid_size(size)
 
     def convert(images, found):
         present = found[..., :1] >= 0
         centre, extent = found[..., 1:3], found[..., 3:5]
         boxes = tf.concat([centre - extent / 2, centre + extent / 2], axis=-1) * scale
+        images = tf.image.pad_to_bounding_box(images, 0, 0, *padded)
         return images, {"boxes": tf.where(present, boxes, -1.0),
                         "labels": tf.where(present[..., 0], found[..., 0], -1.0)}
 
@@ -167,7 +187,9 @@ def retinanet_scores(model, val, size, preprocessing) -> dict:
     from vit_app.tasks.detect.evaluate import coco_scores, model_inputs
 
     images, truth = labelled_images(val)
-    inputs = model_inputs(images, size, preprocessing)
+    padded = pyramid_size(size)
+    inputs = np.pad(model_inputs(images, size, preprocessing),
+                    [(0, 0), (0, padded[0] - size[0]), (0, padded[1] - size[1]), (0, 0)])
     found = {}
     for start in range(0, len(inputs), 64):  # eager: keras-hub's NMS needs a known batch size
         chunk = inputs[start:start + 64]
@@ -204,7 +226,7 @@ def run_retinanet(budget_seconds: float, run_folder: str, head_convs: int = 4) -
     endless = preset.with_values({"schedule.epochs": 10_000})  # the budget ends training
     stream = detect_pipeline.train_dataset(data.train, size, batch, endless,
                                            preprocessing=preprocessing)
-    model = retinanet(data.train.num_classes, size, head_convs)
+    model = retinanet(data.train.num_classes, pyramid_size(size), head_convs)
     started = time.perf_counter()
     history = model.fit(stream.map(keras_hub_targets(size)), epochs=10_000,
                         steps_per_epoch=steps, verbose=0,
@@ -226,6 +248,8 @@ def compare(name: str, train_spec: str, val_spec: str, train_args: list, folder:
     output = os.path.join(folder, f"vit-{name}")
     vit = run_vit(data + train_args, output, task="detect")
     rows = [(f"{name}: ViT (vit train --task detect)", vit)]
+    if name == FOLDER:
+        rows.append((f"{name}: constant box (the training boxes' mean)", constant_box(vit)))
     for heads, convs in HEAD_CONVS.items() if with_retinanet else ():
         task = {"budget": vit["train_seconds"], "run": output, "head_convs": convs,
                 "result": os.path.join(folder, f"retinanet-{name}-{convs}.json")}
@@ -235,6 +259,12 @@ def compare(name: str, train_spec: str, val_spec: str, train_args: list, folder:
             rows.append((f"{name}: RetinaNet, {heads}, same time",
                          {**json.load(handle), "peak_mb": peak}))
     return rows
+
+
+def constant_box(vit: dict) -> dict:
+    """The row of the constant box the ViT's run scored on the same validation photos."""
+    return {"val_mAP": vit["val_constant_box_mAP"], "val_mAP50": vit["val_constant_box_mAP50"],
+            "constant": True}
 
 
 def photo_rows(train_args: list, folder: str) -> list:
@@ -249,6 +279,8 @@ def photo_rows(train_args: list, folder: str) -> list:
 
 
 def _row(name: str, result: dict) -> str:
+    if result.get("constant"):
+        return f"{name:<52} {100 * result['val_mAP']:6.2f}% {100 * result['val_mAP50']:7.2f}%"
     return (f"{name:<52} {100 * result['val_mAP']:6.2f}% {100 * result['val_mAP50']:7.2f}% "
             f"{result['train_seconds']:8.1f} {result['epochs']:7d} "
             f"{result['total_weights']:10,d} {result['peak_mb']:8.0f}")
@@ -266,8 +298,12 @@ def verdicts(rows: list) -> list[str]:
                 f"DOES NOT HOLD its figures: {', '.join(low)}" if low else
                 f"holds its figures (mAP@0.5 {100 * result['val_mAP50']:.1f}%, mAP "
                 f"{100 * result['val_mAP']:.1f}%)"))
-    for data in DATA_SETS:
-        found = [result for name, result in rows if name.startswith(data + ":")]
+    for data in (*DATA_SETS, FOLDER):
+        found = [result for name, result in rows
+                 if name.startswith(data + ":") and not result.get("constant")]
+        constant = [result for name, result in rows
+                    if name.startswith(data + ":") and result.get("constant")]
+        lines += [constant_verdict(data, found[0], row) for row in constant]
         if len(found) < 2:
             continue
         vit, other = found[0], max(found[1:], key=lambda result: result["val_mAP"])
@@ -280,6 +316,21 @@ def verdicts(rows: list) -> list[str]:
     return lines
 
 
+def constant_verdict(data: str, vit: dict, constant: dict) -> str:
+    """The ViT's lead over the constant box in both mAPs, held to `CONSTANT_BOX_POINTS`."""
+    leads = {key: 100 * (vit[key] - constant[key]) for key in ("val_mAP", "val_mAP50")}
+    verdict = ("holds" if min(leads.values()) >= CONSTANT_BOX_POINTS else "DOES NOT HOLD")
+    return (f"{data}: ViT - constant box {leads['val_mAP']:+.1f} mAP points, "
+            f"{leads['val_mAP50']:+.1f} mAP@0.5 points (at least {CONSTANT_BOX_POINTS} in "
+            f"both: {verdict})")
+
+
+def absolute_spec(spec: str) -> str:
+    """A `folder:` spec with its path made absolute (RetinaNet's process reads it too)."""
+    kind, _, path = spec.partition(":")
+    return f"{kind}:{os.path.abspath(path)}" if kind == "folder" and path else spec
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-args", default="", help="more `vit train` arguments")
@@ -287,6 +338,9 @@ def main() -> None:
                         help="only this data set's rows (repeatable; default: all three)")
     parser.add_argument("--no-retinanet", action="store_true",
                         help="the ViT rows alone (to compare `--train-args` variants)")
+    parser.add_argument("--data", help="a folder of your own photographs with boxes (a `vit "
+                        "train --data` spec): its rows alone, with the constant box's")
+    parser.add_argument("--val-data", help="its held-out photographs (default: a split)")
     parser.add_argument("--retinanet", help=argparse.SUPPRESS)  # RetinaNet's own process
     args = parser.parse_args()
     if args.retinanet:
@@ -298,6 +352,11 @@ def main() -> None:
     train_args, only = shlex.split(args.train_args), args.only or DATA_SETS
     rows = []
     with tempfile.TemporaryDirectory() as folder:
+        if args.data:
+            rows += compare(FOLDER, absolute_spec(args.data),
+                            absolute_spec(args.val_data or args.data), train_args, folder,
+                            not args.no_retinanet)
+            only = ()
         if "digit-boxes" in only:
             rows += compare("digit-boxes", "digit-boxes", "digit-boxes", train_args, folder,
                             not args.no_retinanet)

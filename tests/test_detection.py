@@ -22,6 +22,8 @@ from vit_keras.tasks.detect.model import ViTDetector, grid_positions, patch_anch
 from vit_keras.tasks.detect.loss import (BoxF1, SetPredictionLoss, corners, generalized_iou,
                                       hungarian)
 
+from helpers import script_module
+
 TINY = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
                  num_layers=1, num_classes=3)
 
@@ -239,6 +241,32 @@ def test_a_detector_beats_the_constant_box_only_by_scoring_above_it_on_both_scor
     assert baseline.beats(perfect, constant) is True
     assert baseline.beats(constant, constant) is False
     assert baseline.table_cell({"mAP": None, "mAP50": None}, nothing) == "n/a (no object to find)"
+
+
+def test_the_real_photo_benchmark_wants_ten_points_over_the_constant_box_in_both_maps():
+    bench = script_module("benchmarks", "detection")
+    vit = {"val_mAP": 0.20, "val_mAP50": 0.50, "val_constant_box_mAP": 0.08,
+           "val_constant_box_mAP50": 0.37}
+    rows = [(f"{bench.FOLDER}: ViT", vit), (f"{bench.FOLDER}: constant box",
+                                            bench.constant_box(vit))]
+    assert bench.verdicts(rows) == [f"{bench.FOLDER}: ViT - constant box +12.0 mAP points, "
+                                    "+13.0 mAP@0.5 points (at least 10 in both: holds)"]
+    close = {**vit, "val_mAP50": 0.45}   # 8 points at IoU 0.5 are not enough
+    rows = [(f"{bench.FOLDER}: ViT", close), (f"{bench.FOLDER}: constant box",
+                                              bench.constant_box(close))]
+    assert "DOES NOT HOLD" in bench.verdicts(rows)[0]
+    assert bench._row("constant box", bench.constant_box(vit)).split()[-2:] == ["8.00%",
+                                                                                 "37.00%"]
+
+
+def test_retinanet_gets_the_vit_batches_padded_to_its_pyramid_with_boxes_in_pixels():
+    bench = script_module("benchmarks", "detection")
+    assert bench.pyramid_size((56, 64)) == (64, 64) and bench.pyramid_size((64, 80)) == (64, 80)
+    found = tf.constant([[[0, 0.5, 0.5, 0.5, 0.5], [-1, -1, -1, -1, -1]]], tf.float32)
+    images, targets = bench.keras_hub_targets((56, 64))(tf.ones((1, 56, 64, 3)), found)
+    assert images.shape == (1, 64, 64, 3) and float(tf.reduce_sum(images[:, 56:])) == 0
+    np.testing.assert_allclose(targets["boxes"][0], [[16, 14, 48, 42], [-1, -1, -1, -1]])
+    np.testing.assert_allclose(targets["labels"][0], [0, -1])
 
 
 # --- the model -----------------------------------------------------------------------------------
