@@ -100,6 +100,34 @@ def test_every_decoder_block_adds_its_loss():
                                                           rel=1e-5)
 
 
+def _duplicated_outputs(targets, sure=6.0):
+    """Four queries: 0 and 1 name the first object exactly, 2 and 3 the second."""
+    outputs = np.full((len(targets), 4, 7), -sure, np.float32)
+    for image, rows in enumerate(targets):
+        for queries, row in zip(((0, 1), (2, 3)), rows):
+            if row[0] >= 0:
+                outputs[image, queries, int(row[0])] = sure
+                outputs[image, queries, 3:] = np.log(row[1:] / (1 - row[1:]))
+    return outputs
+
+
+def test_one_to_many_matching_rewards_duplicates_in_auxiliary_blocks_only():
+    targets = _targets()
+    one_each, twice_each = _outputs_for(targets), _duplicated_outputs(targets)
+    one_to_one, one_to_many = SetPredictionLoss(3), SetPredictionLoss(3, auxiliary_matches=2)
+    # the last block (a block alone is the last) stays one-to-one: duplicates cost
+    assert float(one_to_many(targets, twice_each)) == pytest.approx(
+        float(one_to_one(targets, twice_each)), rel=1e-5)
+    assert float(one_to_one(targets, twice_each)) > float(one_to_one(targets, one_each)) + 1
+    # an auxiliary block's loss is least with two queries on each object
+    auxiliary = [float(one_to_many(targets, np.stack([outputs, one_each], axis=1))) -
+                 float(one_to_one(targets, one_each)) for outputs in (one_each, twice_each)]
+    assert auxiliary[1] < auxiliary[0] - 1
+    assert SetPredictionLoss.from_config(one_to_many.get_config()).auxiliary_matches == 2
+    with pytest.raises(ValueError, match="auxiliary_matches must be at least 1, got 0"):
+        SetPredictionLoss(3, auxiliary_matches=0)
+
+
 def test_the_loss_gives_gradients_to_the_classes_and_boxes():
     outputs = tf.Variable(np.random.default_rng(1).normal(size=(2, 4, 7)).astype(np.float32))
     with tf.GradientTape() as tape:

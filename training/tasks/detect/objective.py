@@ -186,7 +186,9 @@ class Detection(Objective):
     def compile_args(self, config: ViTConfig) -> dict:
         """The set loss, and the box F1 that picks the best epoch. TensorFlow compiles the
         step without XLA: the matching calls SciPy on the host (`vit_keras.tasks.detect.loss`)."""
-        args = {"loss": SetPredictionLoss(config.num_classes),
+        loss = SetPredictionLoss(config.num_classes,
+                                 auxiliary_matches=self.preset.detect.auxiliary_matches)
+        args = {"loss": loss,
                 "metrics": [BoxF1(config.num_classes, name="box_f1")]}
         if keras.backend.backend() == "tensorflow":
             args["jit_compile"] = False

@@ -28,7 +28,7 @@ class Detect(Section):
     NAME = "detect"
     RENAMED_FROM = "objective.detect_"
     RULES = {"queries": ">=1", "layers": ">=1", "width": ">=1", "scale_min": "(0,1]",
-             "anchor_width": "[0,1)", "anchor_height": "[0,1)"}
+             "anchor_width": "[0,1)", "anchor_height": "[0,1)", "auxiliary_matches": ">=1"}
 
     queries: int = 20
     layers: int = 3
@@ -37,3 +37,4 @@ class Detect(Section):
     photometric: bool = True
     anchor_width: float = 0.0
     anchor_height: float = 0.0
+    auxiliary_matches: int = 1

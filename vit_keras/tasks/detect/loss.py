@@ -120,6 +120,9 @@ class SetPredictionLoss(keras.losses.Loss):
         class_weight: of the focal class loss, in the loss and the matching cost (default 2).
         l1_weight: of the L1 distance between matched boxes (cx, cy, w, h) (default 5).
         giou_weight: of 1 - GIoU of matched boxes (default 2).
+        auxiliary_matches: queries matched to each object in every block but the last, whose
+            matching stays one-to-one (default 1): more positives per object in training
+            (one-to-many matching), while the boxes a detector returns keep no duplicates.
         name: the loss's name.
 
     Call args:
@@ -129,8 +132,12 @@ class SetPredictionLoss(keras.losses.Loss):
     """
 
     def __init__(self, num_classes: int, class_weight: float = 2.0, l1_weight: float = 5.0,
-                 giou_weight: float = 2.0, name: str = "set_prediction_loss", **kwargs):
+                 giou_weight: float = 2.0, auxiliary_matches: int = 1,
+                 name: str = "set_prediction_loss", **kwargs):
         super().__init__(name=name, **kwargs)
+        if auxiliary_matches < 1:
+            raise ValueError(f"auxiliary_matches must be at least 1, got {auxiliary_matches}")
+        self.auxiliary_matches = auxiliary_matches
         self.num_classes = num_classes
         self.class_weight = class_weight
         self.l1_weight = l1_weight
@@ -140,16 +147,15 @@ class SetPredictionLoss(keras.losses.Loss):
         y_pred = ops.cast(y_pred, "float32")
         if len(y_pred.shape) == 3:
             y_pred = y_pred[:, None]
-        present, target_boxes, valid = split_targets(y_true, self.num_classes)
-        count = ops.maximum(ops.sum(ops.cast(valid, "float32")), 1.0)
-        total = 0.0
-        for block in range(y_pred.shape[1]):
-            total = total + self._block_loss(y_pred[:, block], present, target_boxes, valid,
-                                             count)
-        return total
+        targets = split_targets(y_true, self.num_classes)
+        copies = [1 if block == y_pred.shape[1] - 1 else self.auxiliary_matches
+                  for block in range(y_pred.shape[1])]
+        return sum(self._block_loss(y_pred[:, block], *_repeated(targets, times))
+                   for block, times in enumerate(copies))
 
-    def _block_loss(self, outputs, present, target_boxes, valid, count):
-        """One block's loss: match, then the focal, L1 and GIoU terms over `count` objects."""
+    def _block_loss(self, outputs, present, target_boxes, valid):
+        """One block's loss: match, then the focal, L1 and GIoU terms over the objects."""
+        count = ops.maximum(ops.sum(ops.cast(valid, "float32")), 1.0)
         logits = outputs[..., :self.num_classes]
         boxes = ops.sigmoid(outputs[..., self.num_classes:])
         if_present, if_absent = _focal_terms(logits)
@@ -173,7 +179,15 @@ class SetPredictionLoss(keras.losses.Loss):
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes,
                 "class_weight": self.class_weight, "l1_weight": self.l1_weight,
-                "giou_weight": self.giou_weight}
+                "giou_weight": self.giou_weight, "auxiliary_matches": self.auxiliary_matches}
+
+
+def _repeated(targets, times: int):
+    """Each of `split_targets`' outputs with its objects repeated `times` times, so that the
+    matching gives every object `times` queries (as many as there are queries)."""
+    if times == 1:
+        return targets
+    return tuple(ops.concatenate([part] * times, axis=1) for part in targets)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
