@@ -257,10 +257,12 @@ def test_the_detection_rule_leaves_digits_detect_for_the_digit_boxes_and_fits_ot
     assert fitted.model.image_size == (48, 64) and fitted.schedule.epochs == 100
     assert fitted.augment.flip and fitted.detect.queries == 20
     assert fitted.optim.ema_momentum == 0.99 and "ema_momentum 0.0 -> 0.99" in message
+    assert fitted.detect.auxiliary_matches == 4 and "auxiliary_matches 1 -> 4" in message
     # 16x16 px images: a 4x4 grid of 4 px patches holds 16 queries at most
     small, message = adapt.adapt(preset, (16, 16), 300, task_rule=DETECT_RULE)
     assert small.detect.queries == 16 and "detect.queries 20 -> 16" in message
     assert small.optim.ema_momentum == 0.0   # not photographs: the best epoch is kept
+    assert small.detect.auxiliary_matches == 1
 
 
 class _ReadsTheBoxes:
