@@ -299,10 +299,9 @@ def verdicts(rows: list) -> list[str]:
                 f"holds its figures (mAP@0.5 {100 * result['val_mAP50']:.1f}%, mAP "
                 f"{100 * result['val_mAP']:.1f}%)"))
     for data in (*DATA_SETS, FOLDER):
-        found = [result for name, result in rows
-                 if name.startswith(data + ":") and not result.get("constant")]
-        constant = [result for name, result in rows
-                    if name.startswith(data + ":") and result.get("constant")]
+        mine = [result for name, result in rows if name.startswith(data + ":")]
+        found = [result for result in mine if not result.get("constant")]
+        constant = [result for result in mine if result.get("constant")]
         lines += [constant_verdict(data, found[0], row) for row in constant]
         if len(found) < 2:
             continue

@@ -148,10 +148,10 @@ class SetPredictionLoss(keras.losses.Loss):
         if len(y_pred.shape) == 3:
             y_pred = y_pred[:, None]
         targets = split_targets(y_true, self.num_classes)
-        copies = [1 if block == y_pred.shape[1] - 1 else self.auxiliary_matches
-                  for block in range(y_pred.shape[1])]
-        return sum(self._block_loss(y_pred[:, block], *_repeated(targets, times))
-                   for block, times in enumerate(copies))
+        auxiliary = _repeated(targets, self.auxiliary_matches)
+        last = y_pred.shape[1] - 1
+        return sum(self._block_loss(y_pred[:, block], *(targets if block == last else auxiliary))
+                   for block in range(last + 1))
 
     def _block_loss(self, outputs, present, target_boxes, valid):
         """One block's loss: match, then the focal, L1 and GIoU terms over the objects."""
