@@ -226,12 +226,14 @@ def _norm_layer(kind):
     return layer, x.astype("float32")
 
 
+@pytest.mark.parametrize("integer", [False, True])
 @pytest.mark.parametrize("kind", ["layer_norm", "group_norm"])
-def test_export_form_of_the_norms_equals_keras(kind):
-    """The centred form TFLite export traces (no NEG, integer-only in int8) gives Keras' values."""
+def test_export_form_of_the_norms_equals_keras(kind, integer):
+    """The centred forms TFLite exports trace (no NEG, integer-only in int8; LayerNorm's
+    L2-normalised rows in full-integer files) give Keras' values."""
     layer, x = _norm_layer(kind)
     plain = to_numpy(layer(x))
-    with export_forms.tflite_form():
+    with export_forms.tflite_form(integer=integer):
         centred = to_numpy(layer(x))
     plain_again = to_numpy(layer(x))  # the context is left: back to Keras' form
     np.testing.assert_allclose(centred, plain, atol=1e-5)

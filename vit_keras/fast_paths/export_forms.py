@@ -5,7 +5,9 @@ run well.
 form for the converter ask `active()` / `integer()` while they are traced:
 
 - `LayerNorm` and `GroupNorm` (every TFLite export) use (x - mean) / std * gamma + beta, whose
-  operators all have int8 kernels (Keras' form leaves a float NEG in int8 files);
+  operators all have int8 kernels (Keras' form leaves a float NEG in int8 files); in
+  full-integer files LayerNorm's statistics are one L2_NORMALIZATION, which keeps rows of
+  every width exact;
 - `MultiHeadSelfAttention` (full-integer int8 with a static batch) computes each head's q.k^T
   and probs.v as FULLY_CONNECTED operators with activation weights: LiteRT's int8
   FULLY_CONNECTED is several times faster than its int8 BATCH_MATMUL, which XNNPACK does not
@@ -14,6 +16,7 @@ form for the converter ask `active()` / `integer()` while they are traced:
 
 import contextlib
 import contextvars
+import math
 
 from keras import ops
 
@@ -75,11 +78,33 @@ def centred_layer_norm(x, gamma, beta, epsilon):
 
     Keras' x * s + (beta - mean * s) leaves a float NEG in int8 TFLite files; this form's
     operators all have int8 kernels, and the converter folds its trailing `* gamma + beta` into
-    the next FULLY_CONNECTED's weights.
+    the next FULLY_CONNECTED's weights. A full-integer file normalises through LiteRT's
+    L2_NORMALIZATION (`integer_normalised_rows`).
     """
+    if integer():
+        return integer_normalised_rows(x, epsilon) * gamma + beta
     centred = x - ops.mean(x, axis=-1, keepdims=True)
     variance = ops.mean(centred * centred, axis=-1, keepdims=True)
     return centred * ops.rsqrt(variance + epsilon) * gamma + beta
+
+
+def integer_normalised_rows(x, epsilon):
+    """(x - mean) / sqrt(variance + epsilon) over the last axis, spelled as sqrt(width) times
+    the centred row over its L2 norm, which the TFLite converter fuses into one
+    L2_NORMALIZATION operator (epsilon bounds the mean square from below instead of adding
+    to it: the same values unless a row's variance is near epsilon).
+
+    Spelled out in int8, the squares and the variances are tensors with one scale each, set by
+    the largest: a row whose values are a tenth as large kept a few steps of its variance
+    and was normalised by the wrong size (a detector's boxes moved by pixels).
+    L2_NORMALIZATION sums each row's squares in int32 and normalises small and large rows
+    alike. The mean is added negated: a subtraction fuses with the square into
+    SQUARED_DIFFERENCE, which the converter then does not recognise as a norm.
+    """
+    width = x.shape[-1]
+    centred = x + ops.mean(x, axis=-1, keepdims=True) * -1.0
+    squares = ops.sum(ops.square(centred), axis=-1, keepdims=True)
+    return centred * ops.rsqrt(ops.maximum(squares, width * epsilon)) * math.sqrt(width)
 
 
 def centred_group_norm(x, groups, epsilon, gamma=None, beta=None):
