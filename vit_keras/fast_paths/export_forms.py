@@ -6,8 +6,8 @@ form for the converter ask `active()` / `integer()` while they are traced:
 
 - `LayerNorm` and `GroupNorm` (every TFLite export) use (x - mean) / std * gamma + beta, whose
   operators all have int8 kernels (Keras' form leaves a float NEG in int8 files); in
-  full-integer files LayerNorm's statistics are one L2_NORMALIZATION, which keeps rows of
-  every width exact;
+  full-integer files LayerNorm's statistics are one L2_NORMALIZATION (rows of up to 512
+  values), which normalises small-valued rows as exactly as large ones;
 - `MultiHeadSelfAttention` (full-integer int8 with a static batch) computes each head's q.k^T
   and probs.v as FULLY_CONNECTED operators with activation weights: LiteRT's int8
   FULLY_CONNECTED is several times faster than its int8 BATCH_MATMUL, which XNNPACK does not
@@ -71,6 +71,13 @@ def integer() -> bool:
 
 # Multiply-adds of one head's q.k^T above which full-integer export unrolls the heads.
 UNROLL_MIN_MACS_PER_HEAD = 2**15
+# The TFLite converter fuses a row's norm into L2_NORMALIZATION only when the floor under its
+# sum of squares is below 1e-3 (LiteRT's kernel then applies its own).
+L2_NORMALIZATION_MAX_FLOOR = 1e-4
+# L2_NORMALIZATION's int8 output is the unit row at a fixed scale of 1/128: up to ViT-S's 384
+# values a row it is as exact as the spelled-out LayerNorm on rows of one size, and wider it
+# loses to it (benchmarks/int8_layer_norm.py: 0.057 against 0.042 at 768).
+L2_NORMALIZATION_MAX_WIDTH = 512
 
 
 def centred_layer_norm(x, gamma, beta, epsilon):
@@ -78,10 +85,11 @@ def centred_layer_norm(x, gamma, beta, epsilon):
 
     Keras' x * s + (beta - mean * s) leaves a float NEG in int8 TFLite files; this form's
     operators all have int8 kernels, and the converter folds its trailing `* gamma + beta` into
-    the next FULLY_CONNECTED's weights. A full-integer file normalises through LiteRT's
-    L2_NORMALIZATION (`integer_normalised_rows`).
+    the next FULLY_CONNECTED's weights. A full-integer file normalises rows of up to
+    `L2_NORMALIZATION_MAX_WIDTH` values through LiteRT's L2_NORMALIZATION
+    (`integer_normalised_rows`).
     """
-    if integer():
+    if integer() and x.shape[-1] <= L2_NORMALIZATION_MAX_WIDTH:
         return integer_normalised_rows(x, epsilon) * gamma + beta
     centred = x - ops.mean(x, axis=-1, keepdims=True)
     variance = ops.mean(centred * centred, axis=-1, keepdims=True)
@@ -91,8 +99,9 @@ def centred_layer_norm(x, gamma, beta, epsilon):
 def integer_normalised_rows(x, epsilon):
     """(x - mean) / sqrt(variance + epsilon) over the last axis, spelled as sqrt(width) times
     the centred row over its L2 norm, which the TFLite converter fuses into one
-    L2_NORMALIZATION operator (epsilon bounds the mean square from below instead of adding
-    to it: the same values unless a row's variance is near epsilon).
+    L2_NORMALIZATION operator (width * epsilon, at most `L2_NORMALIZATION_MAX_FLOOR`, bounds
+    the sum of squares from below instead of adding to it: the same values unless a row's
+    variance is near epsilon).
 
     Spelled out in int8, the squares and the variances are tensors with one scale each, set by
     the largest: a row whose values are a tenth as large kept a few steps of its variance
@@ -104,7 +113,8 @@ def integer_normalised_rows(x, epsilon):
     width = x.shape[-1]
     centred = x + ops.mean(x, axis=-1, keepdims=True) * -1.0
     squares = ops.sum(ops.square(centred), axis=-1, keepdims=True)
-    return centred * ops.rsqrt(ops.maximum(squares, width * epsilon)) * math.sqrt(width)
+    floor = min(width * epsilon, L2_NORMALIZATION_MAX_FLOOR)
+    return centred * ops.rsqrt(ops.maximum(squares, floor)) * math.sqrt(width)
 
 
 def centred_group_norm(x, groups, epsilon, gamma=None, beta=None):
