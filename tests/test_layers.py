@@ -14,6 +14,8 @@ from vit_keras.core import (deit, heads, layers, masked_patch, normalization, po
 from vit_keras.intermediates import ClassTokenOf, SplitTokens
 from vit_keras.tasks.detect import model as detection
 from vit_keras.tasks.segment.model import ResizeToImage, Upsample, ViTSegmenter
+from vit_keras.tasks.spacetime import layers as spacetime
+from vit_keras.tasks.spacetime.model import SpaceTimeViT
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
 
@@ -125,6 +127,8 @@ TOKENS = np.random.default_rng(5).normal(size=(2, 5, 8)).astype("float32")
 GRID_TOKENS = np.random.default_rng(6).normal(size=(2, 6, 8)).astype("float32")  # a 2x3 grid
 CORRUPTION = np.array([[-1, -2, 3, 0, -2, 5], [4, -1, -1, -2, 1, -2]], "int32")
 FEATURES = np.random.default_rng(7).normal(size=(2, 4, 4, 8)).astype("float32")
+CLIPS = np.random.default_rng(8).normal(size=(2, 4, 8, 8, 3)).astype("float32")
+FRAME_TOKENS = np.random.default_rng(9).normal(size=(2, 2, 4, 8)).astype("float32")
 
 LAYER_CASES = [
     # (class, init kwargs, input, output shape(s), trainable weights, extra run_layer_test args)
@@ -231,11 +235,30 @@ LAYER_CASES = [
                  id="DecoderLayer"),
     pytest.param(detection.StackLayers, {}, [TOKENS, TOKENS], (2, 2, 5, 8), 0, {},
                  id="StackLayers"),
+    # The space-time model's: 4 frames of 8x8 px in tubelets of 2 x 4 x 4 (kernel, bias); the
+    # positions (spatial and temporal tables, the class token); the temporal attention (a
+    # LayerNorm, the attention's 4 projections); the reshapes between clips and frames.
+    pytest.param(spacetime.TubeletEmbedding, dict(hidden_size=8, patch_size=4, tubelet_frames=2),
+                 CLIPS, (2, 2, 4, 8), 2, {}, id="TubeletEmbedding"),
+    pytest.param(spacetime.SpaceTimeEmbedding, dict(frames=2, num_prefix_tokens=1),
+                 FRAME_TOKENS, [(2, 2, 4, 8), (2, 1, 8)], 3, {}, id="SpaceTimeEmbedding-cls"),
+    pytest.param(spacetime.SpaceTimeEmbedding, dict(frames=2), FRAME_TOKENS, (2, 2, 4, 8), 2,
+                 {}, id="SpaceTimeEmbedding"),
+    pytest.param(spacetime.TemporalAttention, dict(num_heads=2, dropout_rate=0.1),
+                 FRAME_TOKENS, (2, 2, 4, 8), 10, {}, id="TemporalAttention"),
+    pytest.param(spacetime.FoldFrames, {}, [FRAME_TOKENS, TOKENS[:, :1]], (4, 5, 8), 0, {},
+                 id="FoldFrames"),
+    pytest.param(spacetime.UnfoldFrames, dict(frames=2, num_prefix_tokens=1), TOKENS,
+                 [(1, 2, 4, 8), (1, 1, 8)], 0, {}, id="UnfoldFrames"),
+    pytest.param(spacetime.JoinFrames, {}, [FRAME_TOKENS, TOKENS[:, :1]], (2, 10, 8), 0, {},
+                 id="JoinFrames"),
+    pytest.param(spacetime.MergeFrameTokens, dict(frames=2), np.concatenate([TOKENS] * 2, 1),
+                 (2, 9, 8), 0, {}, id="MergeFrameTokens"),
 ]
 
 # Being rewritten elsewhere; their owners add their run_layer_test cases.
 NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer, ViTSegmenter,
-                    detection.ViTDetector}
+                    detection.ViTDetector, SpaceTimeViT}
 
 
 @pytest.mark.parametrize("layer_cls,init_kwargs,input_data,output_shape,trainable,extra",

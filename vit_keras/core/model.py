@@ -113,23 +113,27 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, d
         tokens = vit_layers.RegisterTokens(config.num_register_tokens, name=names.REGISTERS,
                                            dtype=dtype)(tokens)
     if config.pre_norm:
-        tokens = _final_norm(config, names.PRE_NORM, dtype)(tokens)
+        tokens = final_norm(config, names.PRE_NORM, dtype)(tokens)
     for index in range(config.num_layers):
         last = index == config.num_layers - 1
-        block = _encoder_block(config, index, dtype)
+        block = encoder_block(config, index, dtype)
         tokens = block(tokens, output_tokens=output_tokens) if last and output_tokens else \
             block(tokens)
-    return tokens if config.pooled_norm else _final_norm(config, names.ENCODER_NORM, dtype)(tokens)
+    return tokens if config.pooled_norm else final_norm(config, names.ENCODER_NORM, dtype)(tokens)
 
 
-def _final_norm(config: ViTConfig, name: str, dtype=None):
+def final_norm(config: ViTConfig, name: str, dtype=None):
+    """The encoder's final LayerNorm (the config's epsilon), named `name`."""
     return LayerNorm(epsilon=config.layer_norm_epsilon, name=name, dtype=dtype)
 
 
-def _encoder_block(config: ViTConfig, index: int, dtype=None):
-    """Block `index`; rematerialised in training when `config.remat` (same weights, names)."""
+def encoder_block(config: ViTConfig, index: int, dtype=None, name: str | None = None,
+                  depth: int | None = None):
+    """Block `index` of `depth` (default `config.num_layers`), named `name` (default the
+    encoder's `names.block(index)`); rematerialised in training when `config.remat` (same
+    weights, names)."""
     # Stochastic depth grows linearly from 0 (first block) to drop_path_rate (last).
-    drop_path = config.drop_path_rate * index / max(config.num_layers - 1, 1)
+    drop_path = config.drop_path_rate * index / max((depth or config.num_layers) - 1, 1)
     block = vit_layers.EncoderBlock
     if config.remat:
         policy = config.remat if isinstance(config.remat, str) else None
@@ -140,7 +144,7 @@ def _encoder_block(config: ViTConfig, index: int, dtype=None):
         gelu_approximate=config.gelu_approximate, drop_path_rate=drop_path,
         layer_scale_init=config.layer_scale_init, locality=config.locality_attention,
         activation=config.activation, layer_norm_epsilon=config.layer_norm_epsilon,
-        name=names.block(index), dtype=dtype)
+        name=name or names.block(index), dtype=dtype)
 
 
 def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtype=None):
@@ -155,13 +159,13 @@ def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtyp
     return vit_layers.TokenPooling("gap", stop=stop, name=name, dtype=dtype)
 
 
-def _pool(config: ViTConfig, tokens, mode: str, dtype=None):
+def pool_tokens(config: ViTConfig, tokens, mode: str, dtype=None):
     """Token sequence -> one vector per image, through the pooled norm, pre_logits and the
     projection when configured."""
     pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, names.POOL,
                             dtype=dtype)(tokens)
     if config.pooled_norm:
-        pooled = _final_norm(config, names.ENCODER_NORM, dtype)(pooled)
+        pooled = final_norm(config, names.ENCODER_NORM, dtype)(pooled)
     if config.representation_size is not None:
         pooled = keras.layers.Dense(config.representation_size, activation="tanh",
                                     name=names.PRE_LOGITS, dtype=dtype)(pooled)
@@ -228,36 +232,41 @@ class ConfiguredModel:
         `model.preprocessing`, and `.keras` files keep it. The computation is unchanged."""
         self.vit_preprocessing = Preprocessing.from_dict(preprocessing).check_for(self.config)
 
+    def check_inputs(self, inputs) -> None:
+        """Refuses inputs of another size than the model was built for (`check_image_size`);
+        a model of other inputs (clips) checks its own."""
+        check_image_size(self.config, inputs)
+
     # Keras traces `predict` and the other loops again with relaxed shapes when the input size
     # changes, and a relaxed (None, None) image reaches the patch embedding unchecked: so the
     # size is checked here, on the arrays or tensors the caller hands over, before any tracing.
     def __call__(self, *args, **kwargs):
-        check_image_size(self.config, args[0] if args else kwargs.get("inputs"))
+        self.check_inputs(args[0] if args else kwargs.get("inputs"))
         return super().__call__(*args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
-        check_image_size(self.config, x)
+        self.check_inputs(x)
         return super().predict(x, *args, **kwargs)
 
     def predict_on_batch(self, x):
-        check_image_size(self.config, x)
+        self.check_inputs(x)
         return super().predict_on_batch(x)
 
     def evaluate(self, x=None, *args, **kwargs):
-        check_image_size(self.config, x)
+        self.check_inputs(x)
         return super().evaluate(x, *args, **kwargs)
 
     def test_on_batch(self, x, *args, **kwargs):
-        check_image_size(self.config, x)
+        self.check_inputs(x)
         return super().test_on_batch(x, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        check_image_size(self.config, x)
+        self.check_inputs(x)
         keras_compat.build_optimizer_before_tracing(self)
         return super().fit(x, *args, **kwargs)
 
     def train_on_batch(self, x, *args, **kwargs):
-        check_image_size(self.config, x)
+        self.check_inputs(x)
         keras_compat.build_optimizer_before_tracing(self)
         return super().train_on_batch(x, *args, **kwargs)
 
@@ -351,7 +360,7 @@ def check_image_size(config: ViTConfig, images) -> None:
         ValueError: naming the size the model was built for, the size given, and the ways
             out (resize, `image_size=`, `dynamic_image_size=True`).
     """
-    shape = _image_shape(images)
+    shape = input_shape_of(images)
     if config.dynamic_image_size or shape is None or len(shape) != 4:
         return
     got = tuple(shape[1:3])
@@ -366,8 +375,9 @@ def check_image_size(config: ViTConfig, images) -> None:
         f"dynamic_image_size=True to take any size whose sides are multiples of {step}")
 
 
-def _image_shape(images):
-    """The [batch, height, width, channels] shape of what a caller passes, or None."""
+def input_shape_of(images):
+    """The shape of what a caller passes (an array or tensor, or a `tf.data.Dataset` of them
+    or of (inputs, labels)), or None."""
     element_spec = getattr(images, "element_spec", None)  # a tf.data.Dataset
     if element_spec is not None:
         images = element_spec[0] if isinstance(element_spec, tuple) else element_spec
@@ -390,23 +400,24 @@ def _build_graph(config: ViTConfig, include_top, pooling, classifier_activation,
     tokens = encode_tokens(config, patch_tokens(config, images, dtype),
                            last_block_outputs(config, include_top, pooling), dtype)
     if not include_top:
-        return images, tokens if pooling is None else _pool(config, tokens, pooling, dtype)
-    features = _pool(config, tokens, config.classifier, dtype)
+        return images, tokens if pooling is None else pool_tokens(config, tokens, pooling, dtype)
+    features = pool_tokens(config, tokens, config.classifier, dtype)
     # The head runs in float32 so mixed-precision models still return float32 logits.
-    outputs = _head(config, names.HEAD, dtype)(features)
+    outputs = classification_head(config, names.HEAD, dtype)(features)
     if config.distilled:
         # DeiT: the distillation token has its own head; inference averages the two.
         distilled = _pooling_layer(config, "token", names.POOL_DIST, index=1,
                                    dtype=dtype)(tokens)
         outputs = keras.layers.Average(name="head_average", dtype="float32")(
-            [outputs, _head(config, names.HEAD_DIST, dtype)(distilled)])
+            [outputs, classification_head(config, names.HEAD_DIST, dtype)(distilled)])
     if classifier_activation is not None:
         outputs = keras.layers.Activation(classifier_activation, dtype="float32",
                                           name="predictions")(outputs)
     return images, outputs
 
 
-def _head(config: ViTConfig, name: str, dtype=None):
+def classification_head(config: ViTConfig, name: str, dtype=None):
+    """The zero-initialised float32 Dense of `config.num_classes` logits, named `name`."""
     return keras.layers.Dense(
         config.num_classes, kernel_initializer="zeros",
         bias_initializer=keras.initializers.Constant(config.head_bias_init),

@@ -1,0 +1,136 @@
+"""`SpaceTimeViT`: the ViT on clips and volumes (tubelets, space-time positions, the joint,
+divided and factorised layouts), and an image model inflated to it."""
+
+import keras
+import numpy as np
+import pytest
+
+from vit_keras.config import ViTConfig
+from vit_keras.core.model import VisionTransformer
+from vit_keras.tasks.spacetime.inflate import inflate
+from vit_keras.tasks.spacetime.model import LAYOUTS, SpaceTimeViT
+
+FRAMES, SIZE = 4, 16
+
+
+def _config(**changes) -> ViTConfig:
+    fields = dict(image_size=SIZE, patch_size=4, hidden_size=32, mlp_dim=64, num_heads=4,
+                  num_layers=2, num_classes=5)
+    return ViTConfig(**{**fields, **changes})
+
+
+def _random_image_model(config, seed=0) -> VisionTransformer:
+    """An image ViT whose every weight is random (head included), as trained weights are."""
+    model = VisionTransformer(config)
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(rng.normal(0, 0.2, weight.shape).astype("float32"))
+    return model
+
+
+def _clips(batch=2, frames=FRAMES, seed=1):
+    return np.random.default_rng(seed).normal(size=(batch, frames, SIZE, SIZE, 3)).astype(
+        "float32")
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_identical_frames_give_the_inflated_image_models_logits(layout, classifier):
+    """Under the even spread, a clip of one image repeated is that image to the clip model."""
+    image_model = _random_image_model(_config(classifier=classifier))
+    images = _clips(frames=1)[:, 0]
+    clip_model = inflate(image_model, frames=FRAMES, tubelet_frames=2, layout=layout)
+    clips = np.repeat(images[:, None], FRAMES, axis=1)
+    np.testing.assert_allclose(clip_model(clips), image_model(images), atol=1e-5)
+
+
+def test_the_central_spread_puts_the_image_kernel_on_the_middle_frame():
+    image_model = _random_image_model(_config())
+    clip_model = inflate(image_model, frames=6, tubelet_frames=3, spread="central")
+    kernel = image_model.get_layer("embedding").projection.kernel.numpy()
+    inflated = clip_model.get_layer("embedding").projection.kernel.numpy()
+    assert inflated.shape == (3, *kernel.shape)
+    np.testing.assert_array_equal(inflated[1], kernel)
+    assert not inflated[0].any() and not inflated[2].any()
+    with pytest.raises(ValueError, match="spread must be one of"):
+        inflate(image_model, spread="middle")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_layout_sees_motion_and_frame_order(layout):
+    """A model that ignores time would give a reversed clip the same logits: none does, once
+    its temporal weights are not zero (as after training)."""
+    model = SpaceTimeViT(_config(), frames=FRAMES, tubelet_frames=1, layout=layout)
+    embedding = model.get_layer("posembed_input").temporal_embedding
+    embedding.assign(np.random.default_rng(2).normal(0, 1, embedding.shape))
+    for layer in model.layers:
+        if layer.name.startswith("temporal_attention"):
+            for weight in layer.attention.out.weights:
+                weight.assign(np.random.default_rng(3).normal(0, 0.5, weight.shape))
+    model.get_layer("head").kernel.assign(np.random.default_rng(4).normal(0, 1, (32, 5)))
+    clips = _clips()
+    assert np.abs(model(clips) - model(clips[:, ::-1])).max() > 1e-3
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_keras_file_rebuilds_the_model_under_safe_mode(layout, tmp_path):
+    model = inflate(_random_image_model(_config()), frames=FRAMES, layout=layout,
+                    temporal_layers=1)
+    path = tmp_path / "clip.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert isinstance(loaded, SpaceTimeViT) and loaded.vit_task == "spacetime"
+    assert (loaded.frames, loaded.tubelet_frames, loaded.layout, loaded.temporal_layers) == \
+        (FRAMES, 2, layout, 1)
+    assert loaded.config == model.config
+    np.testing.assert_array_equal(loaded(_clips()), model(_clips()))
+
+
+def test_shapes_and_options_it_cannot_take_are_named():
+    model = SpaceTimeViT(_config(), frames=FRAMES)
+    with pytest.raises(ValueError, match=r"takes clips .* of shape \(batch, 4, 16, 16, 3\), "
+                                         r"got \(2, 6, 16, 16, 3\)"):
+        model(_clips(frames=6))
+    with pytest.raises(ValueError, match=r"frames \(5\) must be a positive multiple of "
+                                         r"tubelet_frames \(2\)"):
+        SpaceTimeViT(_config(), frames=5, tubelet_frames=2)
+    with pytest.raises(ValueError, match="needs stem='patchify', got 'conv'"):
+        SpaceTimeViT(_config(stem="conv"))
+    with pytest.raises(ValueError, match="classifier 'token' or 'gap', got 'map'"):
+        SpaceTimeViT(_config(classifier="map"))
+    with pytest.raises(ValueError, match="layout must be one of"):
+        SpaceTimeViT(_config(), layout="axial")
+    with pytest.raises(ValueError, match="inflate takes a vit_keras VisionTransformer"):
+        inflate(keras.Sequential([keras.layers.Dense(2)]))
+
+
+def test_quantize_and_lora_reach_the_temporal_projections():
+    model = SpaceTimeViT(_config(), frames=FRAMES, layout="divided")
+    model.enable_lora(4)
+    temporal = model.get_layer("temporal_attention_0").attention
+    assert temporal.query.lora_enabled and temporal.value.lora_enabled
+    assert model.get_layer("embedding").projection.trainable is False
+    model = SpaceTimeViT(_config(), frames=FRAMES, layout="factorised")
+    clips = _clips()
+    before = np.asarray(model(clips))
+    model.quantize("int8")
+    block = model.get_layer("temporal_block_0")
+    assert block.attention.query.kernel.dtype == "int8"
+    assert model.get_layer("embedding").projection.kernel.dtype == "int8"
+    np.testing.assert_allclose(model(clips), before, atol=0.1)
+
+
+def test_fit_trains_every_part():
+    """Three steps of `fit` move the spatial, the temporal and the position weights (the
+    first step moves only the head, which starts at zero; the second the temporal attention's
+    output, which starts at zero too)."""
+    model = SpaceTimeViT(_config(), frames=FRAMES, layout="divided")
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    watched = {name: model.get_layer(name).weights[0].numpy().copy()
+               for name in ("embedding", "posembed_input", "temporal_attention_1",
+                            "encoderblock_0")}
+    history = model.fit(_clips(batch=6), np.arange(6) % 5, batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    for name, before in watched.items():
+        assert np.abs(model.get_layer(name).weights[0].numpy() - before).max() > 0, name
