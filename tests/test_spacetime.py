@@ -4,6 +4,7 @@ divided and factorised layouts), and an image model inflated to it."""
 import keras
 import numpy as np
 import pytest
+from helpers import randomize_weights
 
 from vit_keras.config import ViTConfig
 from vit_keras.core.model import VisionTransformer
@@ -22,9 +23,7 @@ def _config(**changes) -> ViTConfig:
 def _random_image_model(config, seed=0) -> VisionTransformer:
     """An image ViT whose every weight is random (head included), as trained weights are."""
     model = VisionTransformer(config)
-    rng = np.random.default_rng(seed)
-    for weight in model.weights:
-        weight.assign(rng.normal(0, 0.2, weight.shape).astype("float32"))
+    randomize_weights(model, seed=seed, stddev=0.2)
     return model
 
 
@@ -134,3 +133,51 @@ def test_fit_trains_every_part():
     assert np.isfinite(history.history["loss"][0])
     for name, before in watched.items():
         assert np.abs(model.get_layer(name).weights[0].numpy() - before).max() > 0, name
+
+
+def _assert_inflates_exactly(image_model, layout="divided"):
+    """With a random head, identical frames give the image model's logits."""
+    head = image_model.get_layer("head")
+    rng = np.random.default_rng(7)
+    head.set_weights([rng.normal(0, 1, weight.shape) for weight in head.get_weights()])
+    height, width = image_model.config.image_hw
+    images = np.random.default_rng(8).uniform(-1, 1, (2, height, width, 3)).astype("float32")
+    clip_model = inflate(image_model, frames=FRAMES, tubelet_frames=2, layout=layout)
+    assert clip_model.preprocessing == image_model.preprocessing
+    np.testing.assert_allclose(clip_model(np.repeat(images[:, None], FRAMES, axis=1)),
+                               image_model(images), atol=1e-5)
+
+
+def test_an_official_release_file_inflates_exactly(tiny_config, tmp_path):
+    """Weights read from the official .npz layout (with its pre_logits) start the clip model."""
+    from vit_keras import load_weights
+    from vit_keras.checkpoints import save_npz
+
+    config = tiny_config.replace(representation_size=16)
+    source = VisionTransformer(config)
+    randomize_weights(source, seed=0)
+    path = str(tmp_path / "release.npz")
+    save_npz(source, path)
+    image_model = VisionTransformer(config)
+    load_weights(image_model, path, skip_head=False)
+    _assert_inflates_exactly(image_model, layout="joint")
+
+
+def test_a_timm_family_by_name_inflates_exactly(tmp_path, monkeypatch):
+    """CLIP's timm weights under a family name (its pre-norm and quick GELU included)."""
+    import dataclasses
+    import os
+
+    import vit_keras
+    from vit_keras import families
+
+    data = os.path.join(os.path.dirname(__file__), "data", "families")
+    table = families.FAMILY_MODELS["vit_base_patch16_clip_quickgelu_224"]
+    small = table.config.replace(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=128,
+                                 patch_size=8, image_size=32, projection_size=16)
+    monkeypatch.setitem(families.FAMILY_MODELS, "tiny_clip_for_test",
+                        dataclasses.replace(table, config=small, name="tiny_clip_for_test"))
+    image_model = vit_keras.create_model("tiny_clip_for_test", classes=3,
+                                         weights=os.path.join(data, "clip_quickgelu.safetensors"))
+    assert image_model.config.pre_norm and image_model.preprocessing == families.CLIP_09
+    _assert_inflates_exactly(image_model, layout="factorised")
