@@ -44,8 +44,7 @@ class TubeletEmbedding(keras.layers.Layer):
     def build(self, input_shape):
         _check_clip_shape(input_shape, self.tubelet_frames, self.patch_size)
         self.input_spec = keras.layers.InputSpec(ndim=5, axes={-1: input_shape[-1]})
-        # [b, tubelets, t, P, P, C] x (t, P, P, C, D) -> [b, tubelets, D] (a rank-6 input, as
-        # the image patches': TensorFlow's int8 kernels broadcast no higher rank)
+        # [b, tubelets, t, P, P, C] x (t, P, P, C, D) -> [b, tubelets, D]
         self.projection = keras.layers.EinsumDense(
             "bntpqk,tpqkd->bnd", output_shape=(None, self.hidden_size), bias_axes="d",
             kernel_initializer="lecun_normal", name=names.PATCH_PROJECTION,
@@ -57,8 +56,12 @@ class TubeletEmbedding(keras.layers.Layer):
         _, frames, height, width, channels = clips.shape
         tubelet, patch = self.tubelet_frames, self.patch_size
         steps, rows, cols = frames // tubelet, height // patch, width // patch
-        pieces = ops.reshape(clips, (-1, steps, tubelet, rows, patch, cols, patch, channels))
-        pieces = ops.transpose(pieces, (0, 1, 3, 5, 2, 4, 6, 7))
+        # Each frame cut into its patches, then the patches of a tubelet's frames brought
+        # together: no tensor above rank 6 (TFLite's transposes and int8 kernels stop there).
+        pieces = ops.reshape(clips, (-1, rows, patch, cols, patch, channels))
+        pieces = ops.transpose(pieces, (0, 1, 3, 2, 4, 5))
+        pieces = ops.reshape(pieces, (-1, steps, tubelet, rows * cols, patch * patch * channels))
+        pieces = ops.transpose(pieces, (0, 1, 3, 2, 4))
         tokens = self.projection(ops.reshape(pieces, (-1, steps * rows * cols, tubelet, patch,
                                                       patch, channels)))
         return ops.reshape(tokens, (-1, steps, rows * cols, self.hidden_size))

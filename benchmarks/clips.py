@@ -1,0 +1,155 @@
+"""Clips side by side, each row in its own process with the same training time: the space-time
+ViT (`SpaceTimeViT`, divided and joint attention) against a small 3-D CNN (Conv3D) and the
+image ViT averaging its per-frame logits, on the built-in moving sprites
+(`vit_app.tasks.spacetime.data.motion`: four directions no single frame tells, so a model
+blind to the frames' order scores 25%).
+
+Every model trains from scratch with Adam at its own learning rate on the same clips for the
+same seconds of training (its steps counted), then is scored on held-out clips. The script
+exits 1 if a space-time ViT row scores below the frame average plus 25 points (it must see
+motion) or below the 3-D CNN.
+
+    python benchmarks/clips.py [--seconds 120] [--train 2000] [--val 400]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+ROWS = ("spacetime_divided", "spacetime_joint", "conv3d", "frame_average")
+FRAMES, SIZE, CLASSES = 8, 32, 4
+MIN_LEAD_OVER_FRAMES = 0.25  # accuracy a space-time row must gain over the frame average
+
+
+def _clips(count, seed):
+    from vit_app.tasks.spacetime.data.motion import moving_sprites
+
+    clips, labels = moving_sprites(count, FRAMES, SIZE, seed)
+    return clips.astype("float32") / 127.5 - 1.0, labels
+
+
+def _config():
+    import vit_keras
+
+    return vit_keras.ViTConfig(image_size=SIZE, patch_size=4, hidden_size=64, mlp_dim=128,
+                               num_heads=4, num_layers=4, num_classes=CLASSES,
+                               classifier="gap")
+
+
+def _model(row):
+    """(model, learning rate, whether it takes single frames)."""
+    import keras
+
+    if row.startswith("spacetime_"):
+        from vit_keras.tasks.spacetime.model import SpaceTimeViT
+
+        layout = row.split("_", 1)[1]
+        return SpaceTimeViT(_config(), frames=FRAMES, tubelet_frames=2, layout=layout), 1e-3, \
+            False
+    if row == "frame_average":
+        from vit_keras.core.model import VisionTransformer
+
+        return VisionTransformer(_config()), 1e-3, True
+    layers = [keras.Input((FRAMES, SIZE, SIZE, 3))]
+    for filters in (32, 64, 128):
+        layers += [keras.layers.Conv3D(filters, 3, padding="same", activation="relu"),
+                   keras.layers.MaxPooling3D((1, 2, 2))]
+    layers += [keras.layers.GlobalAveragePooling3D(), keras.layers.Dense(CLASSES)]
+    return keras.Sequential(layers, name="conv3d"), 1e-3, False
+
+
+class _StopAfter:
+    """A Keras callback that ends `fit` once `seconds` of training have passed."""
+
+    def __new__(cls, seconds):
+        import keras
+
+        class StopAfter(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                self.started, self.steps = time.perf_counter(), 0
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.steps += 1
+                if time.perf_counter() - self.started > seconds:
+                    self.model.stop_training = True
+
+        return StopAfter()
+
+
+def run_row(row, seconds, train_count, val_count):
+    """Trains one row for `seconds` and scores it: a dict of its figures."""
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    (clips, labels), (val_clips, val_labels) = _clips(train_count, 0), _clips(val_count, 1)
+    model, rate, per_frame = _model(row)
+    if per_frame:  # each frame a training image labelled with its clip's class
+        clips, labels = clips.reshape(-1, SIZE, SIZE, 3), np.repeat(labels, FRAMES)
+    model.compile(optimizer=keras.optimizers.Adam(rate),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    stop = _StopAfter(seconds)
+    started = time.perf_counter()
+    model.fit(clips, labels, batch_size=32, epochs=10_000, callbacks=[stop], verbose=0)
+    trained = time.perf_counter() - started
+    if per_frame:
+        logits = model.predict(val_clips.reshape(-1, SIZE, SIZE, 3), verbose=0)
+        logits = logits.reshape(val_count, FRAMES, CLASSES).mean(axis=1)
+    else:
+        logits = model.predict(val_clips, verbose=0)
+    accuracy = float((np.argmax(logits, -1) == val_labels).mean())
+    return {"row": row, "accuracy": accuracy, "train_s": round(trained, 1),
+            "steps": stop.steps, "weights": int(model.count_params())}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=120.0,
+                        help="training seconds of each row (default 120)")
+    parser.add_argument("--train", type=int, default=2000, help="training clips (default 2000)")
+    parser.add_argument("--val", type=int, default=400, help="held-out clips (default 400)")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows")
+    parser.add_argument("--row", help=argparse.SUPPRESS)  # a child process: one row
+    args = parser.parse_args()
+    if args.row:
+        print(json.dumps(run_row(args.row, args.seconds, args.train, args.val)))
+        return
+    results = {}
+    for row in args.rows.split(","):
+        done = subprocess.run([sys.executable, __file__, "--row", row, "--seconds",
+                               str(args.seconds), "--train", str(args.train), "--val",
+                               str(args.val)], capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"row {row} failed:\n{done.stderr[-3000:]}")
+        results[row] = json.loads(done.stdout.strip().splitlines()[-1])
+    sys.exit(report(results, args))
+
+
+def report(results, args) -> int:
+    """Prints the table and the verdicts; the exit status (1 when a verdict fails)."""
+    print(f"moving sprites: {args.train} training clips, {args.val} held out, {FRAMES} frames "
+          f"of {SIZE} px, 4 classes (chance 25%); {args.seconds:.0f} s of training a row")
+    print("| row | top-1 | steps | train s | weights |\n|---|---|---|---|---|")
+    for row, figures in results.items():
+        print(f"| {row} | {100 * figures['accuracy']:.1f}% | {figures['steps']} | "
+              f"{figures['train_s']} | {figures['weights']:,} |")
+    failed = 0
+    for row in (name for name in results if name.startswith("spacetime_")):
+        for other, lead in (("frame_average", MIN_LEAD_OVER_FRAMES), ("conv3d", 0.0)):
+            if other not in results:
+                continue
+            gained = results[row]["accuracy"] - results[other]["accuracy"]
+            verdict = "holds" if gained >= lead else "DOES NOT HOLD"
+            failed |= gained < lead
+            print(f"{row} - {other}: {100 * gained:+.1f} points (at least {100 * lead:+.0f}): "
+                  f"{verdict}")
+    return int(failed)
+
+
+if __name__ == "__main__":
+    main()

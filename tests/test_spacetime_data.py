@@ -1,0 +1,78 @@
+"""The built-in clips (moving sprites): balanced, repeatable, and told apart only by the order
+of their frames; and the clips benchmark's verdicts."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from vit_app.tasks.spacetime.data.motion import CLASS_NAMES, moving_sprites
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_clips_are_balanced_repeatable_and_in_range():
+    clips, labels = moving_sprites(8, frames=4, size=16, seed=3)
+    assert clips.shape == (8, 4, 16, 16, 3) and clips.dtype == np.uint8
+    assert np.bincount(labels).tolist() == [2] * len(CLASS_NAMES)
+    again, _ = moving_sprites(8, frames=4, size=16, seed=3)
+    np.testing.assert_array_equal(clips, again)
+    assert not np.array_equal(clips, moving_sprites(8, frames=4, size=16, seed=4)[0])
+    with pytest.raises(ValueError, match="at least 2 frames of 16 px, got 1 frames of 32 px"):
+        moving_sprites(4, frames=1)
+
+
+def _moving_sprite_steps(clip):
+    """The (rows, cols) shift that best maps each frame onto the next (a torus), summed."""
+    total = np.zeros(2)
+    for before, after in zip(clip[:-1].mean(-1), clip[1:].mean(-1)):
+        scores = {(dr, dc): (np.roll(before, (dr, dc), (0, 1)) * after).sum()
+                  for dr in range(-3, 4) for dc in range(-3, 4) if (dr, dc) != (0, 0)}
+        total += max(scores, key=scores.get)
+    return total
+
+
+def test_no_single_frame_tells_the_class_and_consecutive_frames_do():
+    """Any one frame of a clip is a draw from the same distribution for every class: each
+    class's mean frame differs from the mean of all by no more than sampling noise (the
+    squared difference over its expected variance, about 0.75 for equal means). The shift
+    between consecutive frames gives the direction."""
+    clips, labels = moving_sprites(2000, frames=4, size=16, seed=0)
+    one_frame = clips[np.arange(len(clips)), np.arange(len(clips)) % 4].mean(-1)
+    overall = one_frame.mean(0)
+    for label in range(len(CLASS_NAMES)):
+        frames = one_frame[labels == label]
+        noise = frames.var(0) / len(frames)
+        ratio = ((frames.mean(0) - overall) ** 2 / noise).mean()
+        assert ratio < 1.5, (CLASS_NAMES[label], ratio)  # 0.6-0.9 measured
+    expected = {"left": (0, -1), "right": (0, 1), "up": (-1, 0), "down": (1, 0)}
+    for clip, label in zip(clips[:8], labels[:8]):
+        direction = np.sign(_moving_sprite_steps(clip)).tolist()
+        assert direction == list(expected[CLASS_NAMES[label]]), CLASS_NAMES[label]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location(
+        "clips_benchmark", os.path.join(ROOT, "benchmarks", "clips.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_fails_a_space_time_row_that_does_not_see_motion(capsys):
+    benchmark = _benchmark()
+
+    class Args:
+        train, val, seconds = 100, 20, 1.0
+
+    def row(accuracy):
+        return {"accuracy": accuracy, "steps": 1, "train_s": 1.0, "weights": 1}
+
+    seeing = {"spacetime_divided": row(0.9), "conv3d": row(0.5), "frame_average": row(0.25)}
+    assert benchmark.report(seeing, Args) == 0
+    blind = {**seeing, "spacetime_joint": row(0.45)}
+    assert benchmark.report(blind, Args) == 1
+    printed = capsys.readouterr().out
+    assert "spacetime_joint - frame_average: +20.0 points (at least +25): DOES NOT HOLD" in printed
+    assert "| spacetime_divided | 90.0% |" in printed
