@@ -181,3 +181,27 @@ def test_a_timm_family_by_name_inflates_exactly(tmp_path, monkeypatch):
                                          weights=os.path.join(data, "clip_quickgelu.safetensors"))
     assert image_model.config.pre_norm and image_model.preprocessing == families.CLIP_09
     _assert_inflates_exactly(image_model, layout="factorised")
+
+
+def test_a_clip_model_carried_to_another_length_and_size_keeps_its_function():
+    """At its own size it is the same model; at another clip length and frame size the
+    position tables are resampled with aligned corners (the corners keep their values)."""
+    from vit_keras.tasks.spacetime.inflate import at_clip_size
+
+    model = inflate(_random_image_model(_config()), frames=FRAMES, layout="divided")
+    embedding = model.get_layer("posembed_input")
+    embedding.temporal_embedding.assign(np.random.default_rng(5).normal(0, 0.5, (1, 2, 32)))
+    same = at_clip_size(model)
+    np.testing.assert_array_equal(same(_clips()), model(_clips()))
+    longer = at_clip_size(model, frames=8, image_size=32)
+    assert longer.input_shape == (None, 8, 32, 32, 3)
+    table = longer.get_layer("posembed_input")
+    temporal = keras.ops.convert_to_numpy(table.temporal_embedding)
+    np.testing.assert_allclose(temporal[0, [0, -1]],
+                               embedding.temporal_embedding.numpy()[0, [0, -1]], atol=1e-6)
+    grid = keras.ops.convert_to_numpy(table.pos_embedding)[0, 1:].reshape(8, 8, 32)
+    old_grid = embedding.pos_embedding.numpy()[0, 1:].reshape(4, 4, 32)
+    np.testing.assert_allclose(grid[[0, 0, -1, -1], [0, -1, 0, -1]],
+                               old_grid[[0, 0, -1, -1], [0, -1, 0, -1]], atol=1e-6)
+    with pytest.raises(ValueError, match=r"frames \(7\) must be a positive multiple"):
+        at_clip_size(model, frames=7)

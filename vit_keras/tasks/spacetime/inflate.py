@@ -1,6 +1,7 @@
 """An image ViT inflated to a `SpaceTimeViT`: whatever weights the image model was loaded with
 (an official release, a timm family, a keras-hub preset, a trained `.keras` classifier) start
-the clip model.
+the clip model; and a clip model carried to another clip length or frame size
+(`at_clip_size`).
 
 Every spatial layer keeps its weights under its name. The patch kernel (P, P, C, D) gains the
 frame axis of a tubelet (t, P, P, C, D): spread evenly over its frames (each 1/t of it, so a
@@ -17,6 +18,7 @@ import keras
 import numpy as np
 
 from vit_keras import names
+from vit_keras.core import grid_resize
 from vit_keras.core.model import VisionTransformer
 from vit_keras.tasks.spacetime.model import TEMPORAL_PREFIX, SpaceTimeViT, temporal_block_name
 
@@ -98,3 +100,53 @@ def _zero_residual_outputs(layer, clip: SpaceTimeViT, temporal_layers: int) -> N
     for projection in outputs:
         for weight in projection.weights:
             weight.assign(np.zeros(weight.shape, weight.dtype))
+
+
+def at_clip_size(model: SpaceTimeViT, frames: int | None = None,
+                 image_size=None) -> SpaceTimeViT:
+    """`model` rebuilt for clips of `frames` frames of `image_size` px, every weight kept.
+
+    The position tables are resampled as the image model's are at load time (bilinear, aligned
+    corners): the spatial one to the new patch grid, the temporal one to the new number of
+    token frames; the tubelet kernel and every other weight are the same.
+
+    Args:
+        model: a `SpaceTimeViT`.
+        frames: frames per clip (a multiple of its `tubelet_frames`); None: its own.
+        image_size: an int or (height, width); None: its own.
+
+    Returns:
+        A new `SpaceTimeViT` with `model`'s options, preprocessing and name.
+
+    Raises:
+        ValueError: frames or a size the model's tubelets do not divide.
+    """
+    config = model.config if image_size is None else model.config.replace(
+        image_size=image_size)
+    resized = SpaceTimeViT(config, frames or model.frames, model.tubelet_frames, model.layout,
+                           model.temporal_layers, name=model.name,
+                           preprocessing=model.preprocessing)
+    for layer in resized.layers:
+        if not layer.weights:
+            continue
+        source = model.get_layer(layer.name)
+        if layer.name != names.POSEMB:
+            layer.set_weights(source.get_weights())
+            continue
+        layer.pos_embedding.assign(_spatial_table(source, model.config.grid_size,
+                                                  config.grid_size))
+        layer.temporal_embedding.assign(grid_resize.resize_axis(
+            source.temporal_embedding, layer.frames, axis=1))
+        if layer.num_prefix_tokens:
+            layer.cls.assign(source.cls)
+    return resized
+
+
+def _spatial_table(embedding, old_grid, new_grid):
+    """The (1, prefix + rows * cols, D) table of `embedding` resampled to `new_grid`."""
+    prefix = embedding.num_prefix_tokens
+    table = embedding.pos_embedding[0]
+    patches = keras.ops.reshape(table[prefix:], (*old_grid, table.shape[-1]))
+    patches = keras.ops.reshape(grid_resize.resize_grid(patches, tuple(new_grid)),
+                                (-1, table.shape[-1]))
+    return keras.ops.concatenate([table[:prefix], patches], axis=0)[None]

@@ -7,7 +7,6 @@ import keras
 from keras import ops
 
 from vit_keras import names
-from vit_keras.core import grid_resize
 from vit_keras.core.attention import MultiHeadSelfAttention
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.normalization import LayerNorm
@@ -145,12 +144,6 @@ class SpaceTimeEmbedding(keras.layers.Layer):
         config = super().get_config()
         config.update(frames=self.frames, num_prefix_tokens=self.num_prefix_tokens)
         return config
-
-
-def resample_frames(table, frames: int):
-    """A (1, old frames, D) temporal table resampled linearly to (1, `frames`, D), aligned
-    corners, as the spatial tables are resampled to a new grid."""
-    return grid_resize.resize_axis(table, frames, axis=1)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
