@@ -256,7 +256,7 @@ LAYER_CASES = [
                  (2, 9, 8), 0, {}, id="MergeFrameTokens"),
 ]
 
-# Being rewritten elsewhere; their owners add their run_layer_test cases.
+# Being rewritten elsewhere, or whole models held by their own files (test_spacetime.py).
 NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer, ViTSegmenter,
                     detection.ViTDetector, SpaceTimeViT}
 

@@ -123,7 +123,8 @@ def encode_tokens(config: ViTConfig, tokens, output_tokens: int | None = None, d
 
 
 def final_norm(config: ViTConfig, name: str, dtype=None):
-    """The encoder's final LayerNorm (the config's epsilon), named `name`."""
+    """The encoder's final LayerNorm layer (the config's epsilon), named `name` (its dtype
+    policy `dtype`)."""
     return LayerNorm(epsilon=config.layer_norm_epsilon, name=name, dtype=dtype)
 
 
@@ -162,10 +163,30 @@ def _pooling_layer(config: ViTConfig, mode: str, name: str, index: int = 0, dtyp
 def pool_tokens(config: ViTConfig, tokens, mode: str, dtype=None):
     """Token sequence -> one vector per image, through the pooled norm, pre_logits and the
     projection when configured."""
+    return representation(config, pooled_vector(config, tokens, mode, dtype), dtype)
+
+
+def pooled_vector(config: ViTConfig, tokens, mode: str, dtype=None):
+    """Token sequence [batch, tokens, D] -> [batch, D] by `mode` ('token', 'gap' or 'avg',
+    'map'), through the pooled norm when configured."""
     pooled = _pooling_layer(config, "gap" if mode == "avg" else mode, names.POOL,
                             dtype=dtype)(tokens)
     if config.pooled_norm:
         pooled = final_norm(config, names.ENCODER_NORM, dtype)(pooled)
+    return pooled
+
+
+def representation(config: ViTConfig, pooled, dtype=None):
+    """A pooled vector through pre_logits and the projection, those the config has.
+
+    Args:
+        config: the model configuration.
+        pooled: [batch, D].
+        dtype: as in `patch_tokens`.
+
+    Returns:
+        [batch, projection_size, representation_size or D].
+    """
     if config.representation_size is not None:
         pooled = keras.layers.Dense(config.representation_size, activation="tanh",
                                     name=names.PRE_LOGITS, dtype=dtype)(pooled)
@@ -270,6 +291,10 @@ class ConfiguredModel:
         keras_compat.build_optimizer_before_tracing(self)
         return super().train_on_batch(x, *args, **kwargs)
 
+    def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
+        """Freezes the model and adds LoRA adapters (see `vit_keras.lora.enable_lora`)."""
+        lora.enable_lora(self, rank, targets, alpha)
+
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
         """Keras' `Model.quantize` on every projection (see `vit_keras.quantization`)."""
         quantization.quantize(self, super().quantize, mode, config, filters, **kwargs)
@@ -337,10 +362,6 @@ class VisionTransformer(ConfiguredModel, keras.Model):
                 "name": self.name, "trainable": self.trainable,
                 "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}
 
-    def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
-        """Freezes the model and adds LoRA adapters (see `vit_keras.lora.enable_lora`)."""
-        lora.enable_lora(self, rank, targets, alpha)
-
     def head_layers(self) -> list:
         """The head's layers: pre_logits, head and head_dist, those the model has."""
         present = {layer.name for layer in self.layers}
@@ -375,13 +396,20 @@ def check_image_size(config: ViTConfig, images) -> None:
         f"dynamic_image_size=True to take any size whose sides are multiples of {step}")
 
 
-def input_shape_of(images):
-    """The shape of what a caller passes (an array or tensor, or a `tf.data.Dataset` of them
-    or of (inputs, labels)), or None."""
-    element_spec = getattr(images, "element_spec", None)  # a tf.data.Dataset
+def input_shape_of(inputs):
+    """The shape of what a caller passes to a model.
+
+    Args:
+        inputs: an array or tensor, or a `tf.data.Dataset` of them or of (inputs, labels).
+
+    Returns:
+        Its shape as a tuple (the dataset's element's, batch dimension included), or None
+        for anything else.
+    """
+    element_spec = getattr(inputs, "element_spec", None)  # a tf.data.Dataset
     if element_spec is not None:
-        images = element_spec[0] if isinstance(element_spec, tuple) else element_spec
-    shape = getattr(images, "shape", None)
+        inputs = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+    shape = getattr(inputs, "shape", None)
     return None if shape is None else tuple(shape)
 
 
@@ -417,7 +445,8 @@ def _build_graph(config: ViTConfig, include_top, pooling, classifier_activation,
 
 
 def classification_head(config: ViTConfig, name: str, dtype=None):
-    """The zero-initialised float32 Dense of `config.num_classes` logits, named `name`."""
+    """The head layer: a zero-initialised Dense of `config.num_classes` logits named `name`,
+    in float32 under any policy `dtype` (a quantized map keeps its entry)."""
     return keras.layers.Dense(
         config.num_classes, kernel_initializer="zeros",
         bias_initializer=keras.initializers.Constant(config.head_bias_init),

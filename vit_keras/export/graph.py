@@ -102,26 +102,38 @@ def split_activation(model: keras.Model, activation=None):
 
 
 def image_size(model: keras.Model) -> tuple[int, int]:
-    """(height, width) of the model's NHWC RGB input; raises ValueError for anything else."""
+    """(height, width) of the model's RGB images (or clips' frames); raises ValueError for
+    anything else."""
     shape = _image_input_shape(model)
-    if shape[1] is None or shape[2] is None:
+    if shape[-3] is None or shape[-2] is None:
         raise ValueError("expected a model input of shape [batch, height, width, 3] with a fixed "
                          f"height and width, got {shape}")
-    return int(shape[1]), int(shape[2])
+    return int(shape[-3]), int(shape[-2])
+
+
+def sample_shape(model: keras.Model) -> tuple:
+    """The shape of one input without the batch: (height, width, 3) of an image model's
+    image, (frames, height, width, 3) of a clip model's clip; fixed sides only."""
+    shape = _image_input_shape(model)
+    if None in shape[1:]:
+        raise ValueError(f"expected a model input of fixed sides, got {shape}")
+    return tuple(int(side) for side in shape[1:])
 
 
 def takes_any_size(model: keras.Model) -> bool:
     """Whether the model's image input has no fixed height and width (dynamic_image_size)."""
     shape = _image_input_shape(model)
-    return shape[1] is None or shape[2] is None
+    return shape[-3] is None or shape[-2] is None
 
 
 def _image_input_shape(model: keras.Model) -> tuple:
+    """[batch, height, width, 3] images, or [batch, frames, height, width, 3] clips."""
     if len(model.inputs) != 1:
         raise ValueError(f"expected a model with one image input, got {len(model.inputs)} inputs")
     shape = tuple(model.inputs[0].shape)
-    if len(shape) != 4 or shape[-1] != 3:
-        raise ValueError(f"expected a model input of shape [batch, height, width, 3], got {shape}")
+    if len(shape) not in (4, 5) or shape[-1] != 3:
+        raise ValueError("expected a model input of shape [batch, height, width, 3] (or clips "
+                         f"[batch, frames, height, width, 3]), got {shape}")
     return shape
 
 

@@ -121,7 +121,7 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     bar = (quantization, min_agreement, on_low_agreement, _advice(quantization))
     if verify_images is None:  # reported, not enforced
         bar, verify_images = None, verification_images(representative_data,
-                                                        graph.image_size(logits_model))
+                                                        graph.sample_shape(logits_model))
     return agreement.publish_verified(path, content, report, runner=TFLiteModel,
                                       logits_model=logits_model, images=verify_images,
                                       include_preprocessing=include_preprocessing, bar=bar)
@@ -135,7 +135,7 @@ def _converted(model, logits_model, path, quantization, representative_data, io_
     frozen = _frozen_graph(model, logits_model, include_preprocessing, batch_size,
                            integer=quantization == "int8" and not float_ops)
     content = _convert(frozen, quantization, representative_data, io_type,
-                       num_calibration_images, graph.image_size(logits_model), float_ops,
+                       num_calibration_images, graph.sample_shape(logits_model), float_ops,
                        per_channel)
     ops = _check_operators(content, quantization, float_ops)
     if not keep_tensor_names:
@@ -151,7 +151,8 @@ def _frozen_graph(model, logits_model, include_preprocessing: bool, batch_size, 
     """`_trace`'s function with the weights frozen into constants (converting Keras 3
     variables directly leaves VAR_HANDLE/READ_VARIABLE ops that LiteRT reads as
     uninitialised); inside `graphs_shared`, made once per model and form."""
-    key = (id(model), graph.image_size(logits_model), include_preprocessing, batch_size, integer)
+    key = (id(model), graph.sample_shape(logits_model), include_preprocessing, batch_size,
+           integer)
     if _shared_graphs is not None and key in _shared_graphs:
         return _shared_graphs[key][1]
     frozen = keras_compat.freeze_concrete_function(
@@ -174,10 +175,10 @@ def _advice(quantization) -> str:
 
 def _trace(logits_model, include_preprocessing: bool, batch_size, integer: bool):
     """The concrete inference function of `logits_model`, traced in its TFLite form."""
-    height, width = graph.image_size(logits_model)
     logits = graph.logits_function(logits_model, include_preprocessing)
     function = tf.function(logits, input_signature=[
-        tf.TensorSpec([batch_size, height, width, 3], tf.float32, name="images")])
+        tf.TensorSpec([batch_size, *graph.sample_shape(logits_model)], tf.float32,
+                      name="images")])
     with export_forms.tflite_form(integer=integer):
         return function.get_concrete_function()
 
@@ -207,7 +208,7 @@ def _check_arguments(quantization, representative_data, io_type, batch_size, flo
 
 
 def _convert(frozen, quantization, representative_data, io_type, num_calibration_images,
-             image_hw, float_ops=(), per_channel=True) -> bytes:
+             sample, float_ops=(), per_channel=True) -> bytes:
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantization is not None:
@@ -215,7 +216,7 @@ def _convert(frozen, quantization, representative_data, io_type, num_calibration
     if quantization == "fp16":
         converter.target_spec.supported_types = [tf.float16]
     elif quantization == "int8":
-        images = list(calibration_images(representative_data, image_hw, num_calibration_images))
+        images = list(calibration_images(representative_data, sample, num_calibration_images))
         converter.representative_dataset = lambda: ([image] for image in images)
         keras_compat.set_per_channel(converter, per_channel)
         if not float_ops:
@@ -330,13 +331,14 @@ def strip_tensor_names(content: bytes) -> bytes:
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
-def calibration_images(representative_data, image_hw, limit):
-    """Yields single images [1, H, W, 3] float32 from an array or an iterable of batches.
+def calibration_images(representative_data, sample, limit):
+    """Yields single inputs [1, *sample] float32 from an array or an iterable of batches.
 
     Args:
-        representative_data: images [N, H, W, 3] in 0..255, or an iterable of such batches.
-        image_hw: the expected (H, W).
-        limit: at most this many images.
+        representative_data: images [N, H, W, 3] (or clips [N, frames, H, W, 3]) in 0..255,
+            or an iterable of such batches.
+        sample: the shape of one input: (H, W, 3), or (frames, H, W, 3) for clips.
+        limit: at most this many inputs.
     """
     if isinstance(representative_data, np.ndarray) or tf.is_tensor(representative_data):
         batches = [representative_data]
@@ -345,11 +347,13 @@ def calibration_images(representative_data, image_hw, limit):
     count = 0
     for batch in batches:
         batch = np.asarray(batch, dtype=np.float32)
-        if batch.ndim == 3:
+        if batch.shape == tuple(sample):  # one input
             batch = batch[None]
-        if batch.ndim != 4 or batch.shape[1:] != (*image_hw, 3):
-            raise ValueError(f"representative_data must hold images [N, {image_hw[0]}, "
-                             f"{image_hw[1]}, 3] in 0..255, got a batch of shape {batch.shape}")
+        if batch.shape[1:] != tuple(sample):
+            kind = "images" if len(sample) == 3 else "clips"
+            raise ValueError(f"representative_data must hold {kind} [N, "
+                             f"{', '.join(map(str, sample))}] in 0..255, got a batch of shape "
+                             f"{batch.shape}")
         for image in batch:
             if count >= limit:
                 return
@@ -359,13 +363,14 @@ def calibration_images(representative_data, image_hw, limit):
         raise ValueError("representative_data holds no images")
 
 
-def verification_images(representative_data, image_hw):
-    """Up to 32 images of `representative_data` (or 8 random ones) to compare a file on."""
+def verification_images(representative_data, sample):
+    """Up to 32 inputs of `representative_data` (or 8 random ones) to compare a file on;
+    `sample` is the shape of one input."""
     if representative_data is not None:
-        images = list(itertools.islice(calibration_images(representative_data, image_hw, 32),
+        images = list(itertools.islice(calibration_images(representative_data, sample, 32),
                                        32))
         return np.concatenate(images, axis=0)
-    return np.random.default_rng(0).uniform(0, 255, (8, *image_hw, 3)).astype(np.float32)
+    return np.random.default_rng(0).uniform(0, 255, (8, *sample)).astype(np.float32)
 
 
 def _opcode_names(flatbuffer) -> list[str]:

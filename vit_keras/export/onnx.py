@@ -78,7 +78,7 @@ def onnx(model: keras.Model, path: str, *, opset: int | None = None, dynamic_bat
     bar = (None, min_agreement, on_low_agreement,
            "A float file should match Keras: please report the model's options.")
     if verify_images is None:  # reported, not enforced
-        bar, verify_images = None, verification_images(None, graph.image_size(model))
+        bar, verify_images = None, verification_images(None, graph.sample_shape(model))
     return agreement.publish_verified(path, content, report, runner=ONNXModel,
                                       logits_model=logits_model, images=verify_images,
                                       include_preprocessing=include_preprocessing, bar=bar)
@@ -89,9 +89,8 @@ def _convert(logits_model: keras.Model, opset: int, dynamic_batch: bool,
     """tf2onnx conversion of the logits graph, then the graph rewrites; (ModelProto, fused)."""
     import onnx as onnx_lib
 
-    height, width = graph.image_size(logits_model)
-    signature = [tf.TensorSpec([None if dynamic_batch else 1, height, width, 3], tf.float32,
-                               name=INPUT_NAME)]
+    signature = [tf.TensorSpec([None if dynamic_batch else 1, *graph.sample_shape(logits_model)],
+                               tf.float32, name=INPUT_NAME)]
     function = tf.function(graph.logits_function(logits_model, include_preprocessing),
                            input_signature=signature)
     with export_forms.onnx_form():

@@ -118,8 +118,8 @@ def _quantize_static(ort_quantization, float_path, staged, representative_data, 
         raise ValueError(f"{float_path}: unnamed MatMul nodes; expected a file written by "
                          "vit_keras.export.onnx (tf2onnx names every node)")
     input_name = model.graph.input[0].name
-    height, width = (dim.dim_value for dim in model.graph.input[0].type.tensor_type.shape.dim[1:3])
-    images = list(calibration_images(representative_data, (height, width), limit))
+    sample = tuple(dim.dim_value for dim in model.graph.input[0].type.tensor_type.shape.dim[1:])
+    images = list(calibration_images(representative_data, sample, limit))
     ort_quantization.quantize_static(
         float_path, staged, _Calibration(input_name, images),
         quant_format=ort_quantization.QuantFormat.QDQ, op_types_to_quantize=list(STATIC_OPS),

@@ -35,9 +35,9 @@ class ONNXModel:
                                                      providers=["CPUExecutionProvider"])
         model_input = self._session.get_inputs()[0]
         shape = model_input.shape
-        if len(shape) != 4 or not all(isinstance(side, int) for side in shape[1:]):
-            raise ValueError(f"{path}: expected one NHWC image input of fixed size, got input "
-                             f"shape {shape}")
+        if len(shape) not in (4, 5) or not all(isinstance(side, int) for side in shape[1:]):
+            raise ValueError(f"{path}: expected one NHWC image input of fixed size (or [batch, "
+                             f"frames, H, W, C] clips), got input shape {shape}")
         self._input_name = model_input.name
         self.input_shape = tuple(shape[1:])
         self._fixed_batch = shape[0] if isinstance(shape[0], int) else None

@@ -10,8 +10,8 @@ from vit_keras.timing import median_seconds
 class TFLiteModel:
     """A `.tflite` image classifier exported by `vit_keras.export.tflite`, run through LiteRT.
 
-    Call it on float32 NHWC RGB images in 0..255 at the model's resolution; it returns float32
-    logits. Files with integer input/output are quantized/dequantized here, so the contract is
+    Call it on float32 NHWC RGB images in 0..255 at the model's resolution (a clip model's
+    file: clips [batch, frames, H, W, 3]); it returns float32 logits. Files with integer input/output are quantized/dequantized here, so the contract is
     the same for every precision. Files with a fixed batch of 1 are run image by image.
 
     Args:
@@ -19,7 +19,8 @@ class TFLiteModel:
         num_threads: interpreter threads.
 
     Attributes:
-        input_shape: (height, width, channels) the model expects.
+        input_shape: (height, width, channels) the model expects ((frames, height, width,
+            channels) for clips).
         num_classes: width of the logits.
         output_rank: dimensions of the logits, batch included.
         ops: sorted names of the operators in the file.
@@ -34,8 +35,9 @@ class TFLiteModel:
         self._input = self._interpreter.get_input_details()[0]
         self._output = self._interpreter.get_output_details()[0]
         signature = self._input["shape_signature"]
-        if len(signature) != 4:
-            raise ValueError(f"{path}: expected one NHWC image input, got input shape {signature}")
+        if len(signature) not in (4, 5):
+            raise ValueError(f"{path}: expected one NHWC image input (or [batch, frames, H, W, "
+                             f"C] clips), got input shape {signature}")
         self.input_shape = tuple(int(size) for size in signature[1:])
         self.num_classes = int(self._output["shape_signature"][-1])
         self.output_rank = len(self._output["shape_signature"])
@@ -78,8 +80,9 @@ def run_in_batches(run, images, input_shape, fixed_batch, path: str, chunk: int 
 
     Args:
         run: function(images [n, H, W, C] float32) -> logits [n, classes].
-        images: float32 [batch, H, W, C] (or one image [H, W, C]) in 0..255.
-        input_shape: the file's (H, W, C).
+        images: float32 [batch, H, W, C] (or one image [H, W, C]) in 0..255; clips [batch,
+            frames, H, W, C] for a clip model's file.
+        input_shape: the file's (H, W, C), or (frames, H, W, C).
         fixed_batch: the file's fixed batch size, or None (dynamic).
         path: the file, for messages.
         chunk: with a dynamic batch, at most this many images per call (None: all at once).
@@ -88,9 +91,9 @@ def run_in_batches(run, images, input_shape, fixed_batch, path: str, chunk: int 
         float32 logits [batch, classes].
     """
     images = np.asarray(images, dtype=np.float32)
-    if images.ndim == 3:
+    if images.ndim == len(input_shape):
         images = images[None]
-    if images.ndim != 4 or images.shape[1:] != tuple(input_shape):
+    if images.shape[1:] != tuple(input_shape):
         raise ValueError(f"expected images of shape [batch, {', '.join(map(str, input_shape))}]"
                          f", got {images.shape}")
     if fixed_batch and len(images) % fixed_batch:

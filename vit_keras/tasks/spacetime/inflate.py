@@ -18,9 +18,10 @@ import keras
 import numpy as np
 
 from vit_keras import names
+from vit_keras.checkpoints.resize import resize_position_embedding
 from vit_keras.core import grid_resize
 from vit_keras.core.model import VisionTransformer
-from vit_keras.tasks.spacetime.model import TEMPORAL_PREFIX, SpaceTimeViT, temporal_block_name
+from vit_keras.tasks.spacetime.model import TEMPORAL_PREFIX, SpaceTimeViT
 
 SPREADS = ("even", "central")
 
@@ -60,8 +61,8 @@ def inflate(image_model: VisionTransformer, frames: int = 8, tubelet_frames: int
             _inflate_patch_kernel(layer, image_layers[names.EMBEDDING], spread)
         elif layer.name == names.POSEMB:
             _copy_positions(layer, image_layers)
-        elif layer.name.startswith(TEMPORAL_PREFIX):
-            _zero_residual_outputs(layer, clip, temporal_layers)
+        elif layer.name.startswith(TEMPORAL_PREFIX) and hasattr(layer, "attention"):
+            _zero_residual_outputs(layer)
         elif layer.name in image_layers:
             layer.set_weights(image_layers[layer.name].get_weights())
     return clip
@@ -90,13 +91,10 @@ def _copy_positions(embedding, image_layers: dict) -> None:
         embedding.cls.assign(keras.ops.convert_to_numpy(image_layers[names.CLS].cls))
 
 
-def _zero_residual_outputs(layer, clip: SpaceTimeViT, temporal_layers: int) -> None:
+def _zero_residual_outputs(layer) -> None:
     """A temporal layer made the identity: its attention's output projection and, in a
     temporal encoder block, its MLP's last Dense, zero."""
-    blocks = {temporal_block_name(index) for index in range(temporal_layers)}
-    outputs = [layer.attention.out] if hasattr(layer, "attention") else []
-    if clip.layout == "factorised" and layer.name in blocks:
-        outputs.append(layer.mlp.dense_1)
+    outputs = [layer.attention.out] + ([layer.mlp.dense_1] if hasattr(layer, "mlp") else [])
     for projection in outputs:
         for weight in projection.weights:
             weight.assign(np.zeros(weight.shape, weight.dtype))
@@ -106,8 +104,8 @@ def at_clip_size(model: SpaceTimeViT, frames: int | None = None,
                  image_size=None) -> SpaceTimeViT:
     """`model` rebuilt for clips of `frames` frames of `image_size` px, every weight kept.
 
-    The position tables are resampled as the image model's are at load time (bilinear, aligned
-    corners): the spatial one to the new patch grid, the temporal one to the new number of
+    The position tables are resampled by the official load-time rule (linear, aligned corners):
+    the spatial one to the new patch grid, the temporal one to the new number of
     token frames; the tubelet kernel and every other weight are the same.
 
     Args:
@@ -133,20 +131,11 @@ def at_clip_size(model: SpaceTimeViT, frames: int | None = None,
         if layer.name != names.POSEMB:
             layer.set_weights(source.get_weights())
             continue
-        layer.pos_embedding.assign(_spatial_table(source, model.config.grid_size,
-                                                  config.grid_size))
+        layer.pos_embedding.assign(resize_position_embedding(
+            keras.ops.convert_to_numpy(source.pos_embedding), config.grid_size,
+            bool(layer.num_prefix_tokens), model.config.grid_size))
         layer.temporal_embedding.assign(grid_resize.resize_axis(
             source.temporal_embedding, layer.frames, axis=1))
         if layer.num_prefix_tokens:
             layer.cls.assign(source.cls)
     return resized
-
-
-def _spatial_table(embedding, old_grid, new_grid):
-    """The (1, prefix + rows * cols, D) table of `embedding` resampled to `new_grid`."""
-    prefix = embedding.num_prefix_tokens
-    table = embedding.pos_embedding[0]
-    patches = keras.ops.reshape(table[prefix:], (*old_grid, table.shape[-1]))
-    patches = keras.ops.reshape(grid_resize.resize_grid(patches, tuple(new_grid)),
-                                (-1, table.shape[-1]))
-    return keras.ops.concatenate([table[:prefix], patches], axis=0)[None]

@@ -112,7 +112,10 @@ class SpaceTimeEmbedding(keras.layers.Layer):
         self.num_prefix_tokens = num_prefix_tokens
 
     def build(self, input_shape):
-        _, _, patches, width = input_shape
+        _, frames, patches, width = input_shape
+        if frames != self.frames:
+            raise ValueError(f"SpaceTimeEmbedding holds {self.frames} token frames, got input "
+                             f"shape {tuple(input_shape)} [batch, frames, patches, D]")
         self.pos_embedding = self.add_weight(
             name="pos_embedding", shape=(1, self.num_prefix_tokens + patches, width),
             initializer=keras.initializers.RandomNormal(stddev=0.02))
@@ -209,9 +212,9 @@ class TemporalAttention(keras.layers.Layer):
 def _patches_and_class_token(inputs) -> tuple:
     """(patches, class token or None) of a layer's input: the patches alone, or [patches,
     class token] (their shapes alike)."""
-    if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and not isinstance(inputs[0],
-                                                                                 int | None):
-        return inputs[0], inputs[1]
+    pair = isinstance(inputs, (list, tuple)) and len(inputs) == 2
+    if pair and (isinstance(inputs[0], (list, tuple)) or hasattr(inputs[0], "shape")):
+        return inputs[0], inputs[1]  # two tensors, or two shapes
     return inputs, None
 
 
@@ -239,9 +242,10 @@ class FoldFrames(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class UnfoldFrames(keras.layers.Layer):
-    """The inverse of `FoldFrames`: [batch * frames, (prefix +) patches or 1, D] -> [batch,
-    frames, ..., D]; with `num_prefix_tokens`, also the class token averaged over the frames
-    [batch, 1, D] (TimeSformer's).
+    """The inverse of `FoldFrames`: [batch * frames, ...] -> [batch, frames, ...] (sequences
+    [batch * frames, tokens, D], or one vector a frame [batch * frames, D]); with
+    `num_prefix_tokens`, the sequences' class tokens come apart, averaged over the frames
+    ([batch, frames, patches, D] and [batch, 1, D], TimeSformer's).
 
     Args:
         frames: token frames per clip.
@@ -258,7 +262,7 @@ class UnfoldFrames(keras.layers.Layer):
         clips = ops.reshape(sequences, (-1, self.frames, *shape))
         if not self.num_prefix_tokens:
             return clips
-        cls = ops.mean(clips[:, :, 0], axis=1, keepdims=True)
+        cls = ops.mean(clips[:, :, :self.num_prefix_tokens], axis=1)
         return clips[:, :, self.num_prefix_tokens:], cls
 
     def compute_output_shape(self, input_shape):

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import keras
 
-from vit_keras import lora, names, quantization, tasks
+from vit_keras import names, quantization, tasks
 from vit_keras.config import ViTConfig
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.model import (ConfiguredModel, classification_head, config_and_preprocessing,
-                                  encoder_block, final_norm, input_shape_of,
-                                  pool_tokens)
+                                  encoder_block, final_norm, input_shape_of, pool_tokens,
+                                  pooled_vector, representation)
 from vit_keras.tasks.spacetime.layers import (CLIP_AXES, FoldFrames, JoinFrames,
                                               MergeFrameTokens, SpaceTimeEmbedding,
                                               TemporalAttention, TubeletEmbedding, UnfoldFrames)
@@ -62,7 +62,11 @@ _IMAGE_ONLY = {"resnet_layers": None, "stem": "patchify", "num_register_tokens":
 
 def check_clip_options(config: ViTConfig, frames: int, tubelet_frames: int, layout: str,
                        temporal_layers: int) -> None:
-    """Raises ValueError naming the option a clip model cannot take and what it expects."""
+    """Checks a `SpaceTimeViT`'s options (its arguments of the same names).
+
+    Raises:
+        ValueError: naming the option a clip model cannot take and what it expects.
+    """
     for field, needed in _IMAGE_ONLY.items():
         if getattr(config, field) != needed:
             raise ValueError(f"a SpaceTimeViT needs {field}={needed!r}, got "
@@ -72,6 +76,10 @@ def check_clip_options(config: ViTConfig, frames: int, tubelet_frames: int, layo
                          f"{config.classifier!r}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "joint" and config.locality_attention:
+        raise ValueError("locality_attention keeps a token from attending to itself; in the "
+                         "joint layout it would still see itself in the other frames: use the "
+                         "'divided' or 'factorised' layout")
     if tubelet_frames < 1 or frames < tubelet_frames or frames % tubelet_frames:
         raise ValueError(f"frames ({frames}) must be a positive multiple of tubelet_frames "
                          f"({tubelet_frames})")
@@ -103,14 +111,16 @@ def _divided(config: ViTConfig, patches, cls, dtype):
         sequences = FoldFrames(name=f"fold_frames_{index}", dtype=dtype)(
             _with_class_token(patches, cls))
         sequences = encoder_block(config, index, dtype)(sequences)
-        last = index == config.num_layers - 1
-        unfolded = UnfoldFrames(frames, 0 if last else prefix, name=f"unfold_frames_{index}",
+        if index == config.num_layers - 1:
+            break
+        unfolded = UnfoldFrames(frames, prefix, name=f"unfold_frames_{index}",
                                 dtype=dtype)(sequences)
-        patches, cls = (unfolded, cls) if last or not prefix else unfolded
-    # the last block's frames, class token copies and all, merged as the joint layout's
-    tokens = JoinFrames(name="join_frames", dtype=dtype)(patches)
-    return tokens if cls is None else \
-        MergeFrameTokens(frames, name="merge_frames", dtype=dtype)(tokens)
+        patches, cls = unfolded if prefix else (unfolded, None)
+    # The last block's frames, class token copies and all, merged as the joint layout's.
+    frame_tokens = UnfoldFrames(frames, name=f"unfold_frames_{index}", dtype=dtype)(sequences)
+    tokens = JoinFrames(name="join_frames", dtype=dtype)(frame_tokens)
+    return MergeFrameTokens(frames, name="merge_frames", dtype=dtype)(tokens) if prefix else \
+        tokens
 
 
 def _factorised(config: ViTConfig, patches, cls, temporal_layers: int, dtype):
@@ -120,12 +130,13 @@ def _factorised(config: ViTConfig, patches, cls, temporal_layers: int, dtype):
         sequences = encoder_block(config, index, dtype)(sequences)
     if not config.pooled_norm:
         sequences = final_norm(config, names.ENCODER_NORM, dtype)(sequences)
-    # pre_logits and the projection end the clip's vector, after the temporal encoder
-    per_frame = pool_tokens(config.replace(representation_size=None, projection_size=None),
-                            sequences, config.classifier, dtype)
+    per_frame = pooled_vector(config, sequences, config.classifier, dtype)
     tokens = UnfoldFrames(frames, name="unfold_frames", dtype=dtype)(per_frame)
+    # Locality attention is the spatial blocks' (a token never attends to itself); across a
+    # few frames it would leave a frame little else to attend to.
+    temporal = config.replace(locality_attention=False)
     for index in range(temporal_layers):
-        tokens = encoder_block(config, index, dtype, name=temporal_block_name(index),
+        tokens = encoder_block(temporal, index, dtype, name=temporal_block_name(index),
                                depth=temporal_layers)(tokens)
     return tokens
 
@@ -148,25 +159,13 @@ def _build_graph(config: ViTConfig, frames, tubelet_frames, layout, temporal_lay
         tokens = _factorised(config, patches, cls, temporal_layers, dtype)
         features = keras.layers.GlobalAveragePooling1D(name=f"{TEMPORAL_PREFIX}pool",
                                                        dtype=dtype)(tokens)
-        features = _representation(config, features, dtype)
+        features = representation(config, features, dtype)
     else:
         tokens = (_joint if layout == "joint" else _divided)(config, patches, cls, dtype)
         if not config.pooled_norm:
             tokens = final_norm(config, names.ENCODER_NORM, dtype)(tokens)
         features = pool_tokens(config, tokens, config.classifier, dtype)
     return clips, classification_head(config, names.HEAD, dtype)(features)
-
-
-def _representation(config: ViTConfig, features, dtype):
-    """The factorised encoder's clip vector through pre_logits and the projection, as
-    `pool_tokens` ends an image's."""
-    if config.representation_size is not None:
-        features = keras.layers.Dense(config.representation_size, activation="tanh",
-                                      name=names.PRE_LOGITS, dtype=dtype)(features)
-    if config.projection_size is not None:
-        features = keras.layers.Dense(config.projection_size, use_bias=False,
-                                      name=names.PROJECTION, dtype=dtype)(features)
-    return features
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -209,7 +208,14 @@ class SpaceTimeViT(ConfiguredModel, keras.Model):
         self.temporal_layers = temporal_layers
 
     def check_inputs(self, inputs) -> None:
-        """Refuses clips of another shape than the model was built for, naming both."""
+        """Refuses clips of another shape than the model was built for.
+
+        Args:
+            inputs: what a caller passes (`input_shape_of`).
+
+        Raises:
+            ValueError: naming the shape expected and the shape given.
+        """
         shape = input_shape_of(inputs)
         if shape is None:
             return
@@ -230,7 +236,3 @@ class SpaceTimeViT(ConfiguredModel, keras.Model):
                 "temporal_layers": self.temporal_layers, "name": self.name,
                 "trainable": self.trainable,
                 "dtype": keras.dtype_policies.serialize(quantization.dtype_policy_map(self))}
-
-    def enable_lora(self, rank: int, targets=lora.DEFAULT_TARGETS, alpha=None) -> None:
-        """Freezes the model and adds LoRA adapters (see `vit_keras.lora.enable_lora`)."""
-        lora.enable_lora(self, rank, targets, alpha)
