@@ -11,8 +11,9 @@ class TFLiteModel:
     """A `.tflite` image classifier exported by `vit_keras.export.tflite`, run through LiteRT.
 
     Call it on float32 NHWC RGB images in 0..255 at the model's resolution (a clip model's
-    file: clips [batch, frames, H, W, 3]); it returns float32 logits. Files with integer input/output are quantized/dequantized here, so the contract is
-    the same for every precision. Files with a fixed batch of 1 are run image by image.
+    file: clips [batch, frames, H, W, 3]); it returns float32 logits. Files with integer
+    input/output are quantized/dequantized here, so the contract is the same for every
+    precision. Files with a fixed batch of 1 are run image by image.
 
     Args:
         path: the `.tflite` file.
