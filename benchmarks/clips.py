@@ -1,7 +1,7 @@
 """Clips side by side, each row in its own process with the same training time: the space-time
 ViT (`SpaceTimeViT`, divided and joint attention) against a small 3-D CNN (Conv3D) and the
 image ViT averaging its per-frame logits, on the built-in moving sprites
-(`vit_app.tasks.spacetime.data.motion`: four directions no single frame tells, so a model
+(`vit_app.tasks.clip.data.motion`: four directions no single frame tells, so a model
 blind to the frames' order scores 25%).
 
 Every model trains from scratch with Adam (learning rate 1e-3) on the same clips for the same
@@ -27,7 +27,7 @@ MIN_LEAD_OVER_FRAMES = 0.25  # accuracy a space-time row must gain over the fram
 
 
 def _clips(count, seed):
-    from vit_app.tasks.spacetime.data.motion import moving_sprites
+    from vit_app.tasks.clip.data.motion import moving_sprites
 
     clips, labels = moving_sprites(count, FRAMES, SIZE, seed)
     return clips.astype("float32") / 127.5 - 1.0, labels
@@ -47,7 +47,7 @@ def _model(row):
     import keras
 
     if row.startswith("spacetime_"):
-        from vit_keras.tasks.spacetime.model import SpaceTimeViT
+        from vit_keras.tasks.clip.model import SpaceTimeViT
 
         layout = row.split("_", 1)[1]
         return SpaceTimeViT(_config(), frames=FRAMES, tubelet_frames=2, layout=layout), 1e-3, \

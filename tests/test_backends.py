@@ -35,7 +35,7 @@ LIBRARY_TESTS = ["test_layers.py", "test_model.py", "test_attention.py", "test_t
                      "quantized_mlp_block_is_its_dense_layers",
                      "lora_trains_only_the_adapters_and_what_is_unfrozen")),
                  "test_dynamic_size.py::test_a_new_size_is_traced_once",
-                 "test_spacetime.py::test_identical_frames_give_the_inflated_image_models_logits"]
+                 "test_clip_model.py::test_identical_frames_give_the_inflated_image_models_logits"]
 
 # Compositions whose parts each run on the other backends (StdConv, GroupNorm; the hybrid
 # model's outputs are compared across backends in CROSS_BACKEND_MODELS): their eager contract

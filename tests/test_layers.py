@@ -14,8 +14,8 @@ from vit_keras.core import (deit, heads, layers, masked_patch, normalization, po
 from vit_keras.intermediates import ClassTokenOf, SplitTokens
 from vit_keras.tasks.detect import model as detection
 from vit_keras.tasks.segment.model import ResizeToImage, Upsample, ViTSegmenter
-from vit_keras.tasks.spacetime import layers as spacetime
-from vit_keras.tasks.spacetime.model import SpaceTimeViT
+from vit_keras.tasks.clip import layers as spacetime
+from vit_keras.tasks.clip.model import SpaceTimeViT
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
 
@@ -256,7 +256,7 @@ LAYER_CASES = [
                  (2, 9, 8), 0, {}, id="MergeFrameTokens"),
 ]
 
-# Being rewritten elsewhere, or whole models held by their own files (test_spacetime.py).
+# Being rewritten elsewhere, or whole models held by their own files (test_clip_model.py).
 NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer, ViTSegmenter,
                     detection.ViTDetector, SpaceTimeViT}
 

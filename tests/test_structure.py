@@ -479,9 +479,10 @@ def task_words(task: str) -> set[str]:
     words = {data.built_in, data.labels, tasks.load_part(parts.inference).agreement, *metrics}
     if parts.section:
         section = tasks.load_part(parts.section)
+        renamed = getattr(section, "RENAMED_FROM", "")
         words |= {key for field in dataclasses.fields(section)
                   for key in (f"{section.NAME}.{field.name}",
-                              f"{section.RENAMED_FROM}{field.name}")}
+                              *([f"{renamed}{field.name}"] if renamed else []))}
     return words
 
 
@@ -498,8 +499,9 @@ def test_only_a_tasks_own_modules_use_its_words():
     agreement or preset keys: the shared code asks the registered task for them."""
     from vit_keras import tasks
 
+    shared = task_words(tasks.CLASSIFY)  # a task that classifies too speaks its words
     words = {word: task for task in tasks.TASKS if task != tasks.CLASSIFY
-             for word in task_words(task)}
+             for word in task_words(task) - shared}
     assert {"digit-scenes", "masks", "val_mean_iou", "segment.head", "objective.segment_head",
             "digit-boxes", "boxes", "box_f1"} <= set(words)
     found = {(name, word): f"{path.relative_to(REPO)}:{line} {word!r} ({task})"

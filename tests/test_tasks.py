@@ -208,7 +208,7 @@ def test_a_tasks_data_is_its_own_and_the_shared_spec_code_asks_it(monkeypatch, t
     with pytest.raises(ValueError, match=refused):
         readers.load_source("toy-pairs")
     with pytest.raises(ValueError, match="expected 'digits', 'digit-scenes', 'digit-boxes', "
-                                         "'toy-pairs', 'folder:PATH'"):
+                                         "'moving-sprites', 'toy-pairs', 'folder:PATH'"):
         specs.parse_spec("nothing:here")
 
 

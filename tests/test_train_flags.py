@@ -143,6 +143,7 @@ SET_VALUES = {
     "data.train": "folder:/photos", "data.val": "folder:/val", "data.classes": "1,2",
     "augment.crop": "inception", "objective.teacher": "teacher.keras",
     "finetune.weights": "model.keras", "finetune.lora_targets": "all",
+    "clip.frames": 16, "clip.tubelet_frames": 4,  # frames a multiple of the tubelet's
 }
 # keys that need another set with them: (the other --set, what the key alone is refused with)
 COMPANIONS = {

@@ -35,9 +35,9 @@ SAMPLED = {
     "tests/test_families.py::test_features_equal_forward_intermediates": 2,
     "tests/test_training_recipe.py::test_gradient_accumulation_equals_the_large_batch": 1,
     "tests/test_fast_paths.py::test_fused_adam_update_equals_keras": 1,
-    "tests/test_spacetime.py::test_identical_frames_give_the_inflated_image_models_logits": 3,
-    "tests/test_spacetime.py::test_a_keras_file_rebuilds_the_model_under_safe_mode": 1,
-    "tests/test_spacetime.py::test_locality_attention_inflates_exactly_where_each_frame_attends_"
+    "tests/test_clip_model.py::test_identical_frames_give_the_inflated_image_models_logits": 3,
+    "tests/test_clip_model.py::test_a_keras_file_rebuilds_the_model_under_safe_mode": 1,
+    "tests/test_clip_model.py::test_locality_attention_inflates_exactly_where_each_frame_attends_"
     "alone": 1,
 }
 

@@ -240,6 +240,11 @@ def _recipe_name(key: str) -> str:
 def sample_images(source) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
     """The (height, width) of up to 64 images spread over `source`, and a centre crop of each
     (at most 256 px a side, uint8 [height, width, channels]) for their texture."""
+    return shapes_and_crops(sampled_images(source), source.spec)
+
+
+def sampled_images(source) -> list[np.ndarray]:
+    """Up to 64 decoded images spread over `source` (uint8 [height, width, channels])."""
     import tensorflow as tf
 
     if source.arrays is not None:
@@ -248,16 +253,20 @@ def sample_images(source) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
         samples = [records[index] for index in picks]
     else:
         samples = [record for record, _ in source.records().take(SAMPLED_IMAGES)]
+    decoded = [np.asarray(source.decode(tf.convert_to_tensor(sample))) for sample in samples]
+    return [image if image.ndim == 3 else image[..., None] for image in decoded]
+
+
+def shapes_and_crops(images: list[np.ndarray], spec: str):
+    """`sample_images`' answer for images already sampled from the data `spec`."""
     shapes, crops = [], []
-    for sample in samples:
-        image = np.asarray(source.decode(tf.convert_to_tensor(sample)))
-        image = image if image.ndim == 3 else image[..., None]
+    for image in images:
         height, width = image.shape[:2]
         top, left = max(0, (height - TEXTURE_CROP) // 2), max(0, (width - TEXTURE_CROP) // 2)
         shapes.append((height, width))
         crops.append(image[top:top + TEXTURE_CROP, left:left + TEXTURE_CROP])
     if not shapes:
-        raise ValueError(f"training data {source.spec!r} holds no images")
+        raise ValueError(f"training data {spec!r} holds no images")
     return shapes, crops
 
 

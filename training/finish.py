@@ -140,7 +140,11 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
     if options.export and not objective.exports:
         console.say(f"export: skipped for objective {objective.name} "
                     f"({objective.export_skipped})")
-    if not (export or options.inspect):
+    inspect = options.inspect and not objective.inspect_skipped
+    if options.inspect and objective.inspect_skipped:
+        console.say(f"analysis: skipped for objective {objective.name} "
+                    f"({objective.inspect_skipped})")
+    if not (export or inspect):
         return None
     report_ = None
     size, rule = config.image_hw, setup.preprocessing
@@ -156,10 +160,11 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
         report_ = export_model(classifier, output, representative_images=calibration,
                                eval_images=images, eval_labels=labels,
                                options=ExportOptions(
-                                   formats=options.formats or DEFAULT_FORMATS,
+                                   formats=options.formats or objective.export_formats
+                                   or DEFAULT_FORMATS,
                                    activation=objective.activation,
                                    min_agreement=parse_min_agreement(options.min_agreement)))
-    if options.inspect:
+    if inspect:
         with console.stage("analysis: attention maps, distances, embeddings (inspect/)"):
             inspect_model(classifier, images[:INSPECT_SAMPLES],
                           os.path.join(setup.folders.write_dir, "inspect"))

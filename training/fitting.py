@@ -10,7 +10,6 @@ import os
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from training import callbacks, finetune, preemption, probe, recipe
@@ -70,7 +69,7 @@ def build(setup: Setup) -> keras.Model:
     strategy = setup.placement.strategy
     if strategy is not None and strategy is not tf.distribute.get_strategy():
         batch = plan.per_replica_batch
-        sample = (np.zeros((batch, *config.image_hw, config.channels), np.float32),
+        sample = (setup.objective.sample_inputs(batch, config),
                   setup.objective.sample_targets(batch, config))
         keras_compat.build_without_peeking(model, sample)
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):

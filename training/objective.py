@@ -31,6 +31,8 @@ class Objective:
         monitor: the logged metric that chooses the best weights (higher = better).
         epoch_metrics: the logged metrics each epoch's line shows before `monitor`.
         exports: whether the run exports its model; `export_skipped` says why not.
+        export_formats: the formats its run exports by default (None: every default format).
+        inspect_skipped: why a run does not analyse its model's attention ('': it does).
         activation: what turns the model's logits into its scores, in every format.
         multilabel: each class scored on its own (sigmoid), e.g. for the linear probe.
         closed_form_probe: finetune 'probe' fits the head once, without gradient steps.
@@ -47,6 +49,8 @@ class Objective:
     epoch_metrics = ("loss", "val_loss")
     exports = True
     export_skipped = ""
+    export_formats: tuple[str, ...] | None = None
+    inspect_skipped = ""
     activation = "softmax"
     multilabel = False
     closed_form_probe = False
@@ -99,6 +103,16 @@ class Objective:
     def sample_targets(self, batch: int, config: ViTConfig) -> np.ndarray:
         """Zero targets of one batch, to build a model without reading the data."""
         raise NotImplementedError
+
+    def sample_inputs(self, batch: int, config: ViTConfig) -> np.ndarray:
+        """Zero inputs of one batch (images [batch, height, width, channels]), beside
+        `sample_targets`."""
+        return np.zeros((batch, *config.image_hw, config.channels), np.float32)
+
+    def sample_images(self, source) -> list[np.ndarray]:
+        """Up to 64 uint8 images spread over `source`, whose sizes and texture the small-data
+        rule reads (`training.adapt.shapes_and_crops`)."""
+        return adapt.sampled_images(source)
 
     def build(self, config: ViTConfig) -> keras.Model:
         """The trained model (called inside the strategy scope), with its starting weights."""

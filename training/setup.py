@@ -222,7 +222,8 @@ def set_up(preset: presets.Preset, options: presets.RunOptions, output: str, sta
     num_examples = count_examples(data.train)
     adaptation = ""
     if preset.data.adapt:
-        shapes, crops = adapt.sample_images(data.train)
+        shapes, crops = adapt.shapes_and_crops(task_objective.sample_images(data.train),
+                                               data.train.spec)
         preset, adaptation = adapt.adapt(preset, adapt.typical_image_size(shapes),
                                          num_examples, photos=adapt.looks_like_photos(crops),
                                          task_rule=task_objective.small_data_rule)

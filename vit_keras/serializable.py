@@ -15,5 +15,3 @@ from vit_keras.core import (attention, deit, heads, layers, masked_patch, model,
 
 for _parts in tasks.TASKS.values():
     importlib.import_module(_parts.head)
-# The space-time model has its library part only: no training or inference line in TASKS yet.
-importlib.import_module("vit_keras.tasks.spacetime.model")

@@ -90,6 +90,13 @@ TASKS = {
                              "boxes", exports=("ViTDetector",),
                         options="vit_app.tasks.detect.options",
                         section="training.tasks.detect.section:Detect"),
+    "clip": TaskParts("vit_keras.tasks.clip.model", "vit_app.tasks.clip.inference",
+                      "training.tasks.clip.objective:ClipClassification",
+                      specs="vit_app.tasks.clip.data", preset="sprites_clip",
+                      summary="a class per clip or volume",
+                      data="moving-sprites | folder:DIR of class folders of videos, frame "
+                           "folders or volumes", exports=("SpaceTimeViT",),
+                      section="training.tasks.clip.section:Clip"),
 }
 
 

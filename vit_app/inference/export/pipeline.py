@@ -200,19 +200,18 @@ def _latencies(runners: dict, runs: int, rounds: int = 5) -> dict:
 
 
 def _evaluation_set(model, images, labels, representative_images, task):
-    """The images (float32 0..255) and labels every file is compared on: `images`, else the
-    representative images (unlabelled), else 8 random images."""
-
-    height, width = graph.image_size(model)
+    """The images (float32 0..255; a clip model's clips) and labels every file is compared
+    on: `images`, else the representative images (unlabelled), else 8 random images."""
+    shape = graph.sample_shape(model)
     if images is None:
         images = representative_images
         labels = None
     if images is None:
-        images = np.random.default_rng(0).uniform(0, 255, (8, height, width, 3))
+        images = np.random.default_rng(0).uniform(0, 255, (8, *shape))
     images = np.asarray(images, dtype=np.float32)
-    if images.ndim != 4 or images.shape[1:] != (height, width, 3):
-        raise ValueError(f"eval images must be [N, {height}, {width}, 3] float32 in 0..255, "
-                         f"got shape {images.shape}")
+    if images.shape[1:] != shape:
+        raise ValueError(f"eval images must be [N, {', '.join(map(str, shape))}] float32 in "
+                         f"0..255, got shape {images.shape}")
     if labels is not None:
         labels = task.checked_labels(np.asarray(labels), images)
     return images, labels

@@ -7,13 +7,13 @@ import importlib
 import pytest
 from helpers import randomize_weights
 
-from vit_app.tasks.spacetime.data.motion import moving_sprites
+from vit_app.tasks.clip.data.motion import moving_sprites
 from vit_keras.config import ViTConfig
 from vit_keras.core.model import VisionTransformer
 from vit_keras.export import onnx_quantize
 from vit_keras.export.lite import tflite
 from vit_keras.export.onnx_runtime import ONNXModel
-from vit_keras.tasks.spacetime.inflate import inflate
+from vit_keras.tasks.clip.inflate import inflate
 
 FRAMES, SIZE = 8, 32
 # Five conversions and their checks, about 30 s: the slow tier.

@@ -21,7 +21,7 @@ from vit_keras import names
 from vit_keras.checkpoints.resize import resize_position_embedding
 from vit_keras.core import grid_resize
 from vit_keras.core.model import VisionTransformer
-from vit_keras.tasks.spacetime.model import TEMPORAL_PREFIX, SpaceTimeViT
+from vit_keras.tasks.clip.model import TEMPORAL_PREFIX, SpaceTimeViT
 
 SPREADS = ("even", "central")
 

@@ -21,7 +21,7 @@ class TubeletEmbedding(keras.layers.Layer):
 
     The projection is a Keras `EinsumDense` named `projection` whose kernel is (t, P, P, C, D):
     the image model's (P, P, C, D) kernel with a frame axis in front, so an image model's
-    kernel inflates to it (`vit_keras.tasks.spacetime.inflate`), and `quantize` and
+    kernel inflates to it (`vit_keras.tasks.clip.inflate`), and `quantize` and
     `enable_lora` attach to it.
 
     Args:

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from vit_app.tasks.spacetime.data.motion import CLASS_NAMES, moving_sprites
+from vit_app.tasks.clip.data.motion import CLASS_NAMES, moving_sprites
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,8 +8,8 @@ from helpers import randomize_weights
 
 from vit_keras.config import ViTConfig
 from vit_keras.core.model import VisionTransformer
-from vit_keras.tasks.spacetime.inflate import inflate
-from vit_keras.tasks.spacetime.model import LAYOUTS, SpaceTimeViT
+from vit_keras.tasks.clip.inflate import inflate
+from vit_keras.tasks.clip.model import LAYOUTS, SpaceTimeViT
 
 FRAMES, SIZE = 4, 16
 
@@ -97,7 +97,7 @@ def test_every_layout_makes_frames_interact(layout):
 def test_tubelets_are_a_strided_3d_convolution():
     """Each token is the tubelet of its frames, rows and columns: the same numbers as a
     Conv3D with kernel = stride = (t, P, P), on a clip of unlike frames and sides."""
-    from vit_keras.tasks.spacetime.layers import TubeletEmbedding
+    from vit_keras.tasks.clip.layers import TubeletEmbedding
 
     clips = np.random.default_rng(6).normal(size=(2, 6, 8, 12, 3)).astype("float32")
     layer = TubeletEmbedding(hidden_size=5, patch_size=4, tubelet_frames=3)
@@ -116,7 +116,7 @@ def test_a_keras_file_rebuilds_the_model_under_safe_mode(layout, tmp_path):
     path = tmp_path / "clip.keras"
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
-    assert isinstance(loaded, SpaceTimeViT) and loaded.vit_task == "spacetime"
+    assert isinstance(loaded, SpaceTimeViT) and loaded.vit_task == "clip"
     assert (loaded.frames, loaded.tubelet_frames, loaded.layout, loaded.temporal_layers) == \
         (FRAMES, 2, layout, 1)
     assert loaded.config == model.config
@@ -229,7 +229,7 @@ def test_a_timm_family_by_name_inflates_exactly(tmp_path, monkeypatch):
 def test_a_clip_model_carried_to_another_length_and_size_keeps_its_function():
     """At its own size it is the same model; at another clip length and frame size the
     position tables are resampled with aligned corners (the corners keep their values)."""
-    from vit_keras.tasks.spacetime.inflate import at_clip_size
+    from vit_keras.tasks.clip.inflate import at_clip_size
 
     model = inflate(_random_image_model(_config()), frames=FRAMES, layout="divided")
     embedding = model.get_layer("posembed_input")

@@ -20,7 +20,7 @@ table of its own, zero at the start). The tokens then meet in one of three layou
 
 The spatial layers are the image `VisionTransformer`'s, under the same names and with the
 same weights' shapes (the patch kernel gains the frame axis in front), so an image model
-inflates to a clip model (`vit_keras.tasks.spacetime.inflate`). `get_config()` is the
+inflates to a clip model (`vit_keras.tasks.clip.inflate`). `get_config()` is the
 `ViTConfig` and the clip options: `.keras` files load under `safe_mode`; `quantize` and
 `enable_lora` reach every projection, the temporal ones included.
 """
@@ -35,11 +35,11 @@ from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.model import (ConfiguredModel, classification_head, config_and_preprocessing,
                                   encoder_block, final_norm, input_shape_of, pool_tokens,
                                   pooled_vector, representation)
-from vit_keras.tasks.spacetime.layers import (CLIP_AXES, FoldFrames, JoinFrames,
+from vit_keras.tasks.clip.layers import (CLIP_AXES, FoldFrames, JoinFrames,
                                               MergeFrameTokens, SpaceTimeEmbedding,
                                               TemporalAttention, TubeletEmbedding, UnfoldFrames)
 
-TASK = tasks.TaskContract("spacetime")
+TASK = tasks.TaskContract("clip")
 LAYOUTS = ("joint", "divided", "factorised")
 TEMPORAL_PREFIX = "temporal_"  # the layers an image model does not have
 
