@@ -66,6 +66,7 @@ def _clip_folder(root):
     return root
 
 
+@pytest.mark.slow  # 18 s: trains, exports, predicts from two files and evaluates
 def test_vit_train_on_a_folder_of_videos_frames_and_volumes(tmp_path):
     data = _clip_folder(tmp_path / "clips")
     assert recognises(str(data)) and len(clip_classes(str(data))["left"]) == 8
@@ -81,6 +82,35 @@ def test_vit_train_on_a_folder_of_videos_frames_and_volumes(tmp_path):
 
     model = keras.saving.load_model(output / "model.keras", safe_mode=True)
     assert model.vit_task == "clip" and model.input_shape == (None, 4, 16, 16, 3)
+    _predict_and_evaluate(tmp_path, data, output)
+
+
+def _predict_and_evaluate(tmp_path, data, output):
+    """`vit predict` answers new files of each kind (and the TFLite file the same class),
+    skipping an unreadable one by name; `vit evaluate` scores a clip folder."""
+    new = tmp_path / "new"
+    new.mkdir()
+    _write_video(str(new / "new.avi"), _moving_square(12, 30, 30, 1))
+    _write_nifti(str(new / "new.nii.gz"), _moving_square(9, 16, 16, -1)[..., 0])
+    (new / "broken.webm").write_bytes(b"\x1a\x45\xdf\xa3 truncated")
+    answers = {}
+    for name in ("model.keras", "model.tflite"):
+        written = tmp_path / f"{name}.json"
+        assert cli.main(["predict", str(new), str(data / "left" / "frames0"), "--model",
+                         str(output / name), "--top-k", "2", "--output", str(written)]) == 0
+        report = json.loads(written.read_text())
+        answers[name] = [row["top"][0]["class"] for row in report["predictions"]]
+        assert [os.path.basename(row["file"]) for row in report["predictions"]] == \
+            ["new.avi", "new.nii.gz", "frames0"]
+        assert all(len(row["top"]) == 2 and row["top"][0]["score"] >= row["top"][1]["score"]
+                   for row in report["predictions"])
+        assert "broken.webm" in json.dumps(report["skipped"])
+    assert answers["model.keras"] == answers["model.tflite"]
+    scored = tmp_path / "scores.json"
+    assert cli.main(["evaluate", "--model", str(output / "model.keras"), "--data",
+                     f"folder:{data}", "--output", str(scored)]) == 0
+    results = json.loads(scored.read_text())
+    assert results["examples"] == 16 and 0.0 <= results["top1"] <= 1.0 and results["views"] == 3
 
 
 def test_bad_clips_are_named_before_training(tmp_path, capsys):

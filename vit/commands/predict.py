@@ -30,6 +30,8 @@ import importlib
 
 from vit.commands.checks import (add_preprocessing_argument, check_model,
                                  check_preprocessing_target)
+from vit_app.data import specs
+from vit_app.inference.model_files import task_beside
 from vit_app.paths import expand_images
 from vit_keras import tasks
 
@@ -89,9 +91,10 @@ def check(args: argparse.Namespace) -> None:
                     (".onnx",))
     else:
         check_model(args.model, args.weights)
-    check_preprocessing_target(args.tflite or args.onnx or args.model, args.preprocessing,
-                               args.weights)
-    args.images = expand_images(args.images)
+    model = args.tflite or args.onnx or args.model
+    check_preprocessing_target(model, args.preprocessing, args.weights)
+    expand = specs.task_data(task_beside(model)[0]).expand_inputs or expand_images
+    args.images = expand(args.images)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,6 +37,9 @@ class TaskData:
             expected and what was found, for a spec of the form this task reads.
         recognises: `recognises(path)`: whether a folder is laid out as this task's data; None
             for the task whose folders are the fallback (class folders).
+        expand_inputs: `vit predict`'s arguments (files, folders, glob patterns) -> the paths
+            of the inputs a model of this task takes, raising ValueError for an argument that
+            names none; None: image files (`vit_app.paths.expand_images`).
     """
 
     noun: str
@@ -44,6 +47,7 @@ class TaskData:
     built_in: str
     check: Callable[[str, str, str, int], None]
     recognises: Callable[[str], bool] | None = None
+    expand_inputs: Callable[[list[str]], list[str]] | None = None
 
 
 def task_data(task: str) -> TaskData:

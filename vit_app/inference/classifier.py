@@ -68,6 +68,8 @@ class Classifier:
         task: what the model is for ('classify', 'segment': `vit_app.inference.inference_task`),
             as the model records it (a Keras model's own record, an exported file's export.json or
             config.json).
+        input_shape: one input without the batch ((height, width, 3); a clip model's (frames,
+            height, width, 3)), None where a side is free or not known.
     """
 
     path: str
@@ -83,6 +85,7 @@ class Classifier:
     preprocessing: Preprocessing = OFFICIAL
     patch_size: int | None = None
     task: str = library_tasks.CLASSIFY
+    input_shape: tuple | None = None
 
     @property
     def class_names(self) -> list[str]:
@@ -289,7 +292,13 @@ def from_keras_model(model, path: str, format: str = "keras", labels=None,
                       takes_any_size=graph.takes_any_size(model), activation=activation,
                       preprocessing=preprocessing_of(model),
                       patch_size=config_from_model(model).patch_step,
-                      task=library_tasks.task_of(model))
+                      task=library_tasks.task_of(model), input_shape=_fixed(model.input_shape))
+
+
+def _fixed(shape) -> tuple | None:
+    """A Keras input shape without its batch, or None when a side is free."""
+    sides = tuple(shape[1:])
+    return None if None in sides else tuple(int(side) for side in sides)
 
 
 def _keras(path: str, labels_path: str | None, preprocessing=None) -> Classifier:
@@ -332,13 +341,14 @@ def _lite_runtime(path: str, labels_path: str | None) -> Classifier:
                                                                                 num_threads=2)
     activation = activation_beside(path)
     return Classifier(path=path, format=path.rsplit(".", 1)[1].lower(),
-                      image_size=tuple(runner.input_shape[:2]),
+                      image_size=tuple(runner.input_shape[-3:-1]),
                       num_classes=int(runner.num_classes),
                       labels=labels_beside(path, labels_path),
                       run_outputs=outputs_from_logits(runner, activation), activation=activation,
                       preprocessing=preprocessing_beside(path),
                       patch_size=patch_size_beside(path),
-                      task=recorded_task(path, runner.output_rank))
+                      task=recorded_task(path, runner.output_rank),
+                      input_shape=tuple(runner.input_shape))
 
 
 def _saved_model(path: str, labels_path: str | None) -> Classifier:

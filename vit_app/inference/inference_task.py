@@ -13,6 +13,7 @@ import argparse
 
 import numpy as np
 
+from vit_app.images import ImageError, read_file
 from vit_keras import tasks as library_tasks
 
 
@@ -30,6 +31,7 @@ class InferenceTask:
         summary_kind: what `vit train`'s result table says a file agrees on ('pixel ').
         summary_score: what that table calls the score on labelled images ('top-1').
         verb: what the page says while the model works ('Classifying').
+        input_noun: what `vit predict` reads for its models ('image', 'clip').
     """
 
     name = ""
@@ -40,6 +42,18 @@ class InferenceTask:
     summary_kind = ""
     summary_score = "top-1"
     verb = "Classifying"
+    input_noun = "image"
+
+    def read_inputs(self, paths: list[str]) -> tuple[list[tuple[str, object]], list]:
+        """`vit predict`'s inputs: ((path, what `predict` takes) of each usable one, (path,
+        why) of each skipped one). Here image files, as bytes."""
+        readable, skipped = [], []
+        for path in paths:
+            try:
+                readable.append((path, read_file(path)))
+            except ImageError as error:
+                skipped.append((path, str(error)))
+        return readable, skipped
 
     def agreement_cell(self, entry: dict) -> str:
         """The export table's agreement cell of a file's export.json entry."""

@@ -18,7 +18,7 @@ import io
 import json
 
 from vit_app import console
-from vit_app.images import ImageError, pixel_size, read_file
+from vit_app.images import pixel_size
 from vit_app.inference import classifier
 from vit_app.inference import inference_task as tasks
 from vit_keras import atomic
@@ -30,17 +30,6 @@ def load_classifier(args: argparse.Namespace):
     """The `vit_app.inference.classifier.Classifier` that --model, --tflite or --onnx names."""
     return classifier.load(args.tflite or args.onnx or args.model, args.weights, args.labels,
                            args.preprocessing)
-
-
-def read_images(paths: list[str]) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:
-    """(path, bytes) of each usable image file, and (path, why) of each skipped one."""
-    readable, skipped = [], []
-    for path in paths:
-        try:
-            readable.append((path, read_file(path)))
-        except ImageError as error:
-            skipped.append((path, str(error)))
-    return readable, skipped
 
 
 def small_images(readable, patch: int | None) -> list[str]:
@@ -93,18 +82,19 @@ def write_predictions(path: str, rows: list[dict], skipped, task) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs `vit predict`."""
     model = load_classifier(args)
-    readable, skipped = read_images(args.images)
-    if not readable:
-        raise ValueError(f"none of the {len(args.images)} files is a usable image: "
-                         + "; ".join(why for _, why in skipped))
     task = tasks.get(model.task)
+    readable, skipped = task.read_inputs(args.images)
+    if not readable:
+        raise ValueError(f"none of the {len(args.images)} files is a usable {task.input_noun}: "
+                         + "; ".join(why for _, why in skipped))
     rows, printed = task.predict(model, readable, args)
     console.say(printed)
-    for warning in small_images(readable, model.patch_size):
+    for warning in small_images(readable, model.patch_size) if task.input_noun == "image" \
+            else []:
         console.say(warning, error=True)
     if args.output:
         write_predictions(args.output, rows, skipped, task)
-    summary = f"{len(rows)} images predicted" + (f" (written to {args.output})"
+    summary = f"{len(rows)} {task.input_noun}s predicted" + (f" (written to {args.output})"
                                                  if args.output else "")
     if skipped:
         summary += f", {len(skipped)} skipped:\n" + "\n".join(f"  {why}" for _, why in skipped)

@@ -488,7 +488,7 @@ def input_image_size(model: keras.Model) -> tuple[int, int]:
     Raises:
         ValueError: a model taking any size that was not built by `VisionTransformer`.
     """
-    height, width = model.inputs[0].shape[1:3]
+    height, width = model.inputs[0].shape[-3:-1]  # a clip model's frames lie before them
     if height is not None and width is not None:
         return int(height), int(width)
     try:

@@ -1,17 +1,25 @@
 """The clip task's inference part: a class per clip or volume.
 
 An exported file is checked on its top-1 agreement with Keras on held-out windows (as a
-classifier's on images). `vit evaluate`, `predict` and `serve` take image models so far and
-say so for a clip model.
+classifier's on images). `vit predict` reads videos, frame folders and volumes and gives each
+clip's top-k classes, `vit evaluate` the top-1 on a clip data spec, both averaging the
+probabilities of `clip.views` windows spread over each clip (the run's preset, from the
+config.json beside the model).
 """
 
 from __future__ import annotations
 
 import argparse
 
+import numpy as np
 
+
+from vit_app.data import specs, training_data
+from vit_app.inference import evaluate as evaluation
+from vit_app.inference import run_config
 from vit_app.inference.inference_task import InferenceTask
-from vit_app.tasks.clip.data import sources
+from vit_app.inference.predict import table
+from vit_app.tasks.clip.data import readers, sources
 
 
 class ClipTask(InferenceTask):
@@ -19,6 +27,7 @@ class ClipTask(InferenceTask):
 
     name = "clip"
     verb = "Classifying"
+    input_noun = "clip"
 
     def label_scores(self, logits, labels) -> dict:
         if labels is None:
@@ -35,13 +44,74 @@ class ClipTask(InferenceTask):
 
         return sources.open_clip_data(spec, *trained_on, windows=windows), take
 
-    def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
-        raise ValueError(f"{args.model} is a clip model: `vit evaluate` takes image models so "
-                         "far; its run's metrics.json holds its validation scores")
+    def read_inputs(self, paths: list[str]) -> tuple[list[tuple[str, object]], list]:
+        """Each clip's frames (`readers.read_clip`), and (path, why) of each unreadable one."""
+        readable, skipped = [], []
+        for path in paths:
+            try:
+                readable.append((path, readers.read_clip(path)))
+            except ValueError as error:
+                skipped.append((path, str(error)))
+        return readable, skipped
 
     def predict(self, model, readable, args: argparse.Namespace) -> tuple[list[dict], str]:
-        raise ValueError("a clip model: `vit predict` takes image models so far; load "
-                         "model.keras and call it on clips (docs/clips.md)")
+        """Each clip's top-k classes, its windows' probabilities averaged."""
+        windows, views = model_windows(model)
+        scores = clip_scores(model, [clip for _, clip in readable], windows, views,
+                             args.batch_size)
+        names, rows = model.class_names, []
+        for (path, _), clip_scores_ in zip(readable, scores):
+            best = np.argsort(-clip_scores_, kind="stable")[:args.top_k]
+            rows.append({"file": path,
+                         "top": [(names[index], float(clip_scores_[index])) for index in best]})
+        return rows, table(rows)
+
+    def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
+        """Top-1 of each clip's windows' probabilities averaged, on `--data`."""
+        specs.refuse_other_tasks_data(args.data, self.name, model=args.model)
+        windows, views = model_windows(model)
+        source = sources.load_clip_source(args.data, training_data.evaluation_subset(args.data),
+                                          windows=windows)
+        scores = clip_scores(model, source, windows, views, args.batch_size)
+        labels = np.asarray(source.arrays[1])
+        names = evaluation.class_names_for(args.model, args.labels, source.class_names)
+        results = {"top1": float(np.mean(scores.argmax(-1) == labels)),
+                   "examples": int(len(labels)), "views": views, "classes": names}
+        return results, [f"{args.model} on {args.data}: {len(labels)} clips, {views} windows of "
+                         f"{windows.frames} frames {windows.stride} apart each, scores averaged",
+                         f"top-1 {100 * results['top1']:.2f}%"]
+
+
+def model_windows(model) -> tuple[sources.Windows, int]:
+    """The windows a loaded model takes (its input's frames; the stride and short-clip rule
+    of the run's config.json beside it, else the defaults) and the views averaged."""
+    section = run_config.read(model.path).get("preset", {}).get("clip", {})
+    windows = sources.Windows(frames=int(model.input_shape[0]),
+                              **{key: section[key] for key in ("stride", "short")
+                                 if key in section})
+    return windows, int(section.get("views", 3))
+
+
+def clip_scores(model, clips, windows: sources.Windows, views: int, batch_size: int):
+    """float32 [clips, classes]: each clip's `views` windows' probabilities averaged.
+
+    Args:
+        model: a loaded clip model (`vit_app.inference.classifier.Classifier`).
+        clips: a `ClipSource`, or a list of uint8 [frames, height, width, 3] clips.
+        windows, views: the windows, and how many spread over each clip.
+        batch_size: clips per model call.
+    """
+    size = tuple(model.input_shape[1:3])
+    if not isinstance(clips, sources.ClipSource):
+        stacked, lengths = sources.stack_clips(clips, size, 2 * windows.span)
+        clips = sources.clip_source("clips", model.class_names, stacked, lengths,
+                                    np.zeros(len(lengths), np.int32))
+    averaged = []
+    for batch, _ in sources.eval_windows(clips, size, windows, views).batch(batch_size):
+        batch = np.asarray(batch, np.float32)
+        probabilities = model.predict(batch.reshape(-1, *batch.shape[2:]))["probabilities"]
+        averaged.append(np.asarray(probabilities).reshape(len(batch), views, -1).mean(1))
+    return np.concatenate(averaged)
 
 
 TASK = ClipTask()

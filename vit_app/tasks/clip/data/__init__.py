@@ -9,10 +9,11 @@ where a clip should be is refused by name: a clip has several frames.
 
 from __future__ import annotations
 
+import glob
 import os
 
 from vit_app.data.specs import TaskData
-from vit_app.paths import is_image_name
+from vit_app.paths import GLOB_CHARACTERS, is_image_name
 
 BUILT_IN = "moving-sprites"
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".webm", ".gif", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg")
@@ -96,5 +97,50 @@ def check(kind: str, argument: str, path: str, min_classes: int) -> None:
                          f"folders of clips, found {len(classes)}")
 
 
+def clips_in(path: str) -> list[str]:
+    """The clips a folder holds: itself when it is a folder of frames, else its videos,
+    volumes and frame folders, searched recursively, in sorted order."""
+    if clip_kind(path) == "frames":
+        return [path]
+    found = []
+    for entry in sorted(os.listdir(path)):
+        inner = os.path.join(path, entry)
+        if entry.startswith("."):
+            continue
+        if os.path.isdir(inner):
+            found.extend(clips_in(inner))
+        elif clip_kind(inner):
+            found.append(inner)
+    return found
+
+
+def expand_clips(arguments: list[str]) -> list[str]:
+    """The clips `vit predict`'s arguments name, in order: a file as it is (checked when it is
+    read), a folder's clips (`clips_in`), a glob pattern's matching clips.
+
+    Raises:
+        ValueError: naming each argument that holds no clip.
+    """
+    found, empty = [], []
+    for argument in (os.path.expanduser(argument) for argument in arguments):
+        if os.path.isdir(argument):
+            clips = clips_in(argument)
+        elif os.path.exists(argument):
+            clips = [argument]
+        elif any(character in argument for character in GLOB_CHARACTERS):
+            clips = [clip for match in sorted(glob.glob(argument, recursive=True))
+                     for clip in (clips_in(match) if os.path.isdir(match) else
+                                  [match] if clip_kind(match) else [])]
+        else:
+            clips = []
+        found.extend(clips)
+        if not clips:
+            empty.append(argument)
+    if empty:
+        raise ValueError(f"no clips at {', '.join(empty)}: expected {CLIP_FILES}, folders "
+                         "holding them, or glob patterns")
+    return found
+
+
 DATA = TaskData(noun="clip", labels="a class per clip", built_in=BUILT_IN, check=check,
-                recognises=recognises)
+                recognises=recognises, expand_inputs=expand_clips)
