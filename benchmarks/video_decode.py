@@ -15,7 +15,6 @@ file or another library that decoded every file is more than 1.25x faster on all
 import argparse
 import importlib.metadata
 import os
-import subprocess
 import sys
 import tempfile
 import time

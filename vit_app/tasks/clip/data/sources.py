@@ -125,9 +125,10 @@ class ClipSource(Source):
 def clip_source(spec: str, class_names, clips, lengths, labels, files=None) -> ClipSource:
     """A `ClipSource` of stacked clips, their lengths and class ids."""
     indices = np.arange(len(labels), dtype=np.int32)
+    stored = tf.constant(clips)  # a NumPy array gathered from in tf.data is copied each time
     return ClipSource(spec=spec, class_names=list(class_names),
                       records=lambda: tf.data.Dataset.from_tensor_slices((indices, labels)),
-                      decode=lambda index: tf.gather(clips, index),
+                      decode=lambda index: tf.gather(stored, index),
                       num_examples=len(labels), arrays=(indices, labels), clips=clips,
                       lengths=lengths, files=files)
 
