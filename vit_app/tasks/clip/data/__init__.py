@@ -62,11 +62,15 @@ def clip_classes(folder: str) -> dict[str, list[str]]:
             problems.append(f"{class_dir}: no clips; expected {CLIP_FILES}")
         classes[name] = clips
     if problems:
-        listing = "\n".join(f"  {problem}" for problem in problems[:20])
-        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise ValueError(f"clip data {folder}: {len(problems)} entries cannot be used; fix or "
-                         f"remove them before training:\n{listing}{more}")
+                         f"remove them before training:\n{listing(problems)}")
     return classes
+
+
+def listing(problems: list[str], shown: int = 20) -> str:
+    """The first `shown` problems, one indented line each, and how many more there are."""
+    lines = "\n".join(f"  {problem}" for problem in problems[:shown])
+    return lines + (f"\n  ... and {len(problems) - shown} more" if len(problems) > shown else "")
 
 
 def recognises(path: str) -> bool:

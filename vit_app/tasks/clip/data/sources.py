@@ -20,7 +20,7 @@ from vit_app import images
 from vit_app.data.source import Source
 from vit_app.data.specs import parse_spec
 from vit_app.data.training_data import TrainingData, open_paired_data, split_indices
-from vit_app.tasks.clip.data import BUILT_IN, clip_classes, readers
+from vit_app.tasks.clip.data import BUILT_IN, clip_classes, listing, readers
 from vit_app.tasks.clip.data.motion import CLASS_NAMES, moving_sprites
 from vit_keras.preprocessing import OFFICIAL
 
@@ -98,9 +98,8 @@ def read_folder(path: str, windows: Windows, store_side: int):
                             "--set clip.short=stretch repeats frames to fill it)")
         clips.append(clip)
     if problems:
-        listing = "\n".join(f"  {problem}" for problem in problems[:20])
         raise ValueError(f"{len(problems)} of {len(files)} clips cannot be used; fix or remove "
-                         f"them before training:\n{listing}")
+                         f"them before training:\n{listing(problems)}")
     size = _stored_size([clip.shape[1:3] for clip in clips], store_side)
     stacked, lengths = stack_clips(clips, size, max_frames=2 * windows.span)
     return stacked, lengths, labels, list(classes), files
