@@ -160,8 +160,7 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
         report_ = export_model(classifier, output, representative_images=calibration,
                                eval_images=images, eval_labels=labels,
                                options=ExportOptions(
-                                   formats=options.formats or objective.export_formats
-                                   or DEFAULT_FORMATS,
+                                   formats=options.formats or DEFAULT_FORMATS,
                                    activation=objective.activation,
                                    min_agreement=parse_min_agreement(options.min_agreement)))
     if inspect:

@@ -31,7 +31,6 @@ class Objective:
         monitor: the logged metric that chooses the best weights (higher = better).
         epoch_metrics: the logged metrics each epoch's line shows before `monitor`.
         exports: whether the run exports its model; `export_skipped` says why not.
-        export_formats: the formats its run exports by default (None: every default format).
         inspect_skipped: why a run does not analyse its model's attention ('': it does).
         activation: what turns the model's logits into its scores, in every format.
         multilabel: each class scored on its own (sigmoid), e.g. for the linear probe.
@@ -49,7 +48,6 @@ class Objective:
     epoch_metrics = ("loss", "val_loss")
     exports = True
     export_skipped = ""
-    export_formats: tuple[str, ...] | None = None
     inspect_skipped = ""
     activation = "softmax"
     multilabel = False

@@ -142,9 +142,10 @@ class Classifier:
         varying batch size before the first real request pays for it; traces the decoder of
         encoded files too (a server's first file would wait for it, and the others with it)."""
         if self.image_size is not None:
+            sample = self.input_shape or (*self.image_size, 3)
             for batch in (1, 2):
-                self.predict(np.zeros((batch, *self.image_size, 3), np.float32))
-            if self.run_encoded is None:
+                self.predict(np.zeros((batch, *sample), np.float32))
+            if self.run_encoded is None and len(sample) == 3:  # a clip's files: its task's
                 prepare_decoder(self.image_size, preprocessing=self.resize_rule)
 
     def predict_encoded(self, files) -> dict[str, np.ndarray]:
@@ -358,8 +359,9 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
         raise ValueError(f"SavedModel {path!r} lacks the signatures {sorted(missing)}: expected "
                          "one written by `vit export` / `vit train`")
     serve = loaded.signatures[SERVING_DEFAULT]
-    shape = serve.structured_input_signature[1]["images"].shape
-    any_size = shape[1] is None or shape[2] is None
+    shape = tuple(serve.structured_input_signature[1]["images"].shape)
+    any_size = shape[-3] is None or shape[-2] is None
+    clips = len(shape) == 5  # [batch, frames, height, width, 3]: each file is a clip's frame
 
     def run(signature: str, **inputs):  # through `loaded`, which owns the variables
         result = loaded.signatures[signature](**inputs)
@@ -368,13 +370,15 @@ def _saved_model(path: str, labels_path: str | None) -> Classifier:
     return Classifier(
         path=path, format="saved_model",
         task=recorded_task(path, len(serve.structured_outputs["logits"].shape)),
-        image_size=None if any_size else (int(shape[1]), int(shape[2])),
+        image_size=None if any_size else (int(shape[-3]), int(shape[-2])),
+        input_shape=None if any_size else tuple(int(side) for side in shape[1:]),
         num_classes=int(serve.structured_outputs["logits"].shape[-1]),
         labels=labels_beside(path, labels_path), takes_any_size=any_size,
         activation=activation_beside(path), patch_size=patch_size_beside(path),
         preprocessing=preprocessing_beside(path),
         run_outputs=lambda images: run(SERVING_DEFAULT, images=tf.constant(images)),
-        run_encoded=lambda files: run(SERVE_BYTES, image_bytes=tf.constant(list(files))))
+        run_encoded=None if clips else (
+            lambda files: run(SERVE_BYTES, image_bytes=tf.constant(list(files)))))
 
 
 def recorded_task(path: str, logits_rank: int) -> str:

@@ -32,6 +32,8 @@ class InferenceTask:
         summary_score: what that table calls the score on labelled images ('top-1').
         verb: what the page says while the model works ('Classifying').
         input_noun: what `vit predict` reads for its models ('image', 'clip').
+        reads_served_files: `vit serve`'s encoded files are the task's own to read
+            (`served_inputs`), not images the server decodes.
     """
 
     name = ""
@@ -43,6 +45,7 @@ class InferenceTask:
     summary_score = "top-1"
     verb = "Classifying"
     input_noun = "image"
+    reads_served_files = False
 
     def read_inputs(self, paths: list[str]) -> tuple[list[tuple[str, object]], list]:
         """`vit predict`'s inputs: ((path, what `predict` takes) of each usable one, (path,
@@ -90,7 +93,7 @@ class InferenceTask:
         report's lines)."""
         raise NotImplementedError
 
-    def export_examples(self, spec: str, trained_on: tuple, rule):
+    def export_examples(self, spec: str, trained_on: tuple, rule, input_size: tuple):
         """The data `vit export` calibrates and evaluates on, read from a data spec of `vit
         train` as the run that trained the model read it.
 
@@ -99,11 +102,13 @@ class InferenceTask:
             trained_on: the run's (validation data spec, validation split, seed).
             rule: the model's preprocessing (`vit_keras.preprocessing`), whose resize rule
                 applies.
+            input_size: the model's input: an image's (height, width), a clip's (frames,
+                height, width).
 
         Returns:
             (the data, with its `train` and `val` sources (`val` may be None); a function of
-            (source, image (height, width), count) giving at most `count` of its images,
-            float32 in 0..255 at that size, and their labels).
+            (source, count) giving at most `count` of its inputs, float32 in 0..255 at
+            `input_size`, and their labels).
         """
         raise NotImplementedError
 
@@ -152,6 +157,31 @@ class InferenceTask:
         """The batch answer `vit serve` returns for the model's `outputs` on `inputs` (`kind`:
         'images', 'encoded' or 'explain', the page's call)."""
         return outputs
+
+    def served_inputs(self, model, files: list[bytes]) -> tuple[np.ndarray, int]:
+        """`vit serve`'s model inputs of a request's encoded files, where the task reads them
+        (`reads_served_files`).
+
+        Returns:
+            (float32 inputs, the rows of them per file, whose outputs `joined` averages).
+
+        Raises:
+            ValueError: a file it cannot read, naming it ('instance 2: ...').
+        """
+        raise NotImplementedError
+
+    def joined(self, outputs: dict, rows: int) -> dict:
+        """A request's answer from its model outputs, `rows` per input: each input's
+        'probabilities' and 'logits' averaged over its rows."""
+        if rows == 1:
+            return outputs
+        return {name: np.asarray(value).reshape(-1, rows, *np.shape(value)[1:]).mean(1)
+                for name, value in outputs.items()}
+
+    def page_picture(self, inputs: np.ndarray, rows: int) -> dict:
+        """What the page draws in place of the file it sent ({'picture': a PNG data URL}),
+        where that is no image; {}: the file itself."""
+        return {}
 
     def explains(self, model) -> bool:
         """Whether the page's call runs as 'explain' (adds what the page draws beside)."""
@@ -261,6 +291,16 @@ def judged_images(count: int) -> dict:
     """export.json's columns saying on how many images a file's scores were taken and whether
     that is enough to judge them (`MIN_JUDGED_IMAGES`)."""
     return {"scored_images": int(count), "scores_judged": count >= MIN_JUDGED_IMAGES}
+
+
+PAGE_TOP_K = 5  # classes the page lists
+
+
+def page_top(scores, names: list[str]) -> list[dict]:
+    """The page's `top` of one input's class probabilities: the `PAGE_TOP_K` best, each with
+    its index, label and probability."""
+    return [{"index": int(i), "label": names[i], "probability": float(scores[i])}
+            for i in np.argsort(-scores, kind="stable")[:PAGE_TOP_K]]
 
 
 def percent(value) -> str:

@@ -65,15 +65,18 @@ class _ServingFunctions:
         # takes any size.
         self.height, self.width = input_image_size(self.model)
         fixed = not graph.takes_any_size(self.model)
+        # A clip model's inputs carry its frames before the image axes; its files come a
+        # clip's frames at a time.
+        self.frames = tuple(graph.sample_shape(self.model)[:-3]) if fixed else ()
         self.images_spec = tf.TensorSpec(
-            [None, self.height if fixed else None, self.width if fixed else None, 3],
-            tf.float32, name="images")
+            [None, *self.frames, self.height if fixed else None, self.width if fixed else None,
+             3], tf.float32, name="images")
         # One trace of the model that every endpoint calls: traced inside each endpoint (and
         # again when it is saved), the model's graph was built six times.
         self._logits = tf.function(
             graph.logits_function(logits_model, include_preprocessing, self.preprocessing),
             input_signature=[self.images_spec], autograph=False)
-        self.bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
+        self.bytes_spec = tf.TensorSpec([None, *self.frames], tf.string, name="image_bytes")
 
     def _outputs(self, images):
         logits = self._logits(images)
@@ -91,10 +94,13 @@ class _ServingFunctions:
         return self.task.derived_outputs(self._logits(images))
 
     def serve_bytes(self, image_bytes):
-        images = tf.map_fn(self._decode, image_bytes,
-                           fn_output_signature=tf.TensorSpec([self.height, self.width, 3],
-                                                             tf.float32))
-        return self._outputs(images)
+        image = tf.TensorSpec([self.height, self.width, 3], tf.float32)
+        if not self.frames:
+            return self._outputs(tf.map_fn(self._decode, image_bytes, fn_output_signature=image))
+        clip = tf.TensorSpec([*self.frames, self.height, self.width, 3], tf.float32)
+        return self._outputs(tf.map_fn(
+            lambda frames: tf.map_fn(self._decode, frames, fn_output_signature=image),
+            image_bytes, fn_output_signature=clip))
 
     def _decode(self, encoded):
         """One JPEG/PNG/BMP/GIF file -> float32 RGB 0..255 at the model's resolution.
@@ -133,6 +139,8 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
       e.g. timm's bicubic resize and centre crop) inside the graph -> the same outputs.
       H x W is the model's input size: for a model taking any size, `image_size` or else its
       training size.
+    A clip model (`vit_keras.tasks.clip`) takes `images` [batch, frames, H, W, 3] and
+    `image_bytes` [batch, frames], each clip's frames as encoded files, each resized whole.
     The model's task (`vit_keras.tasks`) may add outputs and a signature. A segmenter
     (`ViTSegmenter`, logits [batch, H, W, classes]) gives those per pixel, adds `class_ids`
     int32 [batch, H, W] (the argmax) to both, resizes encoded images whole (bilinear, never

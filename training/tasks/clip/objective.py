@@ -18,7 +18,6 @@ from training import adapt, finetune, recipe
 from training.objective import Objective, float32_twin
 from training.pipeline import paired_train_dataset
 from vit_app import images
-from vit_app.inference.export.formats import DEFAULT_FORMATS
 from vit_app.tasks.clip.data import sources
 from vit_keras.config import ViTConfig
 from vit_keras.preprocessing import OFFICIAL
@@ -75,8 +74,6 @@ class ClipClassification(Objective):
     epoch_metrics = ("loss", "accuracy", "val_loss", "val_accuracy")
     small_data_rule = SMALL_DATA_RULE
     probe_description = "a linear head on the frozen space-time features"
-    # a SavedModel's serving signatures decode image files: its clip form is not built yet
-    export_formats = tuple(name for name in DEFAULT_FORMATS if name != "saved_model")
     inspect_skipped = "the attention maps of `vit inspect` take images, not clips"
 
     @property

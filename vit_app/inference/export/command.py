@@ -114,14 +114,14 @@ def _inference_task(model) -> tasks.InferenceTask:
 def _command_images(args, model, options: ExportOptions) -> export_data.ExportImages:
     """The images of --data, else of the data the model was trained on (its config.json);
     none when neither is known and no format needs calibration."""
-    image_hw = graph.image_size(graph.at_image_size(model, options.image_size))
+    input_size = graph.sample_shape(graph.at_image_size(model, options.image_size))[:-1]
     trained_on = {} if args.data else run_config.training_data(args.model)
     data_spec = args.data or trained_on.get("data")
     if data_spec:
         if not args.data:
             console.say(f"vit export: calibrating and evaluating on {data_spec!r}, the data the "
                         "model was trained on (from its config.json)")
-        return export_data.load(data_spec, image_hw, args.calibration_images, args.eval_images,
+        return export_data.load(data_spec, input_size, args.calibration_images, args.eval_images,
                                 trained_on, preprocessing_of(model),
                                 task=_inference_task(model))
     calibrated = ", ".join(name for name in options.formats if name in CALIBRATED_FORMATS)

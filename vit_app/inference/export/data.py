@@ -26,14 +26,14 @@ class ExportImages:
     eval_labels: object = None
 
 
-def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 2000,
+def load(spec: str, input_size, calibration_count: int = 300, eval_count: int = 2000,
          trained_on: dict | None = None, rule=None, task=None) -> ExportImages:
     """The calibration and evaluation images of `spec`.
 
     Args:
         spec: an .npz with 'images' (N, H, W, 3) and optional 'labels', or a data spec of
             `vit train`.
-        image_hw: the model's (height, width).
+        input_size: the model's (height, width); a clip model's (frames, height, width).
         calibration_count: at most this many calibration images.
         eval_count: at most this many evaluation images.
         trained_on: the run's data fields (`run_config.training_data`): its validation data,
@@ -49,8 +49,8 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
     """
 
     if not spec.endswith(".npz"):
-        return _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on or {},
-                                 rule or OFFICIAL, task)
+        return _load_preset_data(spec, input_size, calibration_count, eval_count,
+                                 trained_on or {}, rule or OFFICIAL, task)
     with np.load(spec, allow_pickle=False) as arrays:
         if "images" not in arrays:
             raise ValueError(f"{spec}: expected an array 'images' (N, H, W, 3), found "
@@ -61,7 +61,7 @@ def load(spec: str, image_hw, calibration_count: int = 300, eval_count: int = 20
     return ExportImages(images[:calibration_count], images[:eval_count], eval_labels)
 
 
-def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
+def _load_preset_data(spec, input_size, calibration_count, eval_count, trained_on,
                       rule, task) -> ExportImages:
     """Calibration images from the training data, evaluation images + labels from its
     validation data as the run chose them (`--val-data`, or the held-out part), taken by the
@@ -72,8 +72,8 @@ def _load_preset_data(spec, image_hw, calibration_count, eval_count, trained_on,
                          "images")
     validation = (trained_on.get("val_data", ""), trained_on.get("val_split", 0.1),
                   trained_on.get("seed", 0))
-    data, take = task.export_examples(spec, validation, rule)
-    calibration, _ = take(data.train, image_hw, calibration_count)
+    data, take = task.export_examples(spec, validation, rule, tuple(input_size))
+    calibration, _ = take(data.train, calibration_count)
     if data.val is None:
         return ExportImages(calibration)
-    return ExportImages(calibration, *take(data.val, image_hw, eval_count))
+    return ExportImages(calibration, *take(data.val, eval_count))

@@ -228,7 +228,7 @@ class _Service:
             return await self._predict(request)
         if request.method == "GET" and suffix in (None, "/metadata"):
             return JSONResponse(tf_serving.model_status() if suffix is None else
-                                tf_serving.model_metadata(self.name, self.model.image_size,
+                                tf_serving.model_metadata(self.name, self._sample_shape,
                                                           self._serving_outputs()))
         if suffix in (":classify", ":regress"):
             raise RequestError(400, f"{suffix[1:]} takes tf.Example inputs, which an image "
@@ -250,8 +250,9 @@ class _Service:
     async def _predict(self, request: Request) -> JSONResponse:
         with self.admission.admit() as ticket:
             body = await read_body(request, self.options.max_request_bytes)
-            kind, inputs, columnar = await self._decode_in_time(self._read_predict, body, ticket)
-            outputs = await self._submit(kind, inputs, ticket)
+            kind, inputs, columnar, rows = await self._decode_in_time(self._read_predict, body,
+                                                                      ticket)
+            outputs = self.task.joined(await self._submit(kind, inputs, ticket), rows)
         if sum(np.size(one) for value in outputs.values() for one in value) <= \
                 INLINE_ANSWER_VALUES:
             return JSONResponse(tf_serving.predict_response(outputs, columnar))
@@ -270,18 +271,22 @@ class _Service:
             raise self.admission.expire(ticket)
         return result
 
-    def _read_predict(self, body: bytes) -> tuple[str, np.ndarray, bool]:
-        """A predict body -> (batcher kind, inputs, columnar answer), on a worker thread."""
+    def _read_predict(self, body: bytes) -> tuple[str, np.ndarray, bool, int]:
+        """A predict body -> (batcher kind, inputs, columnar answer, model rows per instance),
+        on a worker thread."""
         parsed = self._parse_predict(body)
         if parsed.files is None:
-            return "images", parsed.images, parsed.columnar
+            return "images", parsed.images, parsed.columnar, 1
+        if self.task.reads_served_files:
+            inputs, rows = self._task_inputs(parsed.files)
+            return "images", inputs, parsed.columnar, rows
         if self.model.takes_files:
-            return "encoded", np.array(parsed.files, dtype=object), parsed.columnar
-        return "images", self._decode(parsed.files), parsed.columnar
+            return "encoded", np.array(parsed.files, dtype=object), parsed.columnar, 1
+        return "images", self._decode(parsed.files), parsed.columnar, 1
 
     def _parse_predict(self, body: bytes) -> tf_serving.PredictRequest:
         try:
-            parsed = tf_serving.parse_predict(json.loads(body))
+            parsed = tf_serving.parse_predict(json.loads(body), len(self._sample_shape))
         except json.JSONDecodeError as error:
             raise RequestError(400, f"the body is not valid JSON ({error})") from None
         except RecursionError:
@@ -293,17 +298,37 @@ class _Service:
             raise RequestError(413, f"a request may hold at most {self.options.max_instances} "
                                     f"instances (vit serve --max-instances), got {count}")
         if parsed.images is not None:
-            self._check_image_shape(parsed.images.shape[1:3])
-        for index, data in enumerate(parsed.files or []):
-            check_encoded(data, f"instance {index}:")
+            self._check_input_shape(parsed.images.shape[1:])
+        if not self.task.reads_served_files:
+            for index, data in enumerate(parsed.files or []):
+                check_encoded(data, f"instance {index}:")
         return parsed
 
-    def _check_image_shape(self, size) -> None:
-        problem = self.model.size_problem(*size)
+    @property
+    def _sample_shape(self) -> tuple:
+        """One input's shape ((H, W, 3); a clip model's (frames, H, W, 3)), None for a free
+        side."""
+        if self.model.input_shape:
+            return tuple(self.model.input_shape)
+        return (*(self.model.image_size or (None, None)), 3)
+
+    def _check_input_shape(self, shape) -> None:
+        if len(shape) == 3:
+            problem = self.model.size_problem(*shape[:2])
+        else:
+            problem = None if tuple(shape) == self._sample_shape else \
+                f"expected {self.task.input_noun}s of shape {list(self._sample_shape)}"
         if problem:
             raise RequestError(400, f"{tf_serving.SERVING_DEFAULT!r}: {problem}, got instances "
-                                    f"of shape [{size[0]}, {size[1]}, 3]; send encoded files "
-                                    f"to {tf_serving.SERVE_BYTES!r} to have them resized")
+                                    f"of shape {list(shape)}; send encoded files to "
+                                    f"{tf_serving.SERVE_BYTES!r} to have them resized")
+
+    def _task_inputs(self, files: list[bytes]) -> tuple[np.ndarray, int]:
+        """The task's model inputs of encoded files it reads itself, and rows per file."""
+        try:
+            return self.task.served_inputs(self.model, files)
+        except ValueError as error:
+            raise RequestError(400, str(error)) from None
 
     def _decode(self, files: list[bytes]) -> np.ndarray:
         try:
@@ -331,17 +356,20 @@ class _Service:
         """The page's call: an image file in, the top classes and the rollout heatmap out."""
         with self.admission.admit() as ticket:
             data = await read_body(request, self.options.max_request_bytes)
-            kind, inputs = await self._decode_in_time(self._read_explain, data, ticket)
-            outputs = await self._submit(kind, inputs, ticket)
-        return JSONResponse(self._explanation(outputs))
+            kind, inputs, rows = await self._decode_in_time(self._read_explain, data, ticket)
+            outputs = self.task.joined(await self._submit(kind, inputs, ticket), rows)
+        return JSONResponse({**self._explanation(outputs),
+                             **self.task.page_picture(inputs, rows)})
 
-    def _read_explain(self, data: bytes) -> tuple[str, np.ndarray]:
-        """The page's image file -> (batcher kind, inputs), on a worker thread."""
+    def _read_explain(self, data: bytes) -> tuple[str, np.ndarray, int]:
+        """The page's file -> (batcher kind, inputs, model rows of it), on a worker thread."""
+        if self.task.reads_served_files:
+            return "images", *self._task_inputs([data])
         check_encoded(data, "the image")
         if self.model.takes_files:
-            return "encoded", np.array([data], dtype=object)
+            return "encoded", np.array([data], dtype=object), 1
         explains = self.task.explains(self.model)
-        return "explain" if explains else "images", self._decode([data])
+        return "explain" if explains else "images", self._decode([data]), 1
 
     def _explanation(self, outputs: dict) -> dict:
         return self.task.page_answer(self.name, self.model, outputs)

@@ -6,6 +6,8 @@ A client written for TF Serving hosting that SavedModel works unchanged against 
 - `serve_bytes` takes `image_bytes`, encoded JPEG/PNG/BMP/GIF files as `{"b64": "..."}`;
 - both give `probabilities` and `logits`, in the row ("instances" -> "predictions") or the
   columnar ("inputs" -> "outputs") format.
+A clip model's `images` are [frames, H, W, 3] windows, and its `{"b64": ...}` files are
+videos or volumes, each read by its task (its windows' scores averaged).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class PredictRequest:
 
     Attributes:
         signature: `serving_default` or `serve_bytes`.
-        images: float32 [n, H, W, 3] pixels (serving_default), else None.
+        images: float32 [n, H, W, 3] pixels (a clip model's [n, frames, H, W, 3])
+            (serving_default), else None.
         files: the n encoded image files (serve_bytes), else None.
         columnar: the request used "inputs", so the answer uses "outputs".
     """
@@ -39,11 +42,12 @@ class PredictRequest:
     columnar: bool
 
 
-def parse_predict(body) -> PredictRequest:
+def parse_predict(body, sample_rank: int = 3) -> PredictRequest:
     """Reads a decoded JSON predict request.
 
     Args:
         body: the request's JSON, decoded (`json.loads`).
+        sample_rank: the dimensions of one input: 3 for an image ([H, W, 3]), 4 for a clip.
 
     Returns:
         The `PredictRequest`: pixels for serving_default, the decoded files for serve_bytes.
@@ -71,7 +75,7 @@ def parse_predict(body) -> PredictRequest:
     if signature == SERVE_BYTES:
         return PredictRequest(signature, None, [_b64_file(value, i)
                                                 for i, value in enumerate(values)], columnar)
-    return PredictRequest(signature, _float_images(values), None, columnar)
+    return PredictRequest(signature, _float_images(values, sample_rank), None, columnar)
 
 
 def _non_empty_list(values) -> list:
@@ -113,18 +117,19 @@ def _b64_file(value, index: int) -> bytes:
         raise ValueError(f"instance {index}: \"b64\" is not valid base64") from None
 
 
-def _float_images(values: list) -> np.ndarray:
+def _float_images(values: list, sample_rank: int) -> np.ndarray:
+    shape = "[H, W, 3]" if sample_rank == 3 else "[frames, H, W, 3]"
     if any(isinstance(value, dict) for value in values):
-        raise ValueError(f"{{\"b64\": ...}} image files go to \"signature_name\": "
-                         f"\"{SERVE_BYTES}\"; {SERVING_DEFAULT!r} takes float pixels [H, W, 3]")
+        raise ValueError(f"{{\"b64\": ...}} files go to \"signature_name\": "
+                         f"\"{SERVE_BYTES}\"; {SERVING_DEFAULT!r} takes float pixels {shape}")
     try:
         images = np.asarray(values, dtype=np.float32)
     except (ValueError, TypeError, OverflowError):
         raise ValueError(f"{SERVING_DEFAULT!r} takes instances of float RGB pixels 0..255, each "
-                         "[H, W, 3] and all of one shape; got ragged or non-numeric lists") \
+                         f"{shape} and all of one shape; got ragged or non-numeric lists") \
             from None
-    if images.ndim != 4 or images.shape[-1] != 3:
-        raise ValueError(f"{SERVING_DEFAULT!r} takes instances of shape [H, W, 3] (RGB pixels), "
+    if images.ndim != sample_rank + 1 or images.shape[-1] != 3:
+        raise ValueError(f"{SERVING_DEFAULT!r} takes instances of shape {shape} (RGB pixels), "
                          f"got instances of shape {list(images.shape[1:])}")
     if not np.isfinite(images).all():
         raise ValueError("pixels must be finite numbers (0..255), got NaN or infinity")
@@ -160,20 +165,21 @@ def model_status() -> dict:
                                       "status": {"error_code": "OK", "error_message": ""}}]}
 
 
-def model_metadata(name: str, image_size, outputs: dict) -> dict:
+def model_metadata(name: str, sample_shape, outputs: dict) -> dict:
     """`GET /v1/models/NAME/metadata`: both signature definitions, as TF Serving lists them.
 
     Args:
         name: the served model's name.
-        image_size: (height, width) of `images`; None for any size.
+        sample_shape: one instance of `images`: (height, width, 3), a clip model's (frames,
+            height, width, 3); None for a side of any size.
         outputs: {output name: (TF dtype name, shape)} of the answer, as the model's task
             gives it (`vit_app.inference.inference_task.InferenceTask.serving_outputs`).
     """
-    height, width = image_size or (-1, -1)
+    sides = [-1 if side is None else int(side) for side in sample_shape]
     outputs = {output: _tensor_info(output, dtype, shape)
                for output, (dtype, shape) in outputs.items()}
     signatures = {
-        SERVING_DEFAULT: _signature(SERVING_DEFAULT, "DT_FLOAT", [-1, height, width, 3], outputs),
+        SERVING_DEFAULT: _signature(SERVING_DEFAULT, "DT_FLOAT", [-1, *sides], outputs),
         SERVE_BYTES: _signature(SERVE_BYTES, "DT_STRING", [-1], outputs),
     }
     return {"model_spec": {"name": name, "signature_name": "", "version": VERSION},

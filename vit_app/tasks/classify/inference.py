@@ -20,9 +20,8 @@ from vit_app.inference import evaluate as evaluation
 from vit_app.tasks.classify import evaluate as classify_scores
 from vit_app.tasks.classify import multilabel_scores
 from vit_app.inference.predict import table
-from vit_app.inference.inference_task import InferenceTask, percent
+from vit_app.inference.inference_task import InferenceTask, page_top, percent
 
-PAGE_TOP_K = 5  # classes the page lists
 
 
 class Classify(InferenceTask):
@@ -44,11 +43,11 @@ class Classify(InferenceTask):
         rows = predict_files(model, readable, args.top_k, args.batch_size)
         return rows, table(rows)
 
-    def export_examples(self, spec: str, trained_on: tuple, rule):
+    def export_examples(self, spec: str, trained_on: tuple, rule, input_size: tuple):
         """Images resized by the model's rule, as `vit train` resizes them for evaluation;
         their class ids."""
-        def take(source, image_hw, count):
-            return data_evaluation.take_raw_images(source, image_hw, count, rule)
+        def take(source, count):
+            return data_evaluation.take_raw_images(source, input_size, count, rule)
 
         return readers.open_training_data(spec, *trained_on), take
 
@@ -91,10 +90,7 @@ class Classify(InferenceTask):
         return model.keras_model is not None  # an exported file keeps no attention maps
 
     def page_answer(self, name: str, model, outputs: dict) -> dict:
-        scores = outputs["probabilities"][0]
-        names = model.class_names
-        top = [{"index": int(i), "label": names[i], "probability": float(scores[i])}
-               for i in np.argsort(-scores, kind="stable")[:PAGE_TOP_K]]
+        top = page_top(outputs["probabilities"][0], model.class_names)
         heatmap = None
         if "rollout" in outputs:
             rollout = outputs["rollout"][0]

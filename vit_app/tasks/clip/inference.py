@@ -2,22 +2,25 @@
 
 An exported file is checked on its top-1 agreement with Keras on held-out windows (as a
 classifier's on images). `vit predict` reads videos, frame folders and volumes and gives each
-clip's top-k classes, `vit evaluate` the top-1 on a clip data spec, both averaging the
-probabilities of `clip.views` windows spread over each clip (the run's preset, from the
+clip's top-k classes, `vit evaluate` the top-1 on a clip data spec, `vit serve` answers a
+request's video and volume files and the page shows the frames the model saw; each averages
+the probabilities of `clip.views` windows spread over each clip (the run's preset, from the
 config.json beside the model).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 
 import numpy as np
-
+from PIL import Image
 
 from vit_app.data import specs, training_data
 from vit_app.inference import evaluate as evaluation
 from vit_app.inference import run_config
-from vit_app.inference.inference_task import InferenceTask
+from vit_app.inference.inference_task import InferenceTask, page_top
 from vit_app.inference.predict import table
 from vit_app.tasks.clip.data import readers, sources
 
@@ -28,18 +31,20 @@ class ClipTask(InferenceTask):
     name = "clip"
     verb = "Classifying"
     input_noun = "clip"
+    reads_served_files = True
 
     def label_scores(self, logits, labels) -> dict:
         if labels is None:
             return {"accuracy": None}
         return {"accuracy": float((logits.argmax(-1) == labels).mean())}
 
-    def export_examples(self, spec: str, trained_on: tuple, rule):
-        """Each clip's middle window of the section's default frames and stride, and its class
-        id."""
-        windows = sources.Windows()
+    def export_examples(self, spec: str, trained_on: tuple, rule, input_size: tuple):
+        """Each clip's middle window of the model's frames (the section's default stride), and
+        its class id."""
+        frames, *image_hw = input_size
+        windows = sources.Windows(frames=frames)
 
-        def take(source, image_hw, count):
+        def take(source, count):
             return sources.labelled_clips(source, image_hw, windows, count)
 
         return sources.open_clip_data(spec, *trained_on, windows=windows), take
@@ -82,6 +87,36 @@ class ClipTask(InferenceTask):
                          f"top-1 {100 * results['top1']:.2f}%"]
 
 
+    def served_inputs(self, model, files: list[bytes]) -> tuple[np.ndarray, int]:
+        """Each file's `clip.views` windows, [files x views, frames, height, width, 3]."""
+        windows, views = model_windows(model)
+        clips = [readers.read_clip_bytes(data, f"instance {index}:")
+                 for index, data in enumerate(files)]
+        batches = window_batches(model, clips, windows, views, len(clips))
+        return np.concatenate(list(batches)).reshape(-1, *model.input_shape), views
+
+    def page_picture(self, inputs: np.ndarray, rows: int) -> dict:
+        """The middle window's frames side by side, as a PNG."""
+        strip = np.concatenate(list(inputs[rows // 2]), axis=1)
+        encoded = io.BytesIO()
+        Image.fromarray(np.clip(np.round(strip), 0, 255).astype(np.uint8)).save(encoded, "PNG")
+        return {"picture": "data:image/png;base64," +
+                base64.b64encode(encoded.getvalue()).decode("ascii")}
+
+    def page_answer(self, name: str, model, outputs: dict) -> dict:
+        windows, views = model_windows(model)
+        return {"model": name, "top": page_top(outputs["probabilities"][0], model.class_names), "drawing": "labels", "heatmap": None,
+                "caption": f"The {windows.frames} frames of the clip's middle window, "
+                           f"{windows.stride} apart, as the model saw them; the scores are "
+                           f"those of {views} windows spread over the clip, averaged.",
+                "empty": "no class."}
+
+    def page_features(self, model) -> dict:
+        return {"heatmap": False, "input_noun": self.input_noun,
+                "accept": "video/*,.npy,.npz,.nii,.gz",
+                "hint": "A video (MP4, WebM, AVI, GIF) or a volume (.npy, .npz, NIfTI)."}
+
+
 def model_windows(model) -> tuple[sources.Windows, int]:
     """The windows a loaded model takes (its input's frames; the stride and short-clip rule
     of the run's config.json beside it, else the defaults) and the views averaged."""
@@ -101,17 +136,23 @@ def clip_scores(model, clips, windows: sources.Windows, views: int, batch_size: 
         windows, views: the windows, and how many spread over each clip.
         batch_size: clips per model call.
     """
+    averaged = []
+    for batch in window_batches(model, clips, windows, views, batch_size):
+        probabilities = model.predict(batch.reshape(-1, *batch.shape[2:]))["probabilities"]
+        averaged.append(np.asarray(probabilities).reshape(len(batch), views, -1).mean(1))
+    return np.concatenate(averaged)
+
+
+def window_batches(model, clips, windows: sources.Windows, views: int, batch_size: int):
+    """Each clip's `views` windows at the model's size, float32 0..255 [clips, views, frames,
+    height, width, 3], `batch_size` clips at a time (arguments as `clip_scores`')."""
     size = tuple(model.input_shape[1:3])
     if not isinstance(clips, sources.ClipSource):
         stacked, lengths = sources.stack_clips(clips, size, 2 * windows.span)
         clips = sources.clip_source("clips", model.class_names, stacked, lengths,
                                     np.zeros(len(lengths), np.int32))
-    averaged = []
     for batch, _ in sources.eval_windows(clips, size, windows, views).batch(batch_size):
-        batch = np.asarray(batch, np.float32)
-        probabilities = model.predict(batch.reshape(-1, *batch.shape[2:]))["probabilities"]
-        averaged.append(np.asarray(probabilities).reshape(len(batch), views, -1).mean(1))
-    return np.concatenate(averaged)
+        yield np.asarray(batch, np.float32)
 
 
 TASK = ClipTask()

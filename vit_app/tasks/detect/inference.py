@@ -91,9 +91,12 @@ class Detect(InferenceTask):
     def output_records(self, rows: list[dict]):
         return detect_predict.output_records(rows)
 
-    def export_examples(self, spec: str, trained_on: tuple, rule):
+    def export_examples(self, spec: str, trained_on: tuple, rule, input_size: tuple):
         """Images resized whole, their targets in fractions of them."""
-        return detection.open_detection_data(spec, *trained_on), detection.take_examples
+        def take(source, count):
+            return detection.take_examples(source, input_size, count)
+
+        return detection.open_detection_data(spec, *trained_on), take
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:
         if args.few_shot is not None:

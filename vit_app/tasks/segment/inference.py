@@ -72,11 +72,15 @@ class Segment(InferenceTask):
         return rows, (f"{table(rows, score='share')}\nmasks and overlays: {args.masks}/ "
                       "(<image>.png, <image>_overlay.png)")
 
-    def export_examples(self, spec: str, trained_on: tuple, rule):
+    def export_examples(self, spec: str, trained_on: tuple, rule, input_size: tuple):
         """Images and their masks resized whole; a model fed images at their own size was
         trained on crops of them, so it is checked on tiles at that resolution, as `vit
         train` checks it."""
-        take = segmentation.take_tiles if rule.native else segmentation.take_pairs
+        tiles_or_pairs = segmentation.take_tiles if rule.native else segmentation.take_pairs
+
+        def take(source, count):
+            return tiles_or_pairs(source, input_size, count)
+
         return segmentation.open_segmentation_data(spec, *trained_on), take
 
     def evaluate(self, model, args: argparse.Namespace) -> tuple[dict, list[str]]:

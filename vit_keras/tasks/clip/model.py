@@ -39,7 +39,7 @@ from vit_keras.tasks.clip.layers import (CLIP_AXES, FoldFrames, JoinFrames,
                                               MergeFrameTokens, SpaceTimeEmbedding,
                                               TemporalAttention, TubeletEmbedding, UnfoldFrames)
 
-TASK = tasks.TaskContract("clip")
+TASK = tasks.TaskContract("clip", whole_image=True)  # frames resized whole, as in training
 LAYOUTS = ("joint", "divided", "factorised")
 TEMPORAL_PREFIX = "temporal_"  # the layers an image model does not have
 

@@ -1,6 +1,8 @@
 // The `vit serve` page: send an image to /api/explain, draw it with the attention-rollout
 // heatmap on top (a segmenter: its class mask; a detector: its boxes), and list the top classes
-// (a segmenter: by pixel share; a detector: its boxes by score). No framework, no build step, nothing from a CDN.
+// (a segmenter: by pixel share; a detector: its boxes by score). A clip model takes a video or
+// volume, and the page draws the frames the model saw (the answer's `picture`) in its place.
+// No framework, no build step, nothing from a CDN.
 "use strict";
 
 const page = {
@@ -48,7 +50,15 @@ async function loadModel() {
     const own = await import("/static/task.js");
     DRAWINGS[page.model.task] = (result) => own.draw(result, page.heatmap);
   }
-  setState("ready", "Ready: choose or drop an image.");
+  const noun = page.model.input_noun || "image";
+  const aNoun = `${/^[aeiou]/.test(noun) ? "an" : "a"} ${noun}`;
+  document.querySelectorAll(".noun").forEach((element) => { element.textContent = noun; });
+  document.querySelectorAll(".a-noun").forEach((element) => { element.textContent = aNoun; });
+  if (page.model.accept) {
+    document.getElementById("file").accept = page.model.accept;
+    document.getElementById("kinds").textContent = page.model.hint;
+  }
+  setState("ready", `Ready: choose or drop ${aNoun}.`);
 }
 
 async function classify(file) {
@@ -68,7 +78,8 @@ async function classify(file) {
     setState("error", result.error || `The server answered ${response.status}.`);
     return;
   }
-  const image = await createImageBitmap(file);
+  // A file that is no image (a video) is drawn as the frames the server says the model saw.
+  const image = result.picture ? await pictureOf(result.picture) : await createImageBitmap(file);
   drawPhoto(image);
   (DRAWINGS[result.drawing] || DRAWINGS.labels)(result);
   showClasses(result.top);
@@ -92,6 +103,13 @@ const DRAWINGS = {
   mask: (result) => drawMask(result.mask),
   boxes: (result) => drawBoxes(result.boxes),
 };
+
+async function pictureOf(source) {
+  const picture = new Image();
+  picture.src = source;
+  await picture.decode();
+  return createImageBitmap(picture);
+}
 
 // A classifier's class has a probability; a segmenter's, the share of pixels it covers.
 function score(item) {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 
 import cv2
 import nibabel
@@ -35,14 +36,17 @@ def read_clip(path: str) -> np.ndarray:
                      "volume (.npy, .npz, .nii, .nii.gz) or a folder of frame images")
 
 
-def read_video(path: str) -> np.ndarray:
-    """Every frame of a video file, RGB."""
+def read_video(path: str, max_frames: int | None = None) -> np.ndarray:
+    """Every frame of a video file, RGB; ValueError past `max_frames` (None: no limit)."""
     capture, frames = cv2.VideoCapture(path), []
     try:
         while True:
             ok, frame = capture.read()
             if not ok:
                 break
+            if max_frames is not None and len(frames) == max_frames:
+                raise ValueError(f"{path}: more than {max_frames} frames; at most "
+                                 f"{max_frames} are read from it")
             frames.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB) if frame.ndim == 3 else
                           cv2.cvtColor(frame, cv2.COLOR_GRAY2RGB))
     finally:
@@ -115,3 +119,47 @@ def volume_to_frames(volume: np.ndarray, path: str) -> np.ndarray:
     if volume.dtype != np.uint8:
         volume = images.stretch_to_8_bits(volume)
     return np.repeat(volume, 3, axis=-1) if channels == 1 else volume
+
+
+# A file's kind by its first bytes, for files that come without a name (`vit serve`'s
+# requests): (what it starts with, at which offset, the extension it is read as).
+SIGNATURES = ((b"\x93NUMPY", 0, ".npy"), (b"PK\x03\x04", 0, ".npz"),
+              (b"\x1f\x8b", 0, ".nii.gz"), (b"n+1\0", 344, ".nii"), (b"ftyp", 4, ".mp4"),
+              (b"\x1aE\xdf\xa3", 0, ".webm"), (b"GIF8", 0, ".gif"), (b"AVI ", 8, ".avi"))
+MAX_CLIP_FRAMES = 4096  # frames read from a file of no name; a longer one is refused
+
+
+def extension_of(data: bytes) -> str | None:
+    """The extension a clip file's bytes are read as ('.mp4', '.nii.gz'...), None when they
+    start as no video or volume this task reads."""
+    for start, offset, extension in SIGNATURES:
+        if data[offset:offset + len(start)] == start:
+            return extension
+    return None
+
+
+def read_clip_bytes(data: bytes, what: str) -> np.ndarray:
+    """`read_clip` of a file's bytes (a request's), its kind told by its first bytes.
+
+    Args:
+        data: the file's bytes.
+        what: how messages name it ('instance 0:').
+
+    Raises:
+        ValueError: naming `what`: no known kind, unreadable, or a video of more than
+            `MAX_CLIP_FRAMES` frames.
+    """
+    extension = extension_of(data)
+    if extension is None:
+        raise ValueError(f"{what} not a video (MP4, WebM, AVI, GIF) or volume (.npy, .npz, "
+                         f"NIfTI) by its first bytes {data[:8]!r}")
+    with tempfile.TemporaryDirectory(prefix="vit-clip-") as folder:
+        path = os.path.join(folder, "clip" + extension)
+        with open(path, "wb") as file:
+            file.write(data)
+        try:
+            if clip_kind(path) == "video":
+                return read_video(path, MAX_CLIP_FRAMES)
+            return read_clip(path)
+        except ValueError as error:
+            raise ValueError(str(error).replace(path + ":", what, 1)) from None
