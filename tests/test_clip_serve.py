@@ -185,6 +185,8 @@ def test_the_page_takes_a_video_and_draws_its_sampled_frames(client, model, file
         top1 = driver.find_element(By.TAG_NAME, "body").get_attribute("data-top1")
         accept = driver.find_element(By.ID, "file").get_attribute("accept")
         drop = driver.find_element(By.ID, "drop").text
+        model_line = driver.find_element(By.ID, "model-line").text
+        fader = driver.find_element(By.CSS_SELECTOR, ".opacity").is_displayed()
         width, height, lit = driver.execute_script(PHOTO_PIXELS)
         console = driver.get_log("browser")
     finally:
@@ -192,6 +194,7 @@ def test_the_page_takes_a_video_and_draws_its_sampled_frames(client, model, file
     assert state == "done", status
     assert top1 == LABELS[int(expected.argmax())]
     assert "video/*" in accept and "Drop a clip here" in drop
+    assert f"{FRAMES} frames of {SIZE}×{SIZE} px" in model_line and not fader
     assert (width, height) == (448, 448 // FRAMES)  # the frames side by side
     assert lit > 0  # the moving square, drawn
     assert not [entry for entry in console if entry["level"] == "SEVERE"], console

@@ -113,6 +113,7 @@ class ClipTask(InferenceTask):
 
     def page_features(self, model) -> dict:
         return {"heatmap": False, "input_noun": self.input_noun,
+                "frames": int(model.input_shape[0]),
                 "accept": "video/*,.npy,.npz,.nii,.gz",
                 "hint": "A video (MP4, WebM, AVI, GIF) or a volume (.npy, .npz, NIfTI)."}
 

@@ -42,9 +42,10 @@ async function loadModel() {
   const response = await fetch("/api/model");
   page.model = await response.json();
   const size = page.model.image_size ? page.model.image_size.join("×") + " px" : "any size";
+  const frames = page.model.frames ? `${page.model.frames} frames of ` : "";
   document.getElementById("model-line").textContent =
     `Model “${page.model.name}” (${page.model.format}, ${page.model.classes} classes, ` +
-    `${size}).`;
+    `${frames}${size}).`;
   document.getElementById("api-name").textContent = page.model.name;
   if (page.model.drawing_script) { // the task draws its answers itself
     const own = await import("/static/task.js");
@@ -85,6 +86,8 @@ async function classify(file) {
   showClasses(result.top);
   document.getElementById("result").hidden = false;
   document.getElementById("heatmap-caption").textContent = result.caption;
+  // Nothing drawn over the picture: no fader for it.
+  document.querySelector(".opacity").hidden = result.drawing === "labels" && !result.heatmap;
   const best = result.top[0];
   if (!best) {
     setState("done", `${file.name}: ${result.empty}`);
