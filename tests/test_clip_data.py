@@ -1,5 +1,5 @@
-"""The built-in clips (moving sprites): balanced, repeatable, and told apart only by the order
-of their frames; and the clips benchmark's verdicts."""
+"""The built-in clips (moving sprites) and the benchmark's synthetic scans (solids): balanced,
+repeatable, and told apart only across their frames; and the clips benchmark's verdicts."""
 
 import importlib.util
 import os
@@ -7,7 +7,9 @@ import os
 import numpy as np
 import pytest
 
+from vit_app.tasks.clip.data import solids as solid_scans
 from vit_app.tasks.clip.data.motion import CLASS_NAMES, moving_sprites
+from vit_app.tasks.clip.data.readers import volume_to_frames
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,6 +54,31 @@ def test_no_single_frame_tells_the_class_and_consecutive_frames_do():
         assert direction == list(expected[CLASS_NAMES[label]]), CLASS_NAMES[label]
 
 
+def test_solids_are_16_bit_scans_whose_class_is_the_run_of_their_cross_sections():
+    """A slice's solid is a disk of about the same area whatever the class (the class means
+    of a slice's area lie within a third of their spread); the areas' run through the slices
+    gives the class: rising and falling, flat, rising, falling."""
+    volumes, labels = solid_scans.solids(400, depth=8, size=32, seed=0)
+    assert volumes.dtype == np.uint16 and volumes.shape == (400, 8, 32, 32)
+    assert np.bincount(labels).tolist() == [100] * len(solid_scans.CLASS_NAMES)
+    np.testing.assert_array_equal(volumes[:4], solid_scans.solids(4, 8, 32, seed=0)[0])
+    bright = solid_scans.BACKGROUND + 2 * solid_scans.NOISE
+    areas = (volumes > bright).reshape(400, 8, -1).sum(-1).astype(float)
+    slice_means = [areas[labels == label].mean() for label in range(4)]
+    assert np.ptp(slice_means) < areas.std() / 3, slice_means
+    middle, ends = areas[:, 3:5].mean(1), areas[:, [0, -1]].mean(1)
+    rise = areas[:, -2:].mean(1) - areas[:, :2].mean(1)
+    runs = {"spindle": middle - ends, "cylinder": -np.abs(rise), "widening": rise,
+            "narrowing": -rise}
+    for label, name in enumerate(solid_scans.CLASS_NAMES):
+        assert np.median(runs[name][labels == label]) > 0 or name == "cylinder"
+        assert np.median(np.abs(rise[labels == 1])) < np.median(np.abs(rise[labels == 2])) / 4
+    frames = volume_to_frames(volumes[0], "solid")
+    assert frames.dtype == np.uint8 and frames.shape == (8, 32, 32, 3)
+    with pytest.raises(ValueError, match="at least 4 slices of 16 voxels, got 2 slices"):
+        solid_scans.solids(4, depth=2)
+
+
 def _benchmark():
     spec = importlib.util.spec_from_file_location(
         "clips_benchmark", os.path.join(ROOT, "benchmarks", "clips.py"))
@@ -74,9 +101,11 @@ def test_the_benchmark_fails_the_default_layout_when_it_does_not_see_motion(caps
     held, other = (f"spacetime_{layout}" for layout in (
         benchmark._default_layout(), *({"divided", "joint"} - {benchmark._default_layout()})))
     seeing = {held: row(0.9), other: row(0.3), "conv3d": row(0.5), "frame_average": row(0.25)}
-    assert benchmark.report(seeing, Args) == 0
-    assert benchmark.report({**seeing, held: row(0.45)}, Args) == 1
-    assert benchmark.report({**seeing, "conv3d": row(0.95)}, Args) == 1
+    for data in ("sprites", "solids"):
+        assert benchmark.report(data, seeing, Args) == 0
+        assert benchmark.report(data, {**seeing, held: row(0.45)}, Args) == 1
+    assert benchmark.report("sprites", {**seeing, "conv3d": row(0.95)}, Args) == 1
+    assert benchmark.report("solids", {**seeing, "conv3d": row(0.95)}, Args) == 0  # reported
     printed = capsys.readouterr().out
     assert f"{held} - frame_average: +20.0 points (at least +25): DOES NOT HOLD" in printed
     assert f"{held} - conv3d: -5.0 points (at least +0): DOES NOT HOLD" in printed

@@ -31,10 +31,13 @@ RANKS = (
     ("vit_keras.lora", "vit_keras.weight_decay", "vit_keras.pretrained"),
     ("vit_keras.core",),
     ("vit_keras.weights",),
-    # Each task's library folder (`vit_keras/tasks/<task>/`): its model on the encoder.
     ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates",
-     "vit_keras.hub_presets", "vit_keras.task_encoder", "vit_keras.tasks"),
-    ("vit_keras.export", "vit_keras.analysis", "vit_keras.convert", "vit_keras.serializable"),
+     "vit_keras.hub_presets", "vit_keras.task_encoder"),
+    # What a model attends to, below the task folders, whose own analyses build on it.
+    ("vit_keras.analysis",),
+    # Each task's library folder (`vit_keras/tasks/<task>/`): its model on the encoder.
+    ("vit_keras.tasks",),
+    ("vit_keras.export", "vit_keras.convert", "vit_keras.serializable"),
     ("vit_keras.__init__",),
     # The application: its base, the inference and deployment commands, training, the CLI.
     # A task's folder sits beside each: its data (`vit_app/tasks/<task>/data`) with the data,

@@ -140,10 +140,7 @@ def export_and_inspect(setup: Setup, options, classifier) -> dict | None:
     if options.export and not objective.exports:
         console.say(f"export: skipped for objective {objective.name} "
                     f"({objective.export_skipped})")
-    inspect = options.inspect and not objective.inspect_skipped
-    if options.inspect and objective.inspect_skipped:
-        console.say(f"analysis: skipped for objective {objective.name} "
-                    f"({objective.inspect_skipped})")
+    inspect = options.inspect
     if not (export or inspect):
         return None
     report_ = None

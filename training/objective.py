@@ -31,7 +31,6 @@ class Objective:
         monitor: the logged metric that chooses the best weights (higher = better).
         epoch_metrics: the logged metrics each epoch's line shows before `monitor`.
         exports: whether the run exports its model; `export_skipped` says why not.
-        inspect_skipped: why a run does not analyse its model's attention ('': it does).
         activation: what turns the model's logits into its scores, in every format.
         multilabel: each class scored on its own (sigmoid), e.g. for the linear probe.
         closed_form_probe: finetune 'probe' fits the head once, without gradient steps.
@@ -48,7 +47,6 @@ class Objective:
     epoch_metrics = ("loss", "val_loss")
     exports = True
     export_skipped = ""
-    inspect_skipped = ""
     activation = "softmax"
     multilabel = False
     closed_form_probe = False

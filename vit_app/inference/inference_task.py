@@ -10,11 +10,13 @@ package, named with its other parts by the task's line in `vit_keras.tasks.TASKS
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
-from vit_app.images import ImageError, read_file
+from vit_app.images import ImageError, load_files, read_file
 from vit_keras import tasks as library_tasks
+from vit_keras.core.model import config_from_model, preprocessing_of
 
 
 class InferenceTask:
@@ -182,6 +184,22 @@ class InferenceTask:
         """What the page draws in place of the file it sent ({'picture': a PNG data URL}),
         where that is no image; {}: the file itself."""
         return {}
+
+    def inspect_inputs(self, model, model_path: str, paths: list[str]):
+        """`vit inspect`'s inputs of `paths` for a loaded Keras `model` (its file at
+        `model_path`): (float32 model inputs in 0..255, their names). Here images, resized by
+        the model's rule."""
+        config = config_from_model(model)
+        images = load_files(paths, config.image_hw, config.channels, preprocessing_of(model))
+        return images, [os.path.basename(path) for path in paths]
+
+    def inspect(self, model, inputs, output_dir: str, names: list[str], discard_ratio: float,
+                head_fusion: str) -> dict | None:
+        """The task's own `vit inspect` analysis of `inputs` (as `inspect_inputs` gives
+        them), written into `output_dir` with its inspect.json; returns the summary, with
+        'figures', 'skipped' and 'json' (as `vit_app.inference.inspect.inspect_model`'s).
+        None: the shared analysis of images applies."""
+        return None
 
     def explains(self, model) -> bool:
         """Whether the page's call runs as 'explain' (adds what the page draws beside)."""

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import vit_keras
 from vit_app import console
-from vit_app.images import load_files
+from vit_app.inference import inference_task as inference_tasks
 from vit_app.inference.model_files import load_model
 from vit_app.outputs import write_json
 from vit_keras import analysis, tasks
@@ -38,11 +38,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.model or not args.images:
         raise ValueError("give --model PATH and at least one IMAGE (or --complexity VARIANT)")
     model = load_model(args.model)
-    config = vit_keras.config_from_model(model)
-    images = load_files(args.images, config.image_hw, config.channels, preprocessing_of(model))
+    inputs, names = inference_tasks.get(tasks.task_of(model)).inspect_inputs(
+        model, args.model, args.images)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.model)), "inspect")
-    summary = inspect_model(model, images, output,
-                            image_names=[os.path.basename(path) for path in args.images],
+    summary = inspect_model(model, inputs, output, image_names=names,
                             discard_ratio=args.discard_ratio, head_fusion=args.head_fusion)
     for name, path in summary["figures"].items():
         console.say(f"{name:>20}: {path}")
@@ -77,8 +76,14 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
 
     Returns:
         The numbers written to inspect.json, with 'figures' (name -> PNG path) and 'skipped'
-        (name -> why that figure is not drawn for this model), plus 'json'.
+        (name -> why that figure is not drawn for this model), plus 'json'. A task with an
+        analysis of its own (`InferenceTask.inspect`: a clip model's, on clips) gives its
+        own.
     """
+    own = inference_tasks.get(tasks.task_of(model)).inspect(
+        model, images, output_dir, image_names, discard_ratio, head_fusion)
+    if own is not None:
+        return own
     config = vit_keras.config_from_model(model)
     pixels = np.asarray(images, dtype=np.float32)
     inputs = keras.ops.convert_to_numpy(vit_keras.preprocess_input(

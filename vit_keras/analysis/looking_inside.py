@@ -110,6 +110,17 @@ def rollout_from_attention(attentions, has_class_token: bool = True,
         [batch, patches] float32 rollout weights of the patch tokens.
     """
     patch_tokens = patch_tokens or slice(1 if has_class_token else 0, None)
+    result = rollout_matrix(attentions, discard_ratio, head_fusion)
+    if has_class_token:
+        return result[:, 0, patch_tokens].astype(np.float32)
+    return result.mean(axis=1)[:, patch_tokens].astype(np.float32)
+
+
+def rollout_matrix(attentions, discard_ratio: float = 0.0,
+                   head_fusion: str = "mean") -> np.ndarray:
+    """The rollout of every token: [batch, tokens, tokens] float64, row i how much token i's
+    output draws on each input token through every block (each row sums to 1); arguments as
+    `rollout_from_attention`'s."""
     if head_fusion not in HEAD_FUSIONS:
         raise ValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
     if not 0.0 <= discard_ratio < 1.0:
@@ -126,9 +137,7 @@ def rollout_from_attention(attentions, has_class_token: bool = True,
         result = mixed if result is None else mixed @ result
     if result is None:
         raise ValueError("attentions must hold at least one block's attention")
-    if has_class_token:
-        return result[:, 0, patch_tokens].astype(np.float32)
-    return result.mean(axis=1)[:, patch_tokens].astype(np.float32)
+    return result
 
 
 def patch_token_slice(config) -> slice:

@@ -74,7 +74,6 @@ class ClipClassification(Objective):
     epoch_metrics = ("loss", "accuracy", "val_loss", "val_accuracy")
     small_data_rule = SMALL_DATA_RULE
     probe_description = "a linear head on the frozen space-time features"
-    inspect_skipped = "the attention maps of `vit inspect` take images, not clips"
 
     @property
     def windows(self) -> sources.Windows:

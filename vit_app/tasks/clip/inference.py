@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import base64
 import io
+import os
 
 import numpy as np
 from PIL import Image
@@ -22,6 +23,7 @@ from vit_app.inference import evaluate as evaluation
 from vit_app.inference import run_config
 from vit_app.inference.inference_task import InferenceTask, page_top
 from vit_app.inference.predict import table
+from vit_app.tasks.clip import inspect as clip_inspect
 from vit_app.tasks.clip.data import readers, sources
 
 
@@ -92,7 +94,7 @@ class ClipTask(InferenceTask):
         windows, views = model_windows(model)
         clips = [readers.read_clip_bytes(data, f"instance {index}:")
                  for index, data in enumerate(files)]
-        batches = window_batches(model, clips, windows, views, len(clips))
+        batches = window_batches(model.input_shape[1:3], clips, windows, views, len(clips))
         return np.concatenate(list(batches)).reshape(-1, *model.input_shape), views
 
     def page_picture(self, inputs: np.ndarray, rows: int) -> dict:
@@ -118,13 +120,38 @@ class ClipTask(InferenceTask):
                 "hint": "A video (MP4, WebM, AVI, GIF) or a volume (.npy, .npz, NIfTI)."}
 
 
+    def inspect_inputs(self, model, model_path: str, paths: list[str]):
+        """Each clip's middle window (the run's stride, the model's frames); a clip that
+        cannot be read is named in a ValueError."""
+        readable, skipped = self.read_inputs(paths)
+        if skipped:
+            raise ValueError("cannot read " + "; ".join(why for _, why in skipped))
+        windows, _ = run_windows(model.frames, model_path)
+        clips = [clip for _, clip in readable]
+        batches = window_batches(model.inputs[0].shape[2:4], clips, windows, 1, len(clips))
+        return np.concatenate(list(batches))[:, 0], [os.path.basename(path.rstrip("/"))
+                                                     for path, _ in readable]
+
+    def inspect(self, model, inputs, output_dir: str, names: list[str], discard_ratio: float,
+                head_fusion: str) -> dict:
+        """Where and when the model looks in each clip (`clip_inspect.inspect_clips`)."""
+        names = names or [f"clip {index}" for index in range(len(inputs))]
+        return clip_inspect.inspect_clips(model, inputs, output_dir, names, discard_ratio,
+                                          head_fusion)
+
+
 def model_windows(model) -> tuple[sources.Windows, int]:
-    """The windows a loaded model takes (its input's frames; the stride and short-clip rule
-    of the run's config.json beside it, else the defaults) and the views averaged."""
-    section = run_config.read(model.path).get("preset", {}).get("clip", {})
-    windows = sources.Windows(frames=int(model.input_shape[0]),
-                              **{key: section[key] for key in ("stride", "short")
-                                 if key in section})
+    """The windows a loaded model takes (`run_windows` of its input's frames and its file)
+    and the views averaged."""
+    return run_windows(int(model.input_shape[0]), model.path)
+
+
+def run_windows(frames: int, model_path: str) -> tuple[sources.Windows, int]:
+    """Windows of `frames` frames with the stride and short-clip rule of the run's
+    config.json beside `model_path` (else the defaults), and the views averaged."""
+    section = run_config.read(model_path).get("preset", {}).get("clip", {})
+    windows = sources.Windows(frames=frames, **{key: section[key] for key in ("stride", "short")
+                                                if key in section})
     return windows, int(section.get("views", 3))
 
 
@@ -138,19 +165,19 @@ def clip_scores(model, clips, windows: sources.Windows, views: int, batch_size: 
         batch_size: clips per model call.
     """
     averaged = []
-    for batch in window_batches(model, clips, windows, views, batch_size):
+    for batch in window_batches(model.input_shape[1:3], clips, windows, views, batch_size):
         probabilities = model.predict(batch.reshape(-1, *batch.shape[2:]))["probabilities"]
         averaged.append(np.asarray(probabilities).reshape(len(batch), views, -1).mean(1))
     return np.concatenate(averaged)
 
 
-def window_batches(model, clips, windows: sources.Windows, views: int, batch_size: int):
-    """Each clip's `views` windows at the model's size, float32 0..255 [clips, views, frames,
-    height, width, 3], `batch_size` clips at a time (arguments as `clip_scores`')."""
-    size = tuple(model.input_shape[1:3])
+def window_batches(size, clips, windows: sources.Windows, views: int, batch_size: int):
+    """Each clip's `views` windows at `size` (height, width), float32 0..255 [clips, views,
+    frames, height, width, 3], `batch_size` clips at a time (arguments as `clip_scores`')."""
+    size = tuple(size)
     if not isinstance(clips, sources.ClipSource):
         stacked, lengths = sources.stack_clips(clips, size, 2 * windows.span)
-        clips = sources.clip_source("clips", model.class_names, stacked, lengths,
+        clips = sources.clip_source("clips", [], stacked, lengths,
                                     np.zeros(len(lengths), np.int32))
     for batch, _ in sources.eval_windows(clips, size, windows, views).batch(batch_size):
         yield np.asarray(batch, np.float32)

@@ -1,7 +1,9 @@
-"""A clip model served and exported: `vit serve`'s REST answer for a video or volume file is
-`vit predict`'s (its windows' scores averaged), float windows equal the model, bad files get a
-400 naming them, the page gets the frames the model saw; the SavedModel takes windows and
-each clip's frames as encoded files; `vit export` reads a model's own number of frames."""
+"""A clip model served, exported and inspected: `vit serve`'s REST answer for a video or volume
+file is `vit predict`'s (its windows' scores averaged), float windows equal the model, bad
+files get a 400 naming them, the page gets the frames the model saw; the SavedModel takes
+windows and each clip's frames as encoded files; `vit export` reads a model's own number of
+frames; `vit inspect` draws where and when the model looks, its rollout the image model's
+where a clip is one image."""
 
 import base64
 import io
@@ -21,6 +23,8 @@ from vit_app.inference.server import ServeOptions, create_app
 from vit_app.tasks.clip import inference as clip_inference
 from vit_app.tasks.clip.data import readers
 from vit_keras import ViTConfig, VisionTransformer, export
+from vit_keras.analysis import attention_rollout
+from vit_keras.tasks.clip.attention import space_time_rollout
 from vit_keras.tasks.clip.inflate import inflate
 
 FRAMES, SIZE = 4, 16
@@ -236,3 +240,44 @@ def test_vit_export_reads_the_models_own_frames(run_folder, tmp_path):
     for name in ("saved_model", "tflite"):
         assert report["formats"][name]["passed"], report["formats"][name]
     assert report["formats"]["onnx_int8"]["top1_agreement"] is not None
+
+
+def test_vit_inspect_draws_where_and_when_a_clip_model_looks(run_folder, model, files,
+                                                            tmp_path):
+    (tmp_path / "clip.avi").write_bytes(files[0])
+    (tmp_path / "scan.npy").write_bytes(files[1])
+    output = tmp_path / "inspect"
+    assert cli.main(["inspect", "--model", str(run_folder / "model.keras"),
+                     str(tmp_path / "clip.avi"), str(tmp_path / "scan.npy"),
+                     "--output", str(output)]) == 0
+    summary = json.loads((output / "inspect.json").read_text())
+    assert summary["clips"] == ["clip.avi", "scan.npy"] and summary["layout"] == "joint"
+    shares = np.array(summary["rollout"]["frame_shares"])
+    assert shares.shape == (2, FRAMES // 2) and np.allclose(shares.sum(1), 1.0, atol=1e-3)
+    maps = np.array(summary["rollout"]["maps"])
+    assert maps.shape == (2, FRAMES // 2, SIZE // 8, SIZE // 8)
+    windows, _ = clip_inference.model_windows(model)
+    clips = [readers.read_clip_bytes(data, "file") for data in files]
+    middle = clip_inference.clip_scores(model, clips, windows, 1, 2)
+    assert summary["predicted_class"] == middle.argmax(-1).tolist()
+    for index in range(2):
+        assert Image.open(output / f"rollout_{index}.png").size[0] > 200
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_a_one_frame_clips_rollout_is_its_image_models(classifier):
+    """A clip of one token frame (2 frames, tubelets of 2) of identical frames, through an
+    image model inflated with the kernel spread evenly: the image model's rollout."""
+    config = ViTConfig(image_size=16, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+                       num_layers=2, num_classes=3, classifier=classifier)
+    image_model = randomize_weights(VisionTransformer(config), stddev=0.3)
+    clip_model = inflate(image_model, frames=2, tubelet_frames=2, layout="joint")
+    images = np.random.default_rng(0).uniform(-1, 1, (3, 16, 16, 3)).astype(np.float32)
+    expected = attention_rollout(image_model, images)
+    expected /= expected.sum(axis=(1, 2), keepdims=True)
+    got = space_time_rollout(clip_model, np.repeat(images[:, None], 2, axis=1))
+    assert got.shape == (3, 1, 4, 4)
+    np.testing.assert_allclose(got[:, 0], expected, atol=1e-6)
+    divided = inflate(image_model, frames=2, tubelet_frames=2, layout="divided")
+    with pytest.raises(ValueError, match="follows the joint layout.*'divided'"):
+        space_time_rollout(divided, np.repeat(images[:, None], 2, axis=1))
