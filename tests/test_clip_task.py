@@ -31,7 +31,8 @@ def _moving_square(frames, height, width, direction):
 def _write_video(path, clip):
     import cv2
 
-    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), 10,
+    codec = "mp4v" if path.endswith(".mp4") else "MJPG"  # MPEG-4 Part 2, MJPEG
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*codec), 10,
                              (clip.shape[2], clip.shape[1]))
     for frame in clip:
         writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
@@ -53,7 +54,7 @@ def _clip_folder(root):
         folder = root / label
         folder.mkdir(parents=True)
         for index in range(2):
-            _write_video(str(folder / f"video{index}.avi"),
+            _write_video(str(folder / f"video{index}.{('mp4', 'avi')[index]}"),
                          _moving_square(10 + 4 * index, 40, 48 + 8 * index, direction))
             frames = folder / f"frames{index}"
             frames.mkdir()
@@ -90,7 +91,7 @@ def _predict_and_evaluate(tmp_path, data, output):
     skipping an unreadable one by name; `vit evaluate` scores a clip folder."""
     new = tmp_path / "new"
     new.mkdir()
-    _write_video(str(new / "new.avi"), _moving_square(12, 30, 30, 1))
+    _write_video(str(new / "new.mp4"), _moving_square(12, 30, 30, 1))
     _write_nifti(str(new / "new.nii.gz"), _moving_square(9, 16, 16, -1)[..., 0])
     (new / "broken.webm").write_bytes(b"\x1a\x45\xdf\xa3 truncated")
     answers = {}
@@ -101,7 +102,7 @@ def _predict_and_evaluate(tmp_path, data, output):
         report = json.loads(written.read_text())
         answers[name] = [row["top"][0]["class"] for row in report["predictions"]]
         assert [os.path.basename(row["file"]) for row in report["predictions"]] == \
-            ["new.avi", "new.nii.gz", "frames0"]
+            ["new.mp4", "new.nii.gz", "frames0"]
         assert all(len(row["top"]) == 2 and row["top"][0]["score"] >= row["top"][1]["score"]
                    for row in report["predictions"])
         assert "broken.webm" in json.dumps(report["skipped"])
