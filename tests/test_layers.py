@@ -18,6 +18,8 @@ from vit_keras.tasks.clip import layers as spacetime
 from vit_keras.tasks.clip.model import SpaceTimeViT
 from vit_keras.core.patch_dropout import PatchDropout
 from vit_keras.core.remat import RematEncoderBlock
+from vit_keras.mobilevit import layers as mobilevit
+from vit_keras.mobilevit.model import MobileViT
 
 
 def _layer_norm(x, scale, bias, eps=1e-6):
@@ -129,6 +131,7 @@ CORRUPTION = np.array([[-1, -2, 3, 0, -2, 5], [4, -1, -1, -2, 1, -2]], "int32")
 FEATURES = np.random.default_rng(7).normal(size=(2, 4, 4, 8)).astype("float32")
 CLIPS = np.random.default_rng(8).normal(size=(2, 4, 8, 8, 3)).astype("float32")
 FRAME_TOKENS = np.random.default_rng(9).normal(size=(2, 2, 4, 8)).astype("float32")
+MAPS = np.random.default_rng(10).normal(size=(2, 4, 6, 8)).astype("float32")  # a 4x6 map
 
 LAYER_CASES = [
     # (class, init kwargs, input, output shape(s), trainable weights, extra run_layer_test args)
@@ -254,11 +257,21 @@ LAYER_CASES = [
                  id="JoinFrames"),
     pytest.param(spacetime.MergeFrameTokens, dict(frames=2), np.concatenate([TOKENS] * 2, 1),
                  (2, 9, 8), 0, {}, id="MergeFrameTokens"),
+    # MobileViT's: a map's 2x2 patches and back, the odd-side resize, v2's linear attention.
+    pytest.param(mobilevit.UnfoldPatches, {}, MAPS, (2, 4, 6, 8), 0, {}, id="UnfoldPatches"),
+    pytest.param(mobilevit.FoldPatches, dict(height=4, width=6), MAPS, (2, 4, 6, 8), 0, {},
+                 id="FoldPatches"),
+    pytest.param(mobilevit.BilinearResize, dict(height=5, width=7, align_corners=True), MAPS,
+                 (2, 5, 7, 8), 0, {}, id="BilinearResize"),
+    pytest.param(mobilevit.LinearSelfAttention, dict(dropout_rate=0.1), MAPS, (2, 4, 6, 8), 4,
+                 {}, id="LinearSelfAttention"),
+    pytest.param(layers.MLPBlock, dict(mlp_dim=16, activation="silu"), TOKENS, (2, 5, 8), 4,
+                 {}, id="MLPBlock-silu"),
 ]
 
 # Being rewritten elsewhere, or whole models held by their own files (test_clip_model.py).
 NOT_COVERED_HERE = {heads.MAPHead, MultiHeadSelfAttention, VisionTransformer, ViTSegmenter,
-                    detection.ViTDetector, SpaceTimeViT}
+                    detection.ViTDetector, SpaceTimeViT, MobileViT}
 
 
 @pytest.mark.parametrize("layer_cls,init_kwargs,input_data,output_shape,trainable,extra",

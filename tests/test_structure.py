@@ -32,7 +32,7 @@ RANKS = (
     ("vit_keras.core",),
     ("vit_keras.weights",),
     ("vit_keras.applications", "vit_keras.family_models", "vit_keras.intermediates",
-     "vit_keras.hub_presets", "vit_keras.task_encoder"),
+     "vit_keras.hub_presets", "vit_keras.task_encoder", "vit_keras.mobilevit"),
     # What a model attends to, below the task folders, whose own analyses build on it.
     ("vit_keras.analysis",),
     # Each task's library folder (`vit_keras/tasks/<task>/`): its model on the encoder.

@@ -15,7 +15,7 @@ from vit_keras.preprocessing import Preprocessing
 CLASSIFIERS = ("token", "gap", "map")
 POSEMB_KINDS = ("learn", "sincos2d", "learn2d")
 STEMS = ("patchify", "conv", "shifted_patches")
-ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
+ACTIVATIONS = ("gelu", "quick_gelu", "swiglu", "silu")
 # The fields a variant name ('B/16', 'R50+B/16') fixes: the shape of the network. The others
 # (image size, classes, pooling, regularisation, extras) are choices made around a variant.
 ARCHITECTURE_FIELDS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers",
@@ -113,7 +113,8 @@ class ViTConfig:
         activation: the MLP's nonlinearity: 'gelu' (official; tanh-approximated unless
             `gelu_approximate` is False), 'quick_gelu' (OpenAI CLIP: x * sigmoid(1.702 x)) or
             'swiglu' (DINOv2-g: SiLU(a) * b over the two halves of the first projection, so
-            `mlp_dim` is their packed width, timm's `SwiGLUPacked`).
+            `mlp_dim` is their packed width, timm's `SwiGLUPacked`) or 'silu' (x * sigmoid(x),
+            MobileViT's transformers).
         pre_norm: a LayerNorm on the tokens before the first block (CLIP's `ln_pre`, timm's
             `norm_pre`).
         pooled_norm: the final LayerNorm normalises the pooled vector instead of every token

@@ -30,8 +30,9 @@ def activate(hidden, activation="gelu", gelu_approximate=True, training=None):
     Args:
         hidden: the first projection's output [..., M].
         activation: 'gelu' (tanh-approximated or exact, by `gelu_approximate`), 'quick_gelu'
-            (OpenAI CLIP's x * sigmoid(1.702 x)) or 'swiglu' (SiLU(a) * b of the two halves
-            a, b of the last axis, as timm's packed SwiGLU: [..., M] -> [..., M / 2]).
+            (OpenAI CLIP's x * sigmoid(1.702 x)), 'swiglu' (SiLU(a) * b of the two halves
+            a, b of the last axis, as timm's packed SwiGLU: [..., M] -> [..., M / 2]) or
+            'silu' (x * sigmoid(x), MobileViT's).
         gelu_approximate: for 'gelu' only.
         training: whether the fused training kernels may run.
 
@@ -43,6 +44,8 @@ def activate(hidden, activation="gelu", gelu_approximate=True, training=None):
     if activation == "swiglu":
         gate, values = ops.split(hidden, 2, axis=-1)
         return ops.silu(gate) * values
+    if activation == "silu":
+        return ops.silu(hidden)
     return gelu(hidden, gelu_approximate, training)
 
 

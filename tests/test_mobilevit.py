@@ -1,0 +1,88 @@
+"""MobileViT v1 and v2: every variant of timm's computes timm's logits (within 1e-5) from the
+same seeded weights, the odd-sided maps' resize path included; the model round-trips through a
+`.keras` file under safe_mode, gives its five stages' maps, and a checkpoint of another variant
+is refused by name."""
+
+import keras
+import numpy as np
+import pytest
+from mobilevit_reference import VECTORS, inputs, keys_of, seeded_state
+
+from vit_keras.mobilevit.config import VARIANTS, get_config
+from vit_keras.mobilevit.model import MobileViT
+from vit_keras.mobilevit.weights import load_timm_state
+
+TOLERANCE = 1e-5
+SMALL = ("mobilevit_xxs", "mobilevitv2_050")
+
+
+@pytest.fixture(scope="module")
+def vectors():
+    with np.load(VECTORS) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def _loaded(name: str, size: int = 64) -> MobileViT:
+    model = MobileViT(get_config(name, image_size=size))
+    load_timm_state(model, seeded_state(keys_of(name)))
+    return model
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=() if name in SMALL else
+                                               pytest.mark.slow) for name in VARIANTS])
+def test_every_variant_computes_timms_logits(name, vectors):
+    """The logits, and the maps of stage 2 (where the two images differ most) and stage 4."""
+    model = _loaded(name)
+    maps = model.feature_model()(inputs(64, 1))
+    stage2 = vectors[f"{name}/stage2"]
+    assert np.abs(stage2[0] - stage2[1]).max() > 1000 * TOLERANCE  # the images matter
+    for stage in (2, 4):
+        np.testing.assert_allclose(np.asarray(maps[stage]), vectors[f"{name}/stage{stage}"],
+                                   atol=TOLERANCE * max(1.0, np.abs(stage2).max()))
+    np.testing.assert_allclose(np.asarray(model(inputs(64, 1))), vectors[f"{name}/logits"],
+                               atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_odd_maps_are_resized_as_timm_resizes_them(name, vectors):
+    """At 80 px the last stages' maps have odd sides: v1 resizes there and back, v2 up once,
+    corners aligned, and its later maps stay larger."""
+    model = _loaded(name, 80)
+    np.testing.assert_allclose(np.asarray(model(inputs(80, 2))), vectors[f"{name}/odd_logits"],
+                               atol=TOLERANCE)
+    last = model.feature_model()(inputs(80, 2))[-1]
+    assert last.shape[1:3] == ((3, 3) if name.startswith("mobilevit_") else (4, 4))
+
+
+def test_a_keras_file_rebuilds_the_model_under_safe_mode(tmp_path):
+    model = _loaded("mobilevitv2_050")
+    path = str(tmp_path / "mobilevit.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert loaded.mobilevit_config == model.mobilevit_config
+    assert loaded.preprocessing == model.preprocessing
+    np.testing.assert_allclose(np.asarray(loaded(inputs(64, 1))),
+                               np.asarray(model(inputs(64, 1))), atol=1e-6)
+
+
+def test_the_feature_model_gives_the_five_stages_maps():
+    model = MobileViT(get_config("xxs", image_size=64))
+    maps = model.feature_model()(inputs(64, 1))
+    assert [tuple(item.shape[1:]) for item in maps] == [
+        (32, 32, 16), (16, 16, 24), (8, 8, 48), (4, 4, 64), (2, 2, 80)]
+
+
+def test_names_and_checkpoints_of_another_variant_are_refused():
+    assert get_config("v2-100").name == "mobilevitv2_100"
+    with pytest.raises(ValueError, match="unknown MobileViT 'mobilevit_xxl'; expected one of"):
+        get_config("mobilevit_xxl")
+    model = MobileViT(get_config("mobilevit_xxs", image_size=64))
+    with pytest.raises(ValueError, match="shape .* another variant"):
+        load_timm_state(model, seeded_state(keys_of("mobilevit_xs")))
+    with pytest.raises(ValueError, match="no place in mobilevit_xxs: final_conv"):
+        load_timm_state(model, {"final_conv.extra.weight": np.zeros(3, np.float32)})
+    partial = seeded_state(keys_of("mobilevit_xxs"))
+    partial.pop("head.fc.weight")
+    with pytest.raises(ValueError, match="leaves 1 weights of mobilevit_xxs unset: head_fc"):
+        load_timm_state(model, partial)
+    load_timm_state(model, partial, skip_head=True)
