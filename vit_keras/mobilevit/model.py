@@ -12,6 +12,7 @@ import keras
 
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.layers import EncoderBlock
+from vit_keras.core.normalization import GroupNorm, LayerNorm
 from vit_keras.mobilevit.config import HEADS, PATCH, PREPROCESSING, MobileViTConfig, \
     make_divisible
 from vit_keras.mobilevit.layers import BilinearResize, FoldPatches, LinearSelfAttention, \
@@ -72,7 +73,7 @@ def mobilevit_block(x, dim: int, depth: int, module: str):
     for index in range(depth):
         tokens = EncoderBlock(HEADS, 2 * dim, activation="silu", layer_norm_epsilon=EPSILON,
                               name=_name(f"{module}.transformer.{index}"))(tokens)
-    tokens = keras.layers.LayerNormalization(epsilon=EPSILON, name=_name(module + ".norm"))(
+    tokens = LayerNorm(epsilon=EPSILON, name=_name(module + ".norm"))(
         tokens)
     x = FoldPatches(*even, PATCH, name=_name(module) + "_fold")(tokens)
     if even != (height, width):
@@ -87,7 +88,7 @@ def linear_transformer_block(tokens, module: str):
     dim = tokens.shape[-1]
 
     def norm(name):
-        return keras.layers.GroupNormalization(groups=1, epsilon=EPSILON,
+        return GroupNorm(groups=1, epsilon=EPSILON,
                                                name=_name(f"{module}.{name}"))
 
     attended = LinearSelfAttention(name=_name(module + ".attn"))(norm("norm1")(tokens))
@@ -110,7 +111,7 @@ def mobilevit_v2_block(x, dim: int, depth: int, module: str):
     tokens = UnfoldPatches(PATCH, name=_name(module) + "_unfold")(x)
     for index in range(depth):
         tokens = linear_transformer_block(tokens, f"{module}.transformer.{index}")
-    tokens = keras.layers.GroupNormalization(groups=1, epsilon=EPSILON,
+    tokens = GroupNorm(groups=1, epsilon=EPSILON,
                                              name=_name(module + ".norm"))(tokens)
     x = FoldPatches(*even, PATCH, name=_name(module) + "_fold")(tokens)
     return conv_norm_act(x, channels, 1, 1, module + ".conv_proj", act=False)

@@ -5,6 +5,7 @@ kernels transposed, v1's fused `qkv` split per head).
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 
 from vit_keras.mobilevit.config import HEADS
@@ -12,6 +13,8 @@ from vit_keras.mobilevit.config import HEADS
 _NORM = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean",
          "running_var": "moving_variance"}
 _SKIPPED = ("num_batches_tracked",)
+_NORMS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+          keras.layers.GroupNormalization)
 _ENCODER_PARTS = {"norm1": "layer_norm_0", "norm2": "layer_norm_2", "mlp.fc1": "mlp.dense_0",
                   "mlp.fc2": "mlp.dense_1"}
 
@@ -89,7 +92,7 @@ def _targets(model, module: str, param: str, value: np.ndarray):
     if layer is None:
         return None
     kind = type(layer).__name__
-    if kind in ("BatchNormalization", "LayerNormalization", "GroupNormalization"):
+    if isinstance(layer, _NORMS):
         return [(getattr(layer, _NORM[param]), value)]
     if kind == "DepthwiseConv2D":
         return [(layer.kernel, value.transpose(2, 3, 0, 1))]
