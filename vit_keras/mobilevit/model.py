@@ -167,9 +167,15 @@ class MobileViT(keras.Model):
             outputs = keras.layers.Dense(config.num_classes, name="head_fc")(outputs)
         super().__init__(images, outputs, name=name or config.name, **kwargs)
         self.mobilevit_config, self.include_top = config, top
-        self.preprocessing = Preprocessing.from_dict(preprocessing) if preprocessing \
+        # Under the name every export and command reads (`preprocessing_of`).
+        self.vit_preprocessing = Preprocessing.from_dict(preprocessing) if preprocessing \
             else PREPROCESSING[config.version]
         self.stage_outputs = [tensor._keras_history[0].name for tensor in stages]
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """How images become this model's inputs (timm's pretrained config by default)."""
+        return self.vit_preprocessing
 
     def feature_model(self) -> keras.Model:
         """A model of the same layers giving the five stages' maps (strides 2 to 32), for a

@@ -1,0 +1,156 @@
+"""Batch-1 CPU latency of on-device files, side by side: MobileViT v1 and v2 against Keras' own
+MobileNetV3-Small and -Large and our ViT-Ti/16 and S/16, all at 256 px.
+
+Each model (random weights: latency does not depend on them, and whether a quantized file
+still computes its model is a question for trained weights, `vit export`'s check) is converted
+by the library's TFLite export to float32 and full-integer int8 (builtin operators only,
+calibrated on random images), then every file is timed on LiteRT's
+interpreter at 1 and 2 threads, in interleaved rounds so that machine load weighs on every
+file alike (the median of each file's rounds). Parameters and FLOPs (TensorFlow's profiler on
+the Keras graph, 2 per multiply-add) and the ImageNet top-1 their authors report stand beside.
+The last lines give the fastest MobileViT int8 file of each version as a ratio of
+MobileNetV3-Large's (v2's int8 files do not name Keras' classes yet: docs/models.md).
+
+    python benchmarks/mobile_latency.py [--rows mobilevit_xxs,...] [--runs 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+SIZE = 256
+# ImageNet-1k top-1 as reported: timm's results for MobileViT (cvnets_in1k) and ViT (augreg,
+# 224 px), Keras' applications table for MobileNetV3 (224 px).
+REPORTED_TOP1 = {"mobilevit_xxs": 68.9, "mobilevit_xs": 74.6, "mobilevit_s": 78.3,
+                 "mobilevitv2_050": 70.2, "mobilevitv2_100": 78.1,
+                 "mobilenetv3_small": 68.1, "mobilenetv3_large": 75.6,
+                 "vit_ti16": 75.5, "vit_s16": 81.4}
+ROWS = tuple(REPORTED_TOP1)
+
+
+def build(row: str):
+    """(Keras model taking 0..255 pixels at 256 px, whether the export adds its preprocessing)."""
+    import keras
+
+    if row.startswith("mobilevit"):
+        from vit_keras.mobilevit.config import get_config
+        from vit_keras.mobilevit.model import MobileViT
+
+        return MobileViT(get_config(row, image_size=SIZE)), True
+    if row.startswith("mobilenetv3"):
+        make = keras.applications.MobileNetV3Small if row.endswith("small") else \
+            keras.applications.MobileNetV3Large
+        return make(input_shape=(SIZE, SIZE, 3), weights=None, include_preprocessing=True), False
+    from vit_keras import VisionTransformer, get_variant
+
+    variant = "Ti/16" if row == "vit_ti16" else "S/16"
+    return VisionTransformer(get_variant(variant).replace(image_size=SIZE)), True
+
+
+def flops(model) -> int:
+    """Floating-point operations of one image (TensorFlow's profiler; 2 per multiply-add)."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import \
+        convert_variables_to_constants_v2
+
+    function = tf.function(lambda images: model(images, training=False))
+    concrete = function.get_concrete_function(tf.TensorSpec((1, SIZE, SIZE, 3), tf.float32))
+    graph = convert_variables_to_constants_v2(concrete).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    return int(tf.compat.v1.profiler.profile(graph, options=options).total_float_ops)
+
+
+def convert(row: str, folder: str) -> tuple[dict, dict]:
+    """({quantization: .tflite path}, the row's figures) of one model."""
+    import numpy as np
+
+    from vit_keras.export.lite import tflite
+
+    model, preprocessing = build(row)
+    images = np.random.default_rng(0).uniform(0, 255, (40, SIZE, SIZE, 3)).astype("float32")
+    files = {}
+    for quantization in ("float32", "int8"):
+        path = os.path.join(folder, f"{row}_{quantization}.tflite")
+        tflite(model, path, quantization=None if quantization == "float32" else quantization,
+               representative_data=images[:32], include_preprocessing=preprocessing,
+               min_agreement=0.0)
+        files[quantization] = path
+    figures = {"params": int(model.count_params()), "gflops": flops(model) / 1e9,
+               "mb_int8": os.path.getsize(files["int8"]) / 2**20}
+    return files, figures
+
+
+def latencies(files: dict, threads: int, runs: int, rounds: int = 5) -> dict:
+    """{(row, quantization): median ms} of every file at `threads` threads."""
+    from vit_keras.export import TFLiteModel
+
+    runners = {key: TFLiteModel(path, num_threads=threads) for key, path in files.items()}
+    times = {key: [] for key in runners}
+    for _ in range(rounds):
+        for key, runner in runners.items():
+            times[key].append(runner.latency_ms(runs=max(1, runs // rounds), warmup=2))
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows")
+    parser.add_argument("--runs", type=int, default=60, help="timed runs per file and thread "
+                                                            "count (default 60)")
+    args = parser.parse_args()
+    rows = args.rows.split(",")
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown:
+        sys.exit(f"unknown rows {unknown}; expected some of {list(ROWS)}")
+    with tempfile.TemporaryDirectory() as folder:
+        files, figures = {}, {}
+        for row in rows:
+            paths, figures[row] = convert(row, folder)
+            files.update({(row, quantization): path for quantization, path in paths.items()})
+        timed = {threads: latencies(files, threads, args.runs) for threads in (1, 2)}
+    print(report(rows, figures, timed))
+
+
+def report(rows, figures: dict, timed: dict) -> str:
+    """The table and the ratio line."""
+    lines = [f"batch 1, {SIZE} px, LiteRT on the CPU; median ms of interleaved rounds",
+             "| model | params | GFLOPs | int8 MB | fp32 1 thr | int8 1 thr | fp32 2 thr | "
+             "int8 2 thr | top-1 reported |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        cells = [f"{timed[threads][(row, quantization)]:.2f}" for threads in (1, 2)
+                 for quantization in ("float32", "int8")]
+        figure = figures[row]
+        lines.append(f"| {row} | {figure['params'] / 1e6:.2f} M | {figure['gflops']:.2f} | "
+                     f"{figure['mb_int8']:.1f} | {' | '.join(cells)} | "
+                     f"{REPORTED_TOP1[row]:.1f}% |")
+    if "mobilenetv3_large" in rows:
+        for version, prefix in (("v1", "mobilevit_"), ("v2", "mobilevitv2_")):
+            lines += _ratio_lines(version, [row for row in rows if row.startswith(prefix)],
+                                  timed)
+    return "\n".join(lines)
+
+
+def _ratio_lines(version: str, rows: list, timed: dict) -> list:
+    """The fastest int8 file of a version's rows against MobileNetV3-Large's, per thread count
+    (v2's int8 files do not name Keras' classes yet: docs/models.md)."""
+    lines = []
+    for threads in (1, 2) if rows else ():
+        int8 = {row: timed[threads][(row, "int8")] for row in rows}
+        fastest = min(int8, key=int8.get)
+        large = timed[threads][("mobilenetv3_large", "int8")]
+        caveat = " (its int8 files do not agree with Keras yet)" if version == "v2" else ""
+        lines.append(f"{threads} thread(s): the fastest MobileViT {version} int8 file "
+                     f"({fastest}, {int8[fastest]:.2f} ms) takes {int8[fastest] / large:.2f}x "
+                     f"MobileNetV3-Large's ({large:.2f} ms){caveat}")
+    return lines
+
+
+if __name__ == "__main__":
+    main()
