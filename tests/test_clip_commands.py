@@ -13,6 +13,7 @@ import browser
 import httpx
 import numpy as np
 import pytest
+from clip_files import moving_square, write_video
 from helpers import randomize_weights
 from localhost import served
 from PIL import Image
@@ -31,23 +32,9 @@ FRAMES, SIZE = 4, 16
 LABELS = ["left", "right", "still"]
 
 
-def _moving_square(frames, height, width, direction):
-    clip = np.zeros((frames, height, width, 3), np.uint8)
-    for index in range(frames):
-        left = (index * 3 * direction) % (width - 6)
-        clip[index, height // 3:height // 3 + 6, left:left + 6] = 230
-    return clip
-
-
 def _video_bytes(tmp_path, clip) -> bytes:
-    import cv2
-
     path = str(tmp_path / "clip.avi")
-    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), 10,
-                             (clip.shape[2], clip.shape[1]))
-    for frame in clip:
-        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
-    writer.release()
+    write_video(path, clip)
     with open(path, "rb") as file:
         return file.read()
 
@@ -97,8 +84,8 @@ def files(tmp_path_factory):
     """An MJPEG video of 12 frames and a 16-bit volume of 9 slices, of other sizes than the
     model's, as bytes."""
     folder = tmp_path_factory.mktemp("clip_files")
-    video = _video_bytes(folder, _moving_square(12, 40, 48, 1))
-    volume = _npy_bytes(_moving_square(9, 20, 24, -1)[..., 0].astype(np.int16) * 100)
+    video = _video_bytes(folder, moving_square(12, 40, 48, 1))
+    volume = _npy_bytes(moving_square(9, 20, 24, -1)[..., 0].astype(np.int16) * 100)
     return [video, volume]
 
 
@@ -209,7 +196,7 @@ def test_the_saved_model_takes_windows_and_each_clips_frames_as_files(run_folder
     import tensorflow as tf
 
     path = export.saved_model(model.keras_model, str(tmp_path / "saved_model"))
-    clips = np.stack([_moving_square(FRAMES, SIZE, SIZE, direction) for direction in (1, -1)])
+    clips = np.stack([moving_square(FRAMES, SIZE, SIZE, direction) for direction in (1, -1)])
     loaded = tf.saved_model.load(path)
     from_pixels = loaded.signatures["serving_default"](images=tf.constant(clips, tf.float32))
     np.testing.assert_allclose(from_pixels["probabilities"].numpy(),

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from clip_files import moving_square, write_nifti, write_video
 
 from vit import cli
 from vit_app.tasks.clip.data import clip_classes, readers, recognises
@@ -20,31 +21,6 @@ TINY = ["--epochs", "1", "--batch-size", "4", "--no-inspect", "--formats", "tfli
         "--set", "clip.frames=4", "--set", "data.adapt=false"]
 
 
-def _moving_square(frames, height, width, direction):
-    clip = np.zeros((frames, height, width, 3), np.uint8)
-    for index in range(frames):
-        left = (index * 3 * direction) % (width - 6)
-        clip[index, height // 3:height // 3 + 6, left:left + 6] = 230
-    return clip
-
-
-def _write_video(path, clip):
-    import cv2
-
-    codec = "mp4v" if path.endswith(".mp4") else "MJPG"  # MPEG-4 Part 2, MJPEG
-    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*codec), 10,
-                             (clip.shape[2], clip.shape[1]))
-    for frame in clip:
-        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
-    writer.release()
-
-
-def _write_nifti(path, volume):
-    import nibabel
-
-    nibabel.save(nibabel.Nifti1Image(np.transpose(volume, (2, 1, 0)), np.eye(4)), path)
-
-
 def _clip_folder(root):
     """Two classes; in each a video, a frame folder, a .npy and a NIfTI volume, of several
     lengths and sizes."""
@@ -54,16 +30,16 @@ def _clip_folder(root):
         folder = root / label
         folder.mkdir(parents=True)
         for index in range(2):
-            _write_video(str(folder / f"video{index}.{('mp4', 'avi')[index]}"),
-                         _moving_square(10 + 4 * index, 40, 48 + 8 * index, direction))
+            write_video(str(folder / f"video{index}.{('mp4', 'avi')[index]}"),
+                         moving_square(10 + 4 * index, 40, 48 + 8 * index, direction))
             frames = folder / f"frames{index}"
             frames.mkdir()
-            for number, frame in enumerate(_moving_square(6 + index, 24, 24, direction)):
+            for number, frame in enumerate(moving_square(6 + index, 24, 24, direction)):
                 Image.fromarray(frame).save(frames / f"frame_{number + 1}.png")
             np.save(folder / f"scan{index}.npy",
-                    _moving_square(5, 20, 20, direction)[..., 0].astype(np.int16) * 7)
-            _write_nifti(str(folder / f"scan{index}.nii.gz"),
-                         _moving_square(8, 18, 22, direction)[..., 0].astype(np.float32))
+                    moving_square(5, 20, 20, direction)[..., 0].astype(np.int16) * 7)
+            write_nifti(str(folder / f"scan{index}.nii.gz"),
+                         moving_square(8, 18, 22, direction)[..., 0].astype(np.float32))
     return root
 
 
@@ -91,8 +67,8 @@ def _predict_and_evaluate(tmp_path, data, output):
     skipping an unreadable one by name; `vit evaluate` scores a clip folder."""
     new = tmp_path / "new"
     new.mkdir()
-    _write_video(str(new / "new.mp4"), _moving_square(12, 30, 30, 1))
-    _write_nifti(str(new / "new.nii.gz"), _moving_square(9, 16, 16, -1)[..., 0])
+    write_video(str(new / "new.mp4"), moving_square(12, 30, 30, 1))
+    write_nifti(str(new / "new.nii.gz"), moving_square(9, 16, 16, -1)[..., 0])
     (new / "broken.webm").write_bytes(b"\x1a\x45\xdf\xa3 truncated")
     answers = {}
     for name in ("model.keras", "model.tflite"):
@@ -140,7 +116,7 @@ def test_a_short_clip_is_refused_by_name_under_the_refuse_rule(tmp_path, capsys)
 
 def test_volumes_are_read_depth_first_and_stretched_to_8_bits(tmp_path):
     volume = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
-    _write_nifti(str(tmp_path / "scan.nii"), volume)
+    write_nifti(str(tmp_path / "scan.nii"), volume)
     np.savez(tmp_path / "scan.npz", volume=volume)
     from_nifti = readers.read_clip(str(tmp_path / "scan.nii"))
     from_npz = readers.read_clip(str(tmp_path / "scan.npz"))
