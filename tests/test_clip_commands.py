@@ -160,6 +160,7 @@ return [canvas.width, canvas.height, lit];
 """
 
 
+@pytest.mark.slow  # a browser; the page's answer is held in the default tier
 def test_the_page_takes_a_video_and_draws_its_sampled_frames(client, model, files, tmp_path):
     browser.skip_without_browser()
     from selenium.webdriver.common.by import By
