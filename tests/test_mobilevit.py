@@ -13,7 +13,7 @@ from mobilevit_reference import VECTORS, inputs, keys_of, seeded_state
 
 from vit_keras.mobilevit.config import VARIANTS, get_config
 from vit_keras.mobilevit.model import MobileViT
-from vit_keras.mobilevit.weights import load_timm_state
+from vit_keras.mobilevit.weights import create_mobilevit, load_timm_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOLERANCE = 1e-5
@@ -131,3 +131,20 @@ def test_the_latency_table_gives_each_versions_ratio_to_mobilenetv3_large():
     assert ("2 thread(s): the fastest MobileViT v2 int8 file (mobilevitv2_050, 3.00 ms) takes "
             "0.38x MobileNetV3-Large's (8.00 ms) (its int8 files do not agree with Keras yet)"
             ) in table
+
+
+def test_create_mobilevit_reads_a_timm_file_by_path_and_fits_a_new_head(tmp_path, vectors):
+    from safetensors.numpy import save_file
+
+    path = str(tmp_path / "mobilevitv2_050.safetensors")
+    save_file({key: value for key, value in seeded_state(keys_of("mobilevitv2_050")).items()},
+              path)
+    model = create_mobilevit("v2-050", weights=path, image_size=64)
+    np.testing.assert_allclose(np.asarray(model(inputs(64, 1))),
+                               vectors["mobilevitv2_050/logits"], atol=TOLERANCE)
+    tuned = create_mobilevit("v2-050", weights=path, num_classes=5, image_size=64)
+    assert tuned.output_shape == (None, 5)
+    np.testing.assert_allclose(np.asarray(tuned.get_layer("stages_4_1_conv_proj_conv").kernel),
+                               np.asarray(model.get_layer("stages_4_1_conv_proj_conv").kernel))
+    with pytest.raises(ValueError, match="expected timm's .safetensors"):
+        create_mobilevit("xxs", weights=str(tmp_path / "weights.pth"))

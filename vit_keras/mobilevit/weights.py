@@ -1,14 +1,18 @@
 """timm's MobileViT state dicts onto a `MobileViT`: each tensor to the layer of its module's
 name, in Keras' layout (convolutions HWIO, depthwise kernels (3, 3, C, 1), linear and 1x1
-kernels transposed, v1's fused `qkv` split per head).
+kernels transposed, v1's fused `qkv` split per head); `create_mobilevit` builds one by name
+with timm's file (from the Hub, a URL or a path).
 """
 
 from __future__ import annotations
 
 import keras
 import numpy as np
+from safetensors.numpy import load_file
 
-from vit_keras.mobilevit.config import HEADS
+from vit_keras.mobilevit.config import HEADS, get_config
+from vit_keras.mobilevit.model import MobileViT
+from vit_keras.pretrained.sources import weights_file
 
 _NORM = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean",
          "running_var": "moving_variance"}
@@ -27,8 +31,6 @@ def read_state(path: str) -> dict[str, np.ndarray]:
     """
     try:
         if path.endswith(".safetensors"):
-            from safetensors.numpy import load_file
-
             return load_file(path)
         if path.endswith(".npz"):
             with np.load(path, allow_pickle=False) as archive:
@@ -147,3 +149,32 @@ def _encoder_targets(block, module: str, param: str, value: np.ndarray):
     if part.startswith("norm"):
         return [(getattr(layer, _NORM[param]), value)]
     return [_dense(layer, param, value)]
+
+
+def create_mobilevit(name: str, weights: str | None = None, num_classes: int | None = None,
+                     image_size: int | None = None):
+    """A `MobileViT` by name, with timm's weights when asked.
+
+    Args:
+        name: timm's name ('mobilevit_xs', 'mobilevitv2_100') or a short one ('xs',
+            'v2-100').
+        weights: None (random init); 'pretrained' (timm's `cvnets_in1k` file on the Hugging
+            Face Hub, downloaded once); an `hf://` reference, a URL or the path of a timm
+            `.safetensors` file.
+        num_classes: a new head of this many classes (timm's head left out); default: the
+            variant's 1000, with the file's head.
+        image_size: the input side (default 256, the weights' resolution).
+
+    Returns:
+        The model, its weights checked key by key (`load_timm_state`).
+    """
+    changes = {key: value for key, value in (("num_classes", num_classes),
+                                              ("image_size", image_size)) if value is not None}
+    config = get_config(name, **changes)
+    model = MobileViT(config)
+    if weights is not None:
+        reference = f"hf://timm/{config.name}.cvnets_in1k" if weights == "pretrained" \
+            else weights
+        new_head = num_classes is not None and num_classes != 1000
+        load_timm_state(model, read_state(weights_file(reference)), skip_head=new_head)
+    return model
