@@ -73,7 +73,9 @@ def model(run_folder):
 
 @pytest.fixture(scope="module")
 def client(model):
-    app = create_app(model, "clips", ServeOptions(max_request_bytes=2**20),
+    # A clip's request waits while its video is decoded and windowed: on a loaded machine
+    # (the slow tier's browser beside other workers) longer than the default 500 ms.
+    app = create_app(model, "clips", ServeOptions(max_request_bytes=2**20, max_wait_ms=10_000),
                      allowed_hosts=["127.0.0.1", "localhost"])
     with served(app) as url, httpx.Client(base_url=url, timeout=60) as session:
         yield session

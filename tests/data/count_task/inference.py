@@ -74,8 +74,11 @@ class Count(InferenceTask):
                          f"exact counts {percent(results['exact'])}, mean absolute error "
                          f"{results['mae']:.3f} dots"]
 
-    def export_examples(self, spec: str, trained_on: tuple, rule):
-        return sources.open_count_data(spec, *trained_on), sources.labelled_images
+    def export_examples(self, spec: str, trained_on: tuple, rule, input_size: tuple):
+        def take(source, count):
+            return sources.labelled_images(source, input_size, count)
+
+        return sources.open_count_data(spec, *trained_on), take
 
     def checked_labels(self, labels, images) -> np.ndarray:
         labels = np.asarray(labels, np.float32).reshape(-1)
