@@ -171,7 +171,14 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
         RuntimeError: Keras does not run on TensorFlow.
     """
     graph.require_tensorflow("SavedModel export")
-    functions = _ServingFunctions(model, include_preprocessing, image_size, activation)
+    archive = _archive(_ServingFunctions(model, include_preprocessing, image_size, activation))
+    with atomic.staged_path(path) as temporary:
+        archive.write_out(temporary, verbose=False)
+    return path
+
+
+def _archive(functions: _ServingFunctions) -> keras.export.ExportArchive:
+    """The endpoints of `saved_model` over one model's serving functions."""
     # keras.export.ExportArchive (rather than a bare tf.Module) registers the Keras variables
     # so that TF1-style loaders (TF Serving, saved_model_cli) restore them too.
     archive = keras.export.ExportArchive()
@@ -182,6 +189,4 @@ def saved_model(model: keras.Model, path: str, *, include_preprocessing: bool = 
     if functions.task.derived_endpoint:
         archive.add_endpoint(functions.task.derived_endpoint, functions.serve_derived,
                              input_signature=[functions.images_spec])
-    with atomic.staged_path(path) as temporary:
-        archive.write_out(temporary, verbose=False)
-    return path
+    return archive
