@@ -55,16 +55,9 @@ def build(row: str):
 
 def flops(model) -> int:
     """Floating-point operations of one image (TensorFlow's profiler; 2 per multiply-add)."""
-    import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import \
-        convert_variables_to_constants_v2
+    from vit_keras.analysis.network_cost import measured_cost
 
-    function = tf.function(lambda images: model(images, training=False))
-    concrete = function.get_concrete_function(tf.TensorSpec((1, SIZE, SIZE, 3), tf.float32))
-    graph = convert_variables_to_constants_v2(concrete).graph
-    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
-    options["output"] = "none"
-    return int(tf.compat.v1.profiler.profile(graph, options=options).total_float_ops)
+    return measured_cost(model).flops
 
 
 def convert(row: str, folder: str) -> tuple[dict, dict]:

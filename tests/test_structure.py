@@ -23,7 +23,7 @@ RANKS = (
     # The library: what a model is, then how it computes, then how weights reach it.
     ("vit_keras.preprocessing", "vit_keras.atomic", "vit_keras.timing", "vit_keras.names",
      "vit_keras._after_import", "vit_keras._lazy", "vit_keras.tasks.__init__",
-     "vit_keras.tasks.*.__init__"),
+     "vit_keras.tasks.*.__init__", "vit_keras.mobilevit.config"),
     ("vit_keras.config",),
     ("vit_keras.keras_compat", "vit_keras.families", "vit_keras.legacy"),
     ("vit_keras.quantization", "vit_keras.fast_paths"),

@@ -17,6 +17,8 @@ def describe_model(config) -> str:
     Args:
         config: the run's `ViTConfig`.
     """
+    if config.architecture != "vit":  # its name is its whole shape
+        return f"{config.architecture} {config.image_hw[0]}x{config.image_hw[1]}px"
     name = variant_of(config) or (f"custom patch {config.patch_size} D={config.hidden_size} "
                                   f"L={config.num_layers} heads={config.num_heads}")
     height, width = config.image_hw

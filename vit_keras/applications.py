@@ -7,10 +7,14 @@ import keras
 
 from vit_keras import families
 from vit_keras import preprocessing as rules
-from vit_keras.config import get_variant, variant_name
+from vit_keras.config import ViTConfig, get_variant, variant_name
 from vit_keras.core.model import VisionTransformer, preprocessing_of
 from vit_keras.family_models import create_family_model
-from vit_keras.weights import assign_checkpoint, read_pretrained
+from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
+from vit_keras.mobilevit.config import get_config as get_mobilevit_config
+from vit_keras.mobilevit.model import MobileViT
+from vit_keras.mobilevit.weights import load_mobilevit_weights
+from vit_keras.weights import assign_checkpoint, load_weights, read_pretrained
 
 
 def preprocess_input(images, model=None, preprocessing=None):
@@ -110,11 +114,13 @@ APPLICATIONS = {"Ti/16": ViTTi16, "S/16": ViTS16, "S/32": ViTS32, "B/8": ViTB8, 
 def create_model(variant: str, **kwargs) -> keras.Model:
     """Builds an official variant by name, as its `ViT*` constructor does, or a model of the
     DeiT-III, DINOv2, SigLIP and CLIP families by timm's name (see `vit_keras.families` and
-    `create_family_model`).
+    `create_family_model`), or a MobileViT by timm's name (`create_mobilevit`: `weights`,
+    `classes`, `input_shape` and `include_top` apply).
 
     Args:
         variant: 'B/16', 'R50+B/16', or an official spelling ('ViT-B_16'); or a family model
-            ('vit_small_patch14_dinov2', 'vit_base_patch16_siglip_224.v2_webli').
+            ('vit_small_patch14_dinov2', 'vit_base_patch16_siglip_224.v2_webli'); or
+            'mobilevit_xs', 'mobilevitv2_100', ...
         **kwargs: the constructor's arguments (weights, input_shape, classes, ...).
 
     Returns:
@@ -122,5 +128,51 @@ def create_model(variant: str, **kwargs) -> keras.Model:
     """
     if families.is_family_name(variant):
         return create_family_model(variant, **kwargs)
+    if variant in MOBILEVIT_VARIANTS:
+        return _mobilevit(variant, **kwargs)
     key = variant_name(variant)
     return (APPLICATIONS.get(key) or _application(key, "vit"))(**kwargs)
+
+
+def _mobilevit(variant: str, weights=None, classes=None, input_shape=None, include_top=True,
+               **unused) -> keras.Model:
+    if unused:
+        raise ValueError(f"{variant} is a MobileViT, whose shape its name fixes: it takes "
+                         f"weights, classes, input_shape and include_top, not {sorted(unused)}")
+    if input_shape is not None and (len(input_shape) != 3 or input_shape[0] != input_shape[1]):
+        raise ValueError(f"a MobileViT takes square RGB images: expected input_shape (N, N, 3), "
+                         f"got {input_shape}")
+    config = get_mobilevit_config(variant, image_size=input_shape[0] if input_shape else 256,
+                                  num_classes=1000 if classes is None else classes)
+    model = MobileViT(config, include_top=include_top)
+    if weights is not None:
+        load_mobilevit_weights(model, weights, skip_head=None if include_top else True)
+    return model
+
+
+def build_classifier(config: ViTConfig, weights: str | None = None,
+                     skip_head: bool | None = None, **kwargs) -> keras.Model:
+    """The classifier `config` describes: a `VisionTransformer`, or the `MobileViT` its
+    `architecture` names.
+
+    Args:
+        config: the `ViTConfig` (`architecture` 'vit' or a MobileViT variant).
+        weights: None (default: initial values), or what to load: for a ViT any
+            `vit_keras.load_weights` argument, for a MobileViT any of
+            `vit_keras.mobilevit.weights.load_mobilevit_weights`.
+        skip_head: None (default) loads the head when its classes match and otherwise leaves
+            it at its initial values with a warning; True never loads it; False requires it.
+        **kwargs: the model's other arguments (`name`, `preprocessing`, ...).
+
+    Returns:
+        The model.
+    """
+    if config.architecture == "vit":
+        model = VisionTransformer(config, **kwargs)
+        if weights:
+            load_weights(model, weights, skip_head=skip_head)
+        return model
+    model = MobileViT(config, **kwargs)
+    if weights:
+        load_mobilevit_weights(model, weights, skip_head=skip_head)
+    return model

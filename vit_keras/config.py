@@ -10,6 +10,8 @@ import dataclasses
 import numbers
 from typing import Any
 
+from vit_keras.mobilevit.config import MIN_IMAGE_SIZE as MOBILEVIT_MIN_SIZE
+from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
 from vit_keras.preprocessing import Preprocessing
 
 CLASSIFIERS = ("token", "gap", "map")
@@ -122,6 +124,11 @@ class ViTConfig:
         layer_norm_epsilon: of every LayerNorm (1e-6 official; 1e-5 in OpenAI CLIP).
         projection_size: a bias-free linear projection of the pooled vector to this width
             (CLIP's image projection, named `projection`); None = none.
+        architecture: the network: 'vit' (default: the transformer these fields describe)
+            or a MobileViT variant of timm ('mobilevit_xs', 'mobilevitv2_100', ...; the
+            table is `vit_keras.mobilevit.config.VARIANTS`), a convolutional network for
+            phones whose shape its name fixes: of this config it reads only `image_size`
+            (square, at least 32) and `num_classes`.
 
     How images become the model's inputs is not part of the architecture: the model carries
     its `vit_keras.preprocessing.Preprocessing` beside its config (`model.preprocessing`).
@@ -159,6 +166,7 @@ class ViTConfig:
     pooled_norm: bool = False
     layer_norm_epsilon: float = 1e-6
     projection_size: int | None = None
+    architecture: str = "vit"
 
     def __post_init__(self):
         hw = _as_hw(self.image_size)
@@ -166,7 +174,9 @@ class ViTConfig:
         if self.resnet_layers is not None:
             object.__setattr__(self, "resnet_layers", _as_block_counts(self.resnet_layers))
         self._check_positive_ints()
-        self._check_divisibility(hw)
+        self._check_architecture(hw)
+        if self.architecture == "vit":
+            self._check_divisibility(hw)
         if self.classifier not in CLASSIFIERS:
             raise ValueError(
                 f"classifier must be one of {CLASSIFIERS}, got {self.classifier!r}"
@@ -209,6 +219,17 @@ class ViTConfig:
         if self.dynamic_image_pad and not self.dynamic_image_size:
             raise ValueError("dynamic_image_pad=True needs dynamic_image_size=True (a fixed-size "
                              "model has nothing to pad)")
+
+    def _check_architecture(self, hw):
+        if self.architecture == "vit":
+            return
+        if self.architecture not in MOBILEVIT_VARIANTS:
+            raise ValueError(f"architecture must be 'vit' or a MobileViT variant "
+                             f"({', '.join(MOBILEVIT_VARIANTS)}), got {self.architecture!r}")
+        if hw[0] != hw[1] or hw[0] < MOBILEVIT_MIN_SIZE:
+            raise ValueError(f"a MobileViT takes square images of at least "
+                             f"{MOBILEVIT_MIN_SIZE} px (five stride-2 stages), got image_size "
+                             f"{self.image_size!r}")
 
     def _check_families(self):
         if self.activation not in ACTIVATIONS:
@@ -334,6 +355,8 @@ class ViTConfig:
     def to_dict(self) -> dict:
         """A JSON-friendly dict; `ViTConfig.from_dict` inverts it."""
         data = dataclasses.asdict(self)
+        if data["architecture"] == "vit":  # files of the transformer read as they always did
+            del data["architecture"]
         for name in ("image_size", "resnet_layers"):
             if isinstance(data[name], tuple):
                 data[name] = list(data[name])

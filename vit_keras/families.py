@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from vit_keras.config import ViTConfig, variant_name
+from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
 from vit_keras.preprocessing import (CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD,
                                      Preprocessing)
 
@@ -227,11 +228,14 @@ def weight_references() -> list[tuple[FamilyModel, str]]:
 
 def check_model_name(name: str) -> None:
     """Checks that `name` is an architecture `vit_keras.create_model` builds: an official
-    variant in any spelling ('B/16', 'ViT-B_16') or a family model ('NAME[.TAG]').
+    variant in any spelling ('B/16', 'ViT-B_16'), a family model ('NAME[.TAG]') or a
+    MobileViT ('mobilevit_xs').
 
     Raises:
         ValueError: naming the variants and family models there are.
     """
+    if name in MOBILEVIT_VARIANTS:
+        return
     if is_family_name(name):
         split_name(name)
     else:

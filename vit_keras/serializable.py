@@ -12,6 +12,8 @@ import importlib
 from vit_keras import intermediates, tasks  # noqa: F401
 from vit_keras.core import (attention, deit, heads, layers, masked_patch, model,  # noqa: F401
                             normalization, patch_dropout, posemb, remat, resnet, stems)
+from vit_keras.mobilevit import layers as mobilevit_layers  # noqa: F401
+from vit_keras.mobilevit import model as mobilevit_model  # noqa: F401
 
 for _parts in tasks.TASKS.values():
     importlib.import_module(_parts.head)

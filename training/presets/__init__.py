@@ -23,6 +23,9 @@ from training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, 
                                            Optim, Schedule, all_sections, task_sections)
 from vit_keras import families, tasks
 from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
+from vit_keras.mobilevit.config import PREPROCESSING as MOBILEVIT_PREPROCESSING
+from vit_keras.mobilevit.config import MIN_IMAGE_SIZE as MOBILEVIT_MIN_SIZE
+from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
 
 SHARED_PRESETS = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16",
                   "pretrain_b16", "mpp_digits", "mpp_digits_finetune", "deit_distill",
@@ -184,7 +187,17 @@ class Preset:
         family model ('vit_small_patch14_dinov2') also gives its pooling, registers, layer
         scale and GELU (`vit_keras.families.FAMILY_FIELDS`), its preprocessing
         (`data.preprocessing`), and its weights' image size when the preset's is no multiple
-        of its patch size."""
+        of its patch size. A MobileViT of timm ('mobilevit_xs', 'mobilevitv2_100') sets
+        `model.architecture`, its preprocessing (timm's: [0, 1], bicubic) and a square image
+        size of at least 32 px (its five stride-2 stages)."""
+        if name in MOBILEVIT_VARIANTS:  # a convolutional network: its name is its shape
+            version = MOBILEVIT_VARIANTS[name].version
+            values = {"model.architecture": name,
+                      "data.preprocessing": MOBILEVIT_PREPROCESSING[version]}
+            if min(self.model.image_hw) < MOBILEVIT_MIN_SIZE or \
+                    self.model.image_hw[0] != self.model.image_hw[1]:
+                values["model.image_size"] = max(MOBILEVIT_MIN_SIZE, *self.model.image_hw)
+            return self.with_values(values, source)
         if families.is_family_name(name):  # DINOv2, SigLIP, ...: also its pooling, registers,
             spec, _ = families.split_name(name)  # layer scale and preprocessing
             values = {f"model.{field}": getattr(spec.config, field) for field in

@@ -19,8 +19,9 @@ from vit_app.inference import inference_task as inference_tasks
 from vit_app.inference.model_files import load_model
 from vit_app.outputs import write_json
 from vit_keras import analysis, tasks
-from vit_keras.analysis import complexity, plots
+from vit_keras.analysis import complexity, network_cost, plots
 from vit_keras.core.model import preprocessing_of
+from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
 
 FIGURES = {
     "rollout": "rollout.png",
@@ -52,7 +53,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def complexity_table(variant: str, image_sizes, batch_size: int = 1) -> str:
-    """The `--complexity` report: one row per resolution of `variant`."""
+    """The `--complexity` report: one row per resolution of `variant` (a MobileViT's
+    measured on its graph, for one image)."""
+    if variant in MOBILEVIT_VARIANTS:
+        costs = [network_cost.measured_cost(vit_keras.create_mobilevit(variant,
+                                                                       image_size=size))
+                 for size in image_sizes]
+        return (f"{variant}: {MOBILEVIT_VARIANTS[variant].summary} (timm's ImageNet top-1); "
+                "batch 1, FLOPs of its traced graph (TensorFlow's profiler)\n"
+                + network_cost.format_costs(costs))
     config = vit_keras.get_variant(variant)
     rows = [complexity.estimate(config, image_size=size, batch_size=batch_size)
             for size in image_sizes]
@@ -92,6 +101,8 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
         f"image {i}" for i in range(len(pixels))]
     if len(names) != len(pixels):
         raise ValueError(f"got {len(names)} image_names for {len(pixels)} images")
+    if config.architecture != "vit":
+        return _network_summary(model, config, inputs, names, output_dir)
 
     rollout, distances = _attention_figures_data(model, config, inputs, discard_ratio,
                                                  head_fusion)
@@ -122,6 +133,22 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
         "figures": figures,
         "skipped": skipped,
     }
+    json_path = os.path.join(output_dir, "inspect.json")
+    write_json(json_path, summary)
+    return dict(summary, json=json_path)
+
+
+def _network_summary(model, config, inputs, names, output_dir) -> dict:
+    """inspect.json of a network that is no ViT (a MobileViT): its predictions and measured
+    cost; the ViT's figures are skipped, each with the reason."""
+    outputs = keras.ops.convert_to_numpy(model(inputs, training=False))
+    why = (f"a {config.architecture} attends within groups of pixels of its feature maps, "
+           "not over the image's patches: there is no patch-level attention, position "
+           "embedding or patch filter to draw")
+    summary = {"config": config.to_dict(), "images": names,
+               "predicted_class": outputs.argmax(axis=-1).tolist(),
+               "complexity": network_cost.measured_cost(model).to_dict(),
+               "figures": {}, "skipped": {name: why for name in FIGURES}}
     json_path = os.path.join(output_dir, "inspect.json")
     write_json(json_path, summary)
     return dict(summary, json=json_path)

@@ -16,6 +16,7 @@ from vit_keras.preprocessing import Preprocessing
 
 PATCH = 2  # the patch side of every MobileViT block of every released variant
 HEADS = 4  # v1's attention heads
+MIN_IMAGE_SIZE = 32  # five stride-2 stages down to one pixel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ class MobileViTConfig:
     def __post_init__(self):
         if self.version not in (1, 2):
             raise ValueError(f"version must be 1 or 2, got {self.version!r}")
-        if self.image_size < 32 or self.num_classes < 0:
+        if self.image_size < MIN_IMAGE_SIZE or self.num_classes < 0:
             raise ValueError(f"expected image_size >= 32 and num_classes >= 0, got "
                              f"{self.image_size} and {self.num_classes}")
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import keras
 
+from vit_keras.config import ViTConfig
 from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.layers import EncoderBlock
+from vit_keras.core.model import ConfiguredModel
 from vit_keras.core.normalization import GroupNorm, LayerNorm
 from vit_keras.mobilevit.config import HEADS, PATCH, PREPROCESSING, MobileViTConfig, \
-    make_divisible
+    get_config, make_divisible
 from vit_keras.mobilevit.layers import BilinearResize, FoldPatches, LinearSelfAttention, \
     UnfoldPatches
 from vit_keras.preprocessing import Preprocessing
@@ -139,18 +141,23 @@ def _features(config: MobileViTConfig, images):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class MobileViT(keras.Model):
+class MobileViT(ConfiguredModel, keras.Model):
     """MobileViT v1 or v2: images [batch, H, W, 3] in [0, 1] (`preprocessing`) -> logits
     [batch, classes], or the pooled features without a head.
 
     Args:
-        config: a `MobileViTConfig` (or its `to_dict()`), e.g. `get_config('mobilevit_xs')`.
+        config: a `MobileViTConfig` (or its `to_dict()`), e.g. `get_config('mobilevit_xs')`;
+            or a `ViTConfig` whose `architecture` names the variant (its image size and
+            classes taken), as `vit train --model mobilevit_xs` makes.
         include_top: with the classifier head (default True, when `config.num_classes`).
         name: model name; default `config.name`.
         preprocessing: how images become inputs (default: timm's pretrained config of the
             version: [0, 1], bicubic, centre crop 0.9 / 0.888).
 
     Attributes:
+        config: the `ViTConfig` of the application (`architecture`, `image_size`,
+            `num_classes`), which `vit` commands read of every model they load.
+        mobilevit_config: the `MobileViTConfig` built.
         stage_outputs: the names of the five stages' last layers, whose outputs are the
             feature maps at strides 2, 4, 8, 16 and 32 (`feature_model`).
     """
@@ -159,23 +166,29 @@ class MobileViT(keras.Model):
                  preprocessing=None, **kwargs):
         if isinstance(config, dict):
             config = MobileViTConfig.from_dict(config)
+        if isinstance(config, ViTConfig):
+            config = get_config(config.architecture, image_size=config.image_hw[0],
+                                num_classes=config.num_classes)
         images = keras.Input((config.image_size, config.image_size, 3), name="images")
         features, stages = _features(config, images)
         outputs = keras.layers.GlobalAveragePooling2D(name="head_pool")(features)
         top = include_top and config.num_classes > 0
         if top:
-            outputs = keras.layers.Dense(config.num_classes, name="head_fc")(outputs)
+            # float32 under a mixed-precision policy: the logits stay float32
+            outputs = keras.layers.Dense(config.num_classes, name="head_fc",
+                                         dtype="float32")(outputs)
         super().__init__(images, outputs, name=name or config.name, **kwargs)
         self.mobilevit_config, self.include_top = config, top
+        self._vit_config = ViTConfig(architecture=config.name, image_size=config.image_size,
+                                     num_classes=max(config.num_classes, 1))
         # Under the name every export and command reads (`preprocessing_of`).
         self.vit_preprocessing = Preprocessing.from_dict(preprocessing) if preprocessing \
             else PREPROCESSING[config.version]
         self.stage_outputs = [tensor._keras_history[0].name for tensor in stages]
 
-    @property
-    def preprocessing(self) -> Preprocessing:
-        """How images become this model's inputs (timm's pretrained config by default)."""
-        return self.vit_preprocessing
+    def head_layers(self) -> list:
+        """The layers `vit train --set finetune.mode=head` trains: the classifier."""
+        return [self.get_layer("head_fc")] if self.include_top else []
 
     def feature_model(self) -> keras.Model:
         """A model of the same layers giving the five stages' maps (strides 2 to 32), for a
@@ -187,7 +200,3 @@ class MobileViT(keras.Model):
         return {"config": self.mobilevit_config.to_dict(), "include_top": self.include_top,
                 "name": self.name, "preprocessing": self.preprocessing.to_dict(),
                 "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        return cls(**config)

@@ -6,6 +6,8 @@ with timm's file (from the Hub, a URL or a path).
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 from safetensors.numpy import load_file
@@ -151,6 +153,62 @@ def _encoder_targets(block, module: str, param: str, value: np.ndarray):
     return [_dense(layer, param, value)]
 
 
+def load_mobilevit_weights(model, weights: str, skip_head: bool | None = None) -> None:
+    """Loads weights into a `MobileViT`: timm's, or another MobileViT's `.keras` file.
+
+    Args:
+        model: the `MobileViT`.
+        weights: 'pretrained' (timm's `cvnets_in1k` file of the model's variant on the
+            Hugging Face Hub, downloaded once), an `hf://` reference, a URL or the path of a
+            timm `.safetensors` file; or a `.keras` file of a MobileViT of the same variant.
+        skip_head: None (default): load the head when its classes match the model's, else
+            leave the model's at its initial values with a warning; True: never load it;
+            False: it must load.
+
+    Raises:
+        ValueError: a file of another variant or kind, each tensor named.
+    """
+    reference = f"hf://timm/{model.mobilevit_config.name}.cvnets_in1k" \
+        if weights == "pretrained" else weights
+    path = weights_file(reference)
+    keras_file = path.endswith(".keras")
+    state = _keras_state(path, model) if keras_file else read_state(path)
+    # The classes are the kernel's last axis in Keras' layout, the first in PyTorch's.
+    head = state.get("head_fc/kernel" if keras_file else "head.fc.weight")
+    classes = None if head is None else head.shape[-1 if keras_file else 0]
+    wanted = model.mobilevit_config.num_classes
+    if skip_head is None:
+        skip_head = not model.include_top or (classes is not None and classes != wanted)
+        if skip_head and classes is not None and model.include_top:
+            warnings.warn(f"{weights}: its head has {classes} classes, the model {wanted}: "
+                          "the head starts at its initial values", stacklevel=2)
+    if keras_file:
+        _assign_by_path(model, state, skip_head, path)
+    else:
+        load_timm_state(model, state, skip_head=skip_head)
+
+
+def _keras_state(path: str, model) -> dict[str, np.ndarray]:
+    source = keras.saving.load_model(path, safe_mode=True, compile=False)
+    if getattr(source, "mobilevit_config", None) is None or \
+            source.mobilevit_config.name != model.mobilevit_config.name:
+        raise ValueError(f"{path} holds {source.name}, not a {model.mobilevit_config.name}: "
+                         "expected a .keras file of the same MobileViT variant")
+    return {variable.path: np.asarray(variable) for variable in source.weights}
+
+
+def _assign_by_path(model, state: dict, skip_head: bool, path: str) -> None:
+    for variable in model.weights:
+        if skip_head and variable.path.startswith("head_fc"):
+            continue
+        value = state.get(variable.path)
+        if value is None or value.shape != tuple(variable.shape):
+            raise ValueError(f"{path}: {variable.path} is "
+                             f"{'missing' if value is None else value.shape}, the model's "
+                             f"{tuple(variable.shape)}")
+        variable.assign(value.astype(variable.dtype))
+
+
 def create_mobilevit(name: str, weights: str | None = None, num_classes: int | None = None,
                      image_size: int | None = None):
     """A `MobileViT` by name, with timm's weights when asked.
@@ -160,7 +218,7 @@ def create_mobilevit(name: str, weights: str | None = None, num_classes: int | N
             'v2-100').
         weights: None (random init); 'pretrained' (timm's `cvnets_in1k` file on the Hugging
             Face Hub, downloaded once); an `hf://` reference, a URL or the path of a timm
-            `.safetensors` file.
+            `.safetensors` file (`load_mobilevit_weights`).
         num_classes: a new head of this many classes (timm's head left out); default: the
             variant's 1000, with the file's head.
         image_size: the input side (default 256, the weights' resolution).
@@ -170,11 +228,8 @@ def create_mobilevit(name: str, weights: str | None = None, num_classes: int | N
     """
     changes = {key: value for key, value in (("num_classes", num_classes),
                                               ("image_size", image_size)) if value is not None}
-    config = get_config(name, **changes)
-    model = MobileViT(config)
+    model = MobileViT(get_config(name, **changes))
     if weights is not None:
-        reference = f"hf://timm/{config.name}.cvnets_in1k" if weights == "pretrained" \
-            else weights
         new_head = num_classes is not None and num_classes != 1000
-        load_timm_state(model, read_state(weights_file(reference)), skip_head=new_head)
+        load_mobilevit_weights(model, weights, skip_head=new_head)
     return model

@@ -42,8 +42,9 @@ from vit_keras.core.masked_patch import MaskedPatchPretrainer, to_classifier
 
 
 def float32_copy(model: keras.Model, config: ViTConfig) -> keras.Model:
-    """A float32, uncompiled `VisionTransformer(config)` holding `model`'s weights."""
-    return float32_twin(model, lambda: vit_keras.VisionTransformer(config))
+    """A float32, uncompiled classifier of `config` (`vit_keras.build_classifier`) holding
+    `model`'s weights."""
+    return float32_twin(model, lambda: vit_keras.build_classifier(config))
 
 
 class Classification(Objective):
@@ -104,14 +105,9 @@ class Classification(Objective):
                              "least 2 classes to tell apart")
 
     def build(self, config: ViTConfig) -> keras.Model:
-        """The trained model (called inside the strategy scope)."""
-        model = vit_keras.VisionTransformer(config)
-        self._load_weights(model)
-        return model
-
-    def _load_weights(self, model) -> None:
-        if self.preset.finetune.weights:  # head skipped when its shape differs, posemb resized
-            vit_keras.load_weights(model, self.preset.finetune.weights, skip_head=None)
+        """The trained model (called inside the strategy scope): the config's classifier
+        with `--weights`, a head of another shape left at its initial values."""
+        return vit_keras.build_classifier(config, weights=self.preset.finetune.weights or None)
 
     def compile_args(self, config: ViTConfig) -> dict:
         """The loss and metrics `compile` gets."""
@@ -206,8 +202,8 @@ class Distillation(Classification):
 
     def build(self, config):
         teacher = keras.saving.load_model(self.preset.objective.teacher, safe_mode=True)
-        student = vit_keras.VisionTransformer(config)
-        self._load_weights(student)
+        student = vit_keras.build_classifier(config,
+                                             weights=self.preset.finetune.weights or None)
         return DistillationTrainer(student, teacher,
                                    label_smoothing=self.preset.objective.label_smoothing,
                                    mode=self.preset.objective.distill_mode,
