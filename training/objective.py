@@ -38,6 +38,9 @@ class Objective:
         small_data_rule: how the small-data rule fits its presets (`training.adapt`).
         hints_fine_tuning: a run from scratch on a few of the user's images is told that
             fine-tuning pre-trained weights is the usual route.
+        other_networks: it builds `vit_keras.build_classifier`'s networks, so a
+            `model.architecture` other than 'vit' (a MobileViT) trains it; the others build
+            on the ViT's patch tokens.
     """
 
     name = ""
@@ -53,6 +56,7 @@ class Objective:
     probe_description = "a linear head on frozen features"
     small_data_rule = adapt.CLASSIFY_RULE
     hints_fine_tuning = False
+    other_networks = False
 
     def __init__(self, preset):
         self.preset = preset
@@ -190,4 +194,9 @@ def get_objective(preset) -> Objective:
     module_name, _, class_name = tasks.parts(task).objective.partition(":")
     module = importlib.import_module(module_name)
     objective = getattr(module, class_name) if kind == task else module.VARIANTS[kind]
+    architecture = preset.model.architecture
+    if architecture != "vit" and not objective.other_networks:
+        raise ValueError(f"objective {kind!r} builds on the ViT's patch tokens; "
+                         f"model.architecture {architecture!r} trains the classify and "
+                         "multilabel objectives: drop --model, or use --task classify")
     return objective(preset)

@@ -58,6 +58,7 @@ class Classification(Objective):
     closed_form_probe = True
     probe_description = "a linear classifier on frozen features, fitted once"
     hints_fine_tuning = True
+    other_networks = True
 
     def open_data(self, data_dir: str | None):
         """The training and validation data (`vit_app.data.training_data.TrainingData`), the
@@ -139,6 +140,7 @@ class MaskedPatchPrediction(Classification):
     exports = False
     export_skipped = "its head is untrained; fine-tune the encoder, then export"
     hints_fine_tuning = False
+    other_networks = False
 
     def __init__(self, preset):
         if preset.finetune.mode != "full":
@@ -180,6 +182,7 @@ class Distillation(Classification):
 
     name = "distill"
     hints_fine_tuning = False
+    other_networks = False
 
     def __init__(self, preset):
         if not preset.objective.teacher:
