@@ -114,6 +114,7 @@ def images(tmp_path_factory):
     return sorted(folder.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_vit_predict_and_vit_serve_answer_with_the_models_scores(model_folder, images,
                                                                  tmp_path):
     path = str(model_folder / "model.keras")
@@ -137,6 +138,7 @@ def test_vit_predict_and_vit_serve_answer_with_the_models_scores(model_folder, i
     np.testing.assert_allclose(served_scores, scores, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_vit_inspect_writes_the_predictions_and_cost_and_says_why_no_maps(model_folder, images,
                                                                          tmp_path, capsys):
     assert cli.main(["inspect", "--model", str(model_folder / "model.keras"),

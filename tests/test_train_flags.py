@@ -144,12 +144,14 @@ SET_VALUES = {
     "augment.crop": "inception", "objective.teacher": "teacher.keras",
     "finetune.weights": "model.keras", "finetune.lora_targets": "all",
     "clip.frames": 16, "clip.tubelet_frames": 4,  # frames a multiple of the tubelet's
+    "model.architecture": "mobilevit_xxs",
 }
 # keys that need another set with them: (the other --set, what the key alone is refused with)
 COMPANIONS = {
     "model.distilled": ("model.classifier=token", "needs classifier='token'"),
     "model.dynamic_image_pad": ("model.dynamic_image_size=true", "needs dynamic_image_size"),
     "model.resnet_layers": ("model.stem=patchify", "stem='conv' replaces the patch projection"),
+    "model.architecture": ("model.image_size=32", "square images of at least 32 px"),
 }
 # keys a preset refuses, with the reason it names
 REFUSED = {"model.num_classes": "comes from the data"}
