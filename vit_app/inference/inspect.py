@@ -97,10 +97,7 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     pixels = np.asarray(images, dtype=np.float32)
     inputs = keras.ops.convert_to_numpy(vit_keras.preprocess_input(
         pixels, preprocessing=preprocessing_of(model)))
-    names = list(image_names) if image_names is not None else [
-        f"image {i}" for i in range(len(pixels))]
-    if len(names) != len(pixels):
-        raise ValueError(f"got {len(names)} image_names for {len(pixels)} images")
+    names = _image_names(image_names, len(pixels))
     if config.architecture != "vit":
         return _network_summary(model, config, inputs, names, output_dir)
 
@@ -136,6 +133,15 @@ def inspect_model(model, images, output_dir: str, *, image_names=None,
     json_path = os.path.join(output_dir, "inspect.json")
     write_json(json_path, summary)
     return dict(summary, json=json_path)
+
+
+def _image_names(image_names, count: int) -> list[str]:
+    """The captions of `count` images: `image_names`, or 'image 0', 'image 1', ..."""
+    names = list(image_names) if image_names is not None else [
+        f"image {i}" for i in range(count)]
+    if len(names) != count:
+        raise ValueError(f"got {len(names)} image_names for {count} images")
+    return names
 
 
 def _network_summary(model, config, inputs, names, output_dir) -> dict:
