@@ -1,7 +1,8 @@
 """MobileViT through the `vit` commands: `--model mobilevit_xs` names the network (its
 preprocessing, a size it takes), objectives that build on the ViT's tokens refuse it,
 `build_classifier` loads timm's files and MobileViT `.keras` files with the head rule of the
-ViT's weights, and a MobileViT file is predicted, evaluated, served, inspected and costed;
+ViT's weights, a bare timm file ranks a real photo as timm does under `vit predict`, and a
+MobileViT file is predicted, evaluated, served, inspected and costed;
 in the slow tier `vit train --model mobilevit_xxs` end to end: its float exports equal Keras,
 its int8 files are built from the plain interpreter's operators, and a head fine-tuned from
 its model.keras."""
@@ -9,6 +10,7 @@ its model.keras."""
 import base64
 import csv
 import json
+import os
 import warnings
 
 import httpx
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 from helpers import randomize_weights
 from localhost import served
-from mobilevit_reference import keys_of, seeded_state
+from mobilevit_reference import VECTORS, keys_of, seeded_state
 from PIL import Image
 from safetensors.numpy import save_file
 
@@ -30,8 +32,10 @@ from vit_app.inference import classifier
 from vit_app.inference.server import ServeOptions, create_app
 from vit_keras import ViTConfig
 from vit_keras.mobilevit.config import PREPROCESSING
+from vit_keras.pretrained.labels import imagenet_classes
 
 SIZE, CLASSES = 32, 10
+PHOTO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "photo_coffee.jpg")
 
 
 def _train_args(*argv):
@@ -136,6 +140,32 @@ def test_vit_predict_and_vit_serve_answer_with_the_models_scores(model_folder, i
     assert answer.status_code == 200, answer.text
     served_scores = [row["probabilities"] for row in answer.json()["predictions"]]
     np.testing.assert_allclose(served_scores, scores, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mobilevit_xxs", "mobilevitv2_050"])
+def test_vit_predict_ranks_a_photo_as_timm_does_from_timms_file(name, tmp_path):
+    """A bare timm file by its name, as a user brings it: the JPEG decoded, resized and
+    cropped as timm's eval transform does (tests/data/make_mobilevit_vectors.py recorded
+    timm's logits of this photo under the same seeded weights), ImageNet's labels named.
+    Seeded weights spread the probabilities thinly, so every class's log-probability is
+    held too: a crop of 0.875 or a bilinear resize moves them by 4e-5 or more."""
+    weights = str(tmp_path / f"{name}.safetensors")
+    save_file(seeded_state(keys_of(name)), weights)
+    table = tmp_path / "top5.csv"
+    assert cli.main(["predict", PHOTO, "--model", name, "--weights", weights, "--output",
+                     str(table)]) == 0
+    with open(table) as file:
+        (row,) = list(csv.DictReader(file))
+    with np.load(VECTORS) as vectors:
+        logits = vectors[f"{name}/photo_logits"][0].astype(np.float64)
+    expected = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+    top5 = np.argsort(-expected)[:5]
+    names = [label for _, label in imagenet_classes(1000)]
+    assert [row[f"class_{rank}"] for rank in range(1, 6)] == [names[index] for index in top5]
+    with open(PHOTO, "rb") as file:
+        scores = classifier.load(name, weights=weights).predict_encoded([file.read()])
+    np.testing.assert_allclose(np.log(scores["probabilities"][0]), expected, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -17,6 +17,8 @@ from PIL import Image
 from vit_app import images
 from vit_keras import families
 from vit_keras import preprocessing as rules
+from vit_keras.mobilevit.config import PREPROCESSING as MOBILEVIT_RULES
+from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 with open(os.path.join(DATA, "transform_references.json")) as handle:
@@ -40,8 +42,13 @@ def _expected(family: str, orientation: str) -> np.ndarray:
 
 def _rule_and_size(family: str):
     recorded = REFERENCES["families"][family]
-    spec, tag = families.split_name(recorded["model"])
-    return spec.tags[tag], tuple(recorded["input_size"][1:]), recorded
+    name = recorded["model"].split(".")[0]
+    if name in MOBILEVIT_VARIANTS:
+        rule = MOBILEVIT_RULES[MOBILEVIT_VARIANTS[name].version]
+    else:
+        spec, tag = families.split_name(recorded["model"])
+        rule = spec.tags[tag]
+    return rule, tuple(recorded["input_size"][1:]), recorded
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -1,6 +1,6 @@
 """Writes tests/data/transform_references.npz and .json: what timm's own eval transform
 (`resolve_data_config` + `create_transform`) makes of a real JPEG photo for one model of each
-family vit_keras loads by timm's names, so that `tests/test_transforms.py` holds our transform
+family vit_keras loads by timm's names (MobileViT v1 and v2 among them), so that `tests/test_transforms.py` holds our transform
 to it without timm.
 
 Per family: the uint8 pixels after timm's resize and centre crop (before `ToTensor` and
@@ -42,7 +42,12 @@ FAMILIES = {
     "dinov2": ("vit_small_patch14_dinov2.lvd142m", False),
     "siglip": ("vit_base_patch16_siglip_224.webli", False),
     "clip": ("vit_base_patch16_clip_224.openai", False),
+    "mobilevit": ("mobilevit_xs.cvnets_in1k", True),
+    "mobilevitv2": ("mobilevitv2_100.cvnets_in1k", True),
 }
+# Networks of many convolutions, whose signal fades through their depth at the weights'
+# fixed scale of 0.05: their kernels are drawn at 1/sqrt(fan-in) instead.
+FAN_IN_SCALED = {"mobilevit", "mobilevitv2"}
 
 
 def eval_transform(model):
@@ -71,13 +76,13 @@ def main(argv=None) -> int:
         model = timm.create_model(name, pretrained=False).eval()
         transform, config = eval_transform(model)
         arrays[family] = pixels_before_tensor(transform, photo)
-        if config["input_size"][1] <= 224:  # the 518 px DINOv2 pixels would double the file
+        if config["input_size"][1] <= 256:  # the 518 px DINOv2 pixels would double the file
             arrays[f"{family}_portrait"] = pixels_before_tensor(
                 transform, Image.open(PORTRAIT).convert("RGB"))
         configs[family] = {"model": name, **{key: (list(value) if isinstance(value, tuple)
                                                    else value) for key, value in config.items()}}
         if args.models:
-            randomize(model)
+            randomize(model, fan_in_scaled=family in FAN_IN_SCALED)
             write_model(model, name, has_head, transform(photo)[None], args.models)
         print(family, name, configs[family])
     np.savez_compressed(os.path.join(DATA, "transform_references.npz"), **arrays)
@@ -88,7 +93,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def randomize(model) -> None:
+def randomize(model, fan_in_scaled: bool = False) -> None:
     """Seeded random weights that make the outputs decisive, as a trained model's are: timm
     initialises the head to zero (every class 1/1000), which no input difference would
     move. Biases and norm layers keep their initial values (CLIP's projection, timm's `head`,
@@ -99,6 +104,8 @@ def randomize(model) -> None:
             if "norm" in name or parameter.dim() < 2:
                 continue
             scale = 0.5 if name.startswith("head") else 0.05
+            if fan_in_scaled and not name.startswith("head"):
+                scale = parameter[0].numel() ** -0.5
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
 
 

@@ -15,8 +15,11 @@ For every MobileViT v1 and v2 variant of timm, its state dict's keys and shapes
 seeded weights of `tests/mobilevit_reference.seeded_state` (mobilevit_vectors.npz,
 `<name>/logits`, `<name>/stage2`, `<name>/stage4`, NHWC), on two 64x64 images in [0, 1] and,
 for one variant of each version, on two 80x80 images (odd maps in
-the last stages: the resize path, `<name>/odd_logits`). The tests rebuild the same weights
-without torch, load them with `vit_keras.mobilevit.weights` and compare.
+the last stages: the resize path, `<name>/odd_logits`), and for the same two variants the
+logits of a real JPEG photo (tests/data/photo_coffee.jpg) through timm's own eval transform at
+the pretrained config's 256 px (`<name>/photo_logits`: what `vit predict PHOTO --model NAME
+--weights FILE` must rank alike). The tests rebuild the same weights without torch, load them
+with `vit_keras.mobilevit.weights` and compare.
 """
 
 import json
@@ -26,6 +29,8 @@ import sys
 import numpy as np
 import timm
 import torch
+from PIL import Image
+from timm.data import create_transform, resolve_data_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -35,6 +40,16 @@ VARIANTS = ("mobilevit_xxs", "mobilevit_xs", "mobilevit_s", "mobilevitv2_050",
             "mobilevitv2_075", "mobilevitv2_100", "mobilevitv2_125", "mobilevitv2_150",
             "mobilevitv2_175", "mobilevitv2_200")
 ODD = ("mobilevit_xxs", "mobilevitv2_050")
+PHOTO = os.path.join(HERE, "photo_coffee.jpg")
+
+
+def photo_logits(model, name: str) -> np.ndarray:
+    """The logits [1, 1000] of the photo through timm's eval transform of `name`'s pretrained
+    config."""
+    pretrained = timm.create_model(f"{name}.cvnets_in1k", pretrained=False)
+    transform = create_transform(**resolve_data_config({}, model=pretrained))
+    with torch.no_grad():
+        return model(transform(Image.open(PHOTO).convert("RGB"))[None]).numpy()
 
 
 def outputs(model, images: np.ndarray) -> dict:
@@ -63,6 +78,7 @@ def main():
             vectors[f"{name}/{key}"] = value
         if name in ODD:
             vectors[f"{name}/odd_logits"] = outputs(model, inputs(80, 2))["logits"]
+            vectors[f"{name}/photo_logits"] = photo_logits(model, name)
         print(name, np.abs(vectors[f"{name}/logits"]).max())
     with open(KEYS, "w") as file:
         json.dump(keys, file)
