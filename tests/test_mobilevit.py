@@ -79,6 +79,9 @@ def test_the_feature_model_gives_the_five_stages_maps():
 
 def test_names_and_checkpoints_of_another_variant_are_refused():
     assert get_config("v2-100").name == "mobilevitv2_100"
+    assert get_config("mobilevit_xs.cvnets_in1k").name == "mobilevit_xs"  # timm's tagged name
+    with pytest.raises(ValueError, match="unknown MobileViT 'mobilevit_xs.in22k'"):
+        get_config("mobilevit_xs.in22k")
     with pytest.raises(ValueError, match="unknown MobileViT 'mobilevit_xxl'; expected one of"):
         get_config("mobilevit_xxl")
     model = MobileViT(get_config("mobilevit_xxs", image_size=64))

@@ -47,7 +47,8 @@ def test_the_model_option_names_the_network_its_preprocessing_and_a_size_it_take
     assert preset.model.architecture == "mobilevit_xs"
     assert preset.data.preprocessing == PREPROCESSING[1]
     assert preset.model.image_hw == (32, 32)  # the digits preset's 16 px is under its 32
-    preset = resolve_preset(_train_args("--model", "mobilevitv2_050", "--image-size", "64"))
+    preset = resolve_preset(_train_args("--model", "mobilevitv2_050.cvnets_in1k",
+                                        "--image-size", "64"))
     assert (preset.model.architecture, preset.model.image_hw) == ("mobilevitv2_050", (64, 64))
     assert preset.data.preprocessing == PREPROCESSING[2]
     with pytest.raises(ValueError, match="builds on the ViT's patch tokens"):

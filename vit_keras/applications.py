@@ -10,8 +10,8 @@ from vit_keras import preprocessing as rules
 from vit_keras.config import ViTConfig, get_variant, variant_name
 from vit_keras.core.model import VisionTransformer, preprocessing_of
 from vit_keras.family_models import create_family_model
-from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
 from vit_keras.mobilevit.config import get_config as get_mobilevit_config
+from vit_keras.mobilevit.config import timm_name as mobilevit_name
 from vit_keras.mobilevit.model import MobileViT
 from vit_keras.mobilevit.weights import load_mobilevit_weights
 from vit_keras.weights import assign_checkpoint, load_weights, read_pretrained
@@ -120,7 +120,7 @@ def create_model(variant: str, **kwargs) -> keras.Model:
     Args:
         variant: 'B/16', 'R50+B/16', or an official spelling ('ViT-B_16'); or a family model
             ('vit_small_patch14_dinov2', 'vit_base_patch16_siglip_224.v2_webli'); or
-            'mobilevit_xs', 'mobilevitv2_100', ...
+            'mobilevit_xs', 'mobilevitv2_100.cvnets_in1k', ...
         **kwargs: the constructor's arguments (weights, input_shape, classes, ...).
 
     Returns:
@@ -128,8 +128,8 @@ def create_model(variant: str, **kwargs) -> keras.Model:
     """
     if families.is_family_name(variant):
         return create_family_model(variant, **kwargs)
-    if variant in MOBILEVIT_VARIANTS:
-        return _mobilevit(variant, **kwargs)
+    if mobilevit_name(variant):
+        return _mobilevit(mobilevit_name(variant), **kwargs)
     key = variant_name(variant)
     return (APPLICATIONS.get(key) or _application(key, "vit"))(**kwargs)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from vit_keras.config import ViTConfig, variant_name
-from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
+from vit_keras.mobilevit.config import timm_name as mobilevit_name
 from vit_keras.preprocessing import (CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD,
                                      Preprocessing)
 
@@ -229,12 +229,12 @@ def weight_references() -> list[tuple[FamilyModel, str]]:
 def check_model_name(name: str) -> None:
     """Checks that `name` is an architecture `vit_keras.create_model` builds: an official
     variant in any spelling ('B/16', 'ViT-B_16'), a family model ('NAME[.TAG]') or a
-    MobileViT ('mobilevit_xs').
+    MobileViT ('mobilevit_xs', 'mobilevit_xs.cvnets_in1k').
 
     Raises:
         ValueError: naming the variants and family models there are.
     """
-    if name in MOBILEVIT_VARIANTS:
+    if mobilevit_name(name):
         return
     if is_family_name(name):
         split_name(name)

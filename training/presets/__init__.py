@@ -26,6 +26,7 @@ from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
 from vit_keras.mobilevit.config import PREPROCESSING as MOBILEVIT_PREPROCESSING
 from vit_keras.mobilevit.config import MIN_IMAGE_SIZE as MOBILEVIT_MIN_SIZE
 from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
+from vit_keras.mobilevit.config import timm_name as mobilevit_name
 
 SHARED_PRESETS = ("digits_tiny", "cifar10_scratch", "finetune_384", "imagenet_s16",
                   "pretrain_b16", "mpp_digits", "mpp_digits_finetune", "deit_distill",
@@ -190,7 +191,8 @@ class Preset:
         of its patch size. A MobileViT of timm ('mobilevit_xs', 'mobilevitv2_100') sets
         `model.architecture`, its preprocessing (timm's: [0, 1], bicubic) and a square image
         size of at least 32 px (its five stride-2 stages)."""
-        if name in MOBILEVIT_VARIANTS:  # a convolutional network: its name is its shape
+        if mobilevit_name(name):  # a convolutional network: its name is its shape
+            name = mobilevit_name(name)
             version = MOBILEVIT_VARIANTS[name].version
             values = {"model.architecture": name,
                       "data.preprocessing": MOBILEVIT_PREPROCESSING[version]}

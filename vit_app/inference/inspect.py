@@ -22,6 +22,7 @@ from vit_keras import analysis, tasks
 from vit_keras.analysis import complexity, network_cost, plots
 from vit_keras.core.model import preprocessing_of
 from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
+from vit_keras.mobilevit.config import timm_name as mobilevit_name
 
 FIGURES = {
     "rollout": "rollout.png",
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
 def complexity_table(variant: str, image_sizes, batch_size: int = 1) -> str:
     """The `--complexity` report: one row per resolution of `variant` (a MobileViT's
     measured on its graph, for one image)."""
-    if variant in MOBILEVIT_VARIANTS:
+    if mobilevit_name(variant):
+        variant = mobilevit_name(variant)
         costs = [network_cost.measured_cost(vit_keras.create_mobilevit(variant,
                                                                        image_size=size))
                  for size in image_sizes]

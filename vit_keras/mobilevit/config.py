@@ -106,6 +106,8 @@ VARIANTS = {config.name: config for config in (
     _v2(1.5, "v2 1.5, 10.6 M, 80.4%"), _v2(1.75, "v2 1.75, 14.3 M, 80.9%"),
     _v2(2.0, "v2 2.0, 18.4 M, 81.2%"),
 )}
+# The tag of timm's released weights of every variant ('mobilevit_xs.cvnets_in1k').
+WEIGHTS_TAG = "cvnets_in1k"
 SHORT_NAMES = {"xxs": "mobilevit_xxs", "xs": "mobilevit_xs", "s": "mobilevit_s",
                **{f"v2-{name[-3:]}": name for name in VARIANTS if name.startswith("mobilevitv2")}}
 
@@ -118,13 +120,21 @@ PREPROCESSING = {
 }
 
 
+def timm_name(name: str) -> str | None:
+    """The variant timm's `name` spells, with or without its weights' tag
+    ('mobilevit_xs', 'mobilevit_xs.cvnets_in1k' -> 'mobilevit_xs'); None for another name."""
+    variant, _, tag = name.partition(".")
+    return variant if variant in VARIANTS and tag in ("", WEIGHTS_TAG) else None
+
+
 def get_config(name: str, **changes) -> MobileViTConfig:
-    """The variant `name` (timm's, or a short one: 'xs', 'v2-100'), with `changes`.
+    """The variant `name` (timm's, tagged or not, or a short one: 'xs', 'v2-100'), with
+    `changes`.
 
     Raises:
         ValueError: an unknown name, listing the known ones.
     """
-    config = VARIANTS.get(SHORT_NAMES.get(name, name))
+    config = VARIANTS.get(SHORT_NAMES.get(name) or timm_name(name) or name)
     if config is None:
         raise ValueError(f"unknown MobileViT {name!r}; expected one of {sorted(VARIANTS)} or "
                          f"{sorted(SHORT_NAMES)}")
