@@ -3,13 +3,13 @@ MobileNetV3-Small and -Large and our ViT-Ti/16 and S/16, all at 256 px.
 
 Each model (random weights: latency does not depend on them, and whether a quantized file
 still computes its model is a question for trained weights, `vit export`'s check) is converted
-by the library's TFLite export to float32 and full-integer int8 (builtin operators only,
-calibrated on random images), then every file is timed on LiteRT's
-interpreter at 1 and 2 threads, in interleaved rounds so that machine load weighs on every
-file alike (the median of each file's rounds). Parameters and FLOPs (TensorFlow's profiler on
-the Keras graph, 2 per multiply-add) and the ImageNet top-1 their authors report stand beside.
-The last lines give the fastest MobileViT int8 file of each version as a ratio of
-MobileNetV3-Large's (v2's int8 files do not name Keras' classes yet: docs/models.md).
+by the library's exports to every on-device format: TFLite float32, float16 and full-integer
+int8 (builtin operators only), ONNX float32 and static int8 (QDQ), the int8 files calibrated on
+random images. Every file is timed at 1 and 2 threads (LiteRT's interpreter, ONNX Runtime's
+CPU provider), in interleaved rounds so that machine load weighs on every file alike (the
+median of each file's rounds). Parameters and FLOPs (TensorFlow's profiler on the Keras graph,
+2 per multiply-add) and the ImageNet top-1 their authors report stand beside. The last lines
+give the fastest MobileViT int8 TFLite file of each version as a ratio of MobileNetV3-Large's.
 
     python benchmarks/mobile_latency.py [--rows mobilevit_xxs,...] [--runs 60]
 """
@@ -32,6 +32,9 @@ REPORTED_TOP1 = {"mobilevit_xxs": 68.9, "mobilevit_xs": 74.6, "mobilevit_s": 78.
                  "mobilenetv3_small": 68.1, "mobilenetv3_large": 75.6,
                  "vit_ti16": 75.5, "vit_s16": 81.4}
 ROWS = tuple(REPORTED_TOP1)
+# (column, file suffix): every format a phone or board runs.
+FORMATS = (("TFLite fp32", "fp32.tflite"), ("TFLite fp16", "fp16.tflite"),
+           ("TFLite int8", "int8.tflite"), ("ONNX fp32", "fp32.onnx"), ("ONNX int8", "int8.onnx"))
 
 
 def build(row: str):
@@ -61,30 +64,34 @@ def flops(model) -> int:
 
 
 def convert(row: str, folder: str) -> tuple[dict, dict]:
-    """({quantization: .tflite path}, the row's figures) of one model."""
+    """({format column: file path}, the row's figures) of one model."""
     import numpy as np
 
+    from vit_keras.export import onnx, onnx_quantize
     from vit_keras.export.lite import tflite
 
     model, preprocessing = build(row)
-    images = np.random.default_rng(0).uniform(0, 255, (40, SIZE, SIZE, 3)).astype("float32")
-    files = {}
-    for quantization in ("float32", "int8"):
-        path = os.path.join(folder, f"{row}_{quantization}.tflite")
-        tflite(model, path, quantization=None if quantization == "float32" else quantization,
-               representative_data=images[:32], include_preprocessing=preprocessing,
-               min_agreement=0.0)
-        files[quantization] = path
+    images = np.random.default_rng(0).uniform(0, 255, (32, SIZE, SIZE, 3)).astype("float32")
+    files = {column: os.path.join(folder, f"{row}_{suffix}") for column, suffix in FORMATS}
+    for column, quantization in (("TFLite fp32", None), ("TFLite fp16", "fp16"),
+                                 ("TFLite int8", "int8")):
+        tflite(model, files[column], quantization=quantization, representative_data=images,
+               include_preprocessing=preprocessing, min_agreement=0.0)
+    onnx(model, files["ONNX fp32"], dynamic_batch=False, include_preprocessing=preprocessing,
+         min_agreement=0.0, on_low_agreement="warn")
+    onnx_quantize.quantize(files["ONNX fp32"], files["ONNX int8"], "int8",
+                           representative_data=images)
     figures = {"params": int(model.count_params()), "gflops": flops(model) / 1e9,
-               "mb_int8": os.path.getsize(files["int8"]) / 2**20}
+               "mb_int8": os.path.getsize(files["TFLite int8"]) / 2**20}
     return files, figures
 
 
 def latencies(files: dict, threads: int, runs: int, rounds: int = 5) -> dict:
-    """{(row, quantization): median ms} of every file at `threads` threads."""
-    from vit_keras.export import TFLiteModel
+    """{(row, format column): median ms} of every file at `threads` threads."""
+    from vit_keras.export import ONNXModel, TFLiteModel
 
-    runners = {key: TFLiteModel(path, num_threads=threads) for key, path in files.items()}
+    runners = {key: (ONNXModel if path.endswith(".onnx") else TFLiteModel)(
+        path, num_threads=threads) for key, path in files.items()}
     times = {key: [] for key in runners}
     for _ in range(rounds):
         for key, runner in runners.items():
@@ -106,23 +113,26 @@ def main():
         files, figures = {}, {}
         for row in rows:
             paths, figures[row] = convert(row, folder)
-            files.update({(row, quantization): path for quantization, path in paths.items()})
+            files.update({(row, column): path for column, path in paths.items()})
         timed = {threads: latencies(files, threads, args.runs) for threads in (1, 2)}
     print(report(rows, figures, timed))
 
 
 def report(rows, figures: dict, timed: dict) -> str:
-    """The table and the ratio line."""
-    lines = [f"batch 1, {SIZE} px, LiteRT on the CPU; median ms of interleaved rounds",
-             "| model | params | GFLOPs | int8 MB | fp32 1 thr | int8 1 thr | fp32 2 thr | "
-             "int8 2 thr | top-1 reported |", "|---|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        cells = [f"{timed[threads][(row, quantization)]:.2f}" for threads in (1, 2)
-                 for quantization in ("float32", "int8")]
-        figure = figures[row]
-        lines.append(f"| {row} | {figure['params'] / 1e6:.2f} M | {figure['gflops']:.2f} | "
-                     f"{figure['mb_int8']:.1f} | {' | '.join(cells)} | "
-                     f"{REPORTED_TOP1[row]:.1f}% |")
+    """A table per thread count and the ratio lines."""
+    lines = []
+    for threads in (1, 2):
+        lines += [f"batch 1, {SIZE} px, {threads} thread(s), CPU; median ms of interleaved "
+                  "rounds (LiteRT, ONNX Runtime)",
+                  "| model | params | GFLOPs | int8 MB | "
+                  + " | ".join(column for column, _ in FORMATS) + " | top-1 reported |",
+                  "|---" * (5 + len(FORMATS)) + "|"]
+        for row in rows:
+            cells = [f"{timed[threads][(row, column)]:.2f}" for column, _ in FORMATS]
+            figure = figures[row]
+            lines.append(f"| {row} | {figure['params'] / 1e6:.2f} M | {figure['gflops']:.2f} | "
+                         f"{figure['mb_int8']:.1f} | {' | '.join(cells)} | "
+                         f"{REPORTED_TOP1[row]:.1f}% |")
     if "mobilenetv3_large" in rows:
         for version, prefix in (("v1", "mobilevit_"), ("v2", "mobilevitv2_")):
             lines += _ratio_lines(version, [row for row in rows if row.startswith(prefix)],
@@ -131,17 +141,16 @@ def report(rows, figures: dict, timed: dict) -> str:
 
 
 def _ratio_lines(version: str, rows: list, timed: dict) -> list:
-    """The fastest int8 file of a version's rows against MobileNetV3-Large's, per thread count
-    (v2's int8 files do not name Keras' classes yet: docs/models.md)."""
+    """The fastest int8 TFLite file of a version's rows against MobileNetV3-Large's, per
+    thread count."""
     lines = []
     for threads in (1, 2) if rows else ():
-        int8 = {row: timed[threads][(row, "int8")] for row in rows}
+        int8 = {row: timed[threads][(row, "TFLite int8")] for row in rows}
         fastest = min(int8, key=int8.get)
-        large = timed[threads][("mobilenetv3_large", "int8")]
-        caveat = " (its int8 files do not agree with Keras yet)" if version == "v2" else ""
-        lines.append(f"{threads} thread(s): the fastest MobileViT {version} int8 file "
+        large = timed[threads][("mobilenetv3_large", "TFLite int8")]
+        lines.append(f"{threads} thread(s): the fastest MobileViT {version} int8 TFLite file "
                      f"({fastest}, {int8[fastest]:.2f} ms) takes {int8[fastest] / large:.2f}x "
-                     f"MobileNetV3-Large's ({large:.2f} ms){caveat}")
+                     f"MobileNetV3-Large's ({large:.2f} ms)")
     return lines
 
 
