@@ -139,6 +139,7 @@ def test_int8_files(tiny_onnx, tiny_config, tmp_path):
         assert op in runner.operators()
         assert np.abs(runner(pixels) - expected).max() <= 0.1 * spread, quantization
         assert report["calibration_images"] == (32 if quantization == "int8" else 0)
+        assert report["calibration"] == ("percentile" if quantization == "int8" else None)
     with pytest.raises(ValueError, match="needs representative_data"):
         onnx_quantize.quantize(float_path, str(tmp_path / "x.onnx"), "int8")
     assert not (tmp_path / "x.onnx").exists()
@@ -167,6 +168,28 @@ def test_static_int8_calibrates_in_groups_where_the_images_tensors_are_large(
     onnx_quantize.quantize(float_path, path, "int8",
                            representative_data=random_pixels(tiny_config, batch=32, seed=3))
     assert ranges == [(0, 8), (8, 16), (16, 24), (24, 32)]
+    pixels = random_pixels(tiny_config, batch=16, seed=4)
+    expected = _keras_logits(model, pixels)
+    error = np.abs(export.ONNXModel(path)(pixels) - expected).max()
+    assert error <= 0.1 * (expected.max() - expected.min())
+
+
+def test_static_int8_calibrates_by_min_max_where_a_tensor_is_too_narrow_to_bin(tiny_config,
+                                                                               tmp_path):
+    """Attention near uniform (queries and keys of 1e-6, as untrained weights come close to):
+    every probability is 1/tokens to a few float32 steps, which the percentile's 2048-bin
+    histogram cannot split; the file is calibrated by min/max, with a warning, and agrees."""
+    model = _model(tiny_config)
+    rng = np.random.default_rng(0)
+    for variable in model.weights:
+        if variable.path.endswith(("query/kernel", "key/kernel")):
+            variable.assign(rng.normal(0.0, 1e-6, variable.shape).astype("float32"))
+    float_path, path = str(tmp_path / "model.onnx"), str(tmp_path / "int8.onnx")
+    export.onnx(model, float_path)
+    with pytest.warns(UserWarning, match="calibrated by min/max instead"):
+        report = onnx_quantize.quantize(float_path, path, "int8",
+                                        representative_data=random_pixels(tiny_config, 32))
+    assert report["calibration"] == "minmax"
     pixels = random_pixels(tiny_config, batch=16, seed=4)
     expected = _keras_logits(model, pixels)
     error = np.abs(export.ONNXModel(path)(pixels) - expected).max()

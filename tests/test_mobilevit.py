@@ -96,12 +96,16 @@ def test_names_and_checkpoints_of_another_variant_are_refused():
     load_timm_state(model, partial, skip_head=True)
 
 
-@pytest.mark.slow  # a conversion and its check, about 5 s
-@pytest.mark.parametrize("name", ["mobilevit_xxs"])
-def test_the_int8_tflite_file_is_full_integer_and_names_keras_classes(name, tmp_path):
+@pytest.mark.slow  # a conversion and its check, about 5 s each
+@pytest.mark.parametrize("name, min_agreement", [("mobilevit_xxs", 0.9),
+                                                 ("mobilevitv2_050", 0.0)])
+def test_the_int8_tflite_file_is_full_integer_and_names_keras_classes(name, min_agreement,
+                                                                      tmp_path):
     """Builtin operators only (the export refuses a file with float operators left), run by
-    the plain interpreter, naming Keras' classes on held-out images. (v2's int8 file, full
-    integer too, does not yet: see docs/models.md.)"""
+    the plain interpreter, naming Keras' classes on held-out images. v2's seeded weights
+    leave its classes within int8's error of each other (a logit error of 1.5 reorders them),
+    so its file is held to its operators here; trained, v2's int8 files agree with Keras at
+    the gate's bar (benchmarks/results/mobilevit_int8.md)."""
     from vit_keras.export import TFLiteModel
     from vit_keras.export.lite import tflite
 
@@ -109,31 +113,33 @@ def test_the_int8_tflite_file_is_full_integer_and_names_keras_classes(name, tmp_
     images = np.random.default_rng(3).uniform(0, 255, (48, 64, 64, 3)).astype(np.float32)
     report = tflite(model, str(tmp_path / "model_int8.tflite"), quantization="int8",
                     representative_data=images[:32], verify_images=images[32:],
-                    min_agreement=0.9)
+                    min_agreement=min_agreement)
     assert "QUANTIZE" in report["ops"] and "DEQUANTIZE" in report["ops"]
     assert not {"FlexDelegate", "CUSTOM"} & set(report["ops"])
     logits = TFLiteModel(str(tmp_path / "model_int8.tflite"), num_threads=1)(images[32:])
     assert np.mean(logits.argmax(-1) == np.asarray(model(images[32:] / 255.0)).argmax(-1)) \
-        >= 0.9
+        >= min_agreement
 
 
 def test_the_latency_table_gives_each_versions_ratio_to_mobilenetv3_large():
-    """The fastest int8 file of each MobileViT version against MobileNetV3-Large's, v2's
-    with the caveat that its int8 files do not agree with Keras yet."""
+    """A table per thread count with every format's column, and the fastest int8 TFLite
+    file of each MobileViT version against MobileNetV3-Large's."""
     spec = importlib.util.spec_from_file_location(
         "mobile_latency", os.path.join(ROOT, "benchmarks", "mobile_latency.py"))
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
     rows = ["mobilevit_xxs", "mobilevitv2_050", "mobilenetv3_large"]
     figures = {row: {"params": 1e6, "gflops": 1.0, "mb_int8": 1.0} for row in rows}
-    timed = {threads: {(row, quantization): ms for row, ms in zip(rows, (6.0, 3.0, 8.0))
-                       for quantization in ("float32", "int8")} for threads in (1, 2)}
+    timed = {threads: {(row, column): ms * threads for row, ms in zip(rows, (6.0, 3.0, 8.0))
+                       for column, _ in benchmark.FORMATS} for threads in (1, 2)}
     table = benchmark.report(rows, figures, timed)
-    assert ("1 thread(s): the fastest MobileViT v1 int8 file (mobilevit_xxs, 6.00 ms) takes "
-            "0.75x MobileNetV3-Large's (8.00 ms)") in table
-    assert ("2 thread(s): the fastest MobileViT v2 int8 file (mobilevitv2_050, 3.00 ms) takes "
-            "0.38x MobileNetV3-Large's (8.00 ms) (its int8 files do not agree with Keras yet)"
-            ) in table
+    assert table.count("| TFLite fp32 | TFLite fp16 | TFLite int8 | ONNX fp32 | ONNX int8 |") == 2
+    assert "| mobilevit_xxs | 1.00 M | 1.00 | 1.0 | 12.00 | 12.00 | 12.00 | 12.00 | 12.00 |" \
+        in table  # the 2-thread table
+    assert ("1 thread(s): the fastest MobileViT v1 int8 TFLite file (mobilevit_xxs, 6.00 ms) "
+            "takes 0.75x MobileNetV3-Large's (8.00 ms)") in table
+    assert ("2 thread(s): the fastest MobileViT v2 int8 TFLite file (mobilevitv2_050, 6.00 ms) "
+            "takes 0.38x MobileNetV3-Large's (16.00 ms)") in table
 
 
 def test_create_mobilevit_reads_a_timm_file_by_path_and_fits_a_new_head(tmp_path, vectors):

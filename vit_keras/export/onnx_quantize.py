@@ -16,7 +16,10 @@ int8 file's time in its profile; keeping it and probs x values in float brings t
 ~0.6x to ~0.55x. So that is the default, and the quantizer's reminder to pre-process is
 silenced. Activation ranges are calibrated by percentile (99.999%), which clips the rare
 outlier activations ViTs have: on the default job's test split (360 digits) the int8 file
-scores 98.89% top-1 (float32: 99.17%), against 98.33% with min/max ranges.
+scores 98.89% top-1 (float32: 99.17%), against 98.33% with min/max ranges. Where a tensor's
+values span fewer float32 steps than the histogram has bins (the near-uniform attention of
+untrained weights: every probability 1/256 to a few ulps), numpy cannot bin it, and the file
+is calibrated by min/max instead, with a warning.
 
 ONNX Runtime's calibrator keeps every calibrated tensor of every image until it builds the
 histograms: a MobileViT v2 at 256 px holds tens of megabytes per image, and 300 images ran a
@@ -35,6 +38,7 @@ import io
 import logging
 import os
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -106,7 +110,9 @@ def quantize(float_path: str, path: str, quantization: str, *, representative_da
         num_calibration_images: at most this many calibrate 'int8'.
 
     Returns:
-        {'quantization', 'calibration_images', 'kept_in_float'}.
+        {'quantization', 'calibration_images', 'calibration' (None, 'percentile', or
+        'minmax' with a warning where a tensor is too narrow for the percentile's
+        histogram), 'kept_in_float'}.
     """
     from onnxruntime import quantization as ort_quantization
 
@@ -121,12 +127,13 @@ def quantize(float_path: str, path: str, quantization: str, *, representative_da
             ort_quantization.quantize_dynamic(float_path, staged, op_types_to_quantize=["MatMul"],
                                               weight_type=ort_quantization.QuantType.QInt8,
                                               reduce_range=True)
-            report = {"quantization": quantization, "calibration_images": 0, "kept_in_float": []}
+            report = {"quantization": quantization, "calibration_images": 0,
+                      "calibration": None, "kept_in_float": []}
         else:
-            count = _quantize_static(ort_quantization, float_path, staged, representative_data,
-                                     num_calibration_images)
+            count, method = _quantize_static(ort_quantization, float_path, staged,
+                                             representative_data, num_calibration_images)
             report = {"quantization": quantization, "calibration_images": count,
-                      "kept_in_float": list(KEPT_IN_FLOAT)}
+                      "calibration": method, "kept_in_float": list(KEPT_IN_FLOAT)}
         with open(staged, "rb") as file:
             atomic.write_bytes(path, file.read())
     return report
@@ -146,9 +153,11 @@ def _quiet_quantizer():
         root.setLevel(level)
 
 
-def _quantize_static(ort_quantization, float_path, staged, representative_data, limit) -> int:
+def _quantize_static(ort_quantization, float_path, staged, representative_data,
+                     limit) -> tuple[int, str]:
     """Static QDQ quantization of the matrix products (not probs x values, see the module
-    docstring); returns the calibration image count."""
+    docstring); returns the calibration image count and method ('percentile', or 'minmax'
+    where a tensor's values are too close together for the percentile's histogram)."""
     import onnx
 
     model = onnx.load(float_path)
@@ -162,12 +171,25 @@ def _quantize_static(ort_quantization, float_path, staged, representative_data, 
     sample = tuple(dim.dim_value for dim in model.graph.input[0].type.tensor_type.shape.dim[1:])
     images = list(calibration_images(representative_data, sample, limit))
     group = calibration_group(calibrated_bytes_per_image(model), len(images))
-    ort_quantization.quantize_static(
-        float_path, staged, _Calibration(input_name, images),
-        quant_format=ort_quantization.QuantFormat.QDQ, op_types_to_quantize=list(STATIC_OPS),
-        nodes_to_exclude=after_softmax, per_channel=True,
-        activation_type=ort_quantization.QuantType.QUInt8,
-        weight_type=ort_quantization.QuantType.QInt8,
-        calibrate_method=ort_quantization.CalibrationMethod.Percentile, reduce_range=True,
-        extra_options={"CalibStridedMinMax": group} if group < len(images) else {})
-    return len(images)
+
+    def run(method):
+        ort_quantization.quantize_static(
+            float_path, staged, _Calibration(input_name, images),
+            quant_format=ort_quantization.QuantFormat.QDQ,
+            op_types_to_quantize=list(STATIC_OPS), nodes_to_exclude=after_softmax,
+            per_channel=True, activation_type=ort_quantization.QuantType.QUInt8,
+            weight_type=ort_quantization.QuantType.QInt8, calibrate_method=method,
+            reduce_range=True,
+            extra_options={"CalibStridedMinMax": group} if group < len(images) else {})
+
+    try:
+        run(ort_quantization.CalibrationMethod.Percentile)
+        return len(images), "percentile"
+    except ValueError as error:  # numpy's, from the calibrator's histogram of one tensor
+        if "finite-sized bins" not in str(error):
+            raise
+    warnings.warn(f"{float_path}: a calibrated tensor spans too few float32 steps for a "
+                  "percentile histogram (near-uniform attention, as untrained weights give); "
+                  "its int8 ranges are calibrated by min/max instead", stacklevel=3)
+    run(ort_quantization.CalibrationMethod.MinMax)
+    return len(images), "minmax"
