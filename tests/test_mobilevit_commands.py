@@ -11,6 +11,8 @@ import base64
 import csv
 import json
 import os
+import subprocess
+import sys
 import warnings
 
 import httpx
@@ -21,7 +23,9 @@ from helpers import randomize_weights
 from localhost import served
 from mobilevit_reference import VECTORS, keys_of, seeded_state
 from PIL import Image
+from runs import vit_env
 from safetensors.numpy import save_file
+from weights_server import serving
 
 import vit_keras
 from training import finetune, objective, run
@@ -143,6 +147,14 @@ def test_vit_predict_and_vit_serve_answer_with_the_models_scores(model_folder, i
     np.testing.assert_allclose(served_scores, scores, atol=1e-5)
 
 
+def _timm_top5(name: str) -> list[str]:
+    """ImageNet's labels of timm's top-5 classes of the photo under the seeded weights."""
+    with np.load(VECTORS) as vectors:
+        logits = vectors[f"{name}/photo_logits"][0]
+    names = [label for _, label in imagenet_classes(1000)]
+    return [names[index] for index in np.argsort(-logits)[:5]]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mobilevit_xxs", "mobilevitv2_050"])
 def test_vit_predict_ranks_a_photo_as_timm_does_from_timms_file(name, tmp_path):
@@ -158,15 +170,39 @@ def test_vit_predict_ranks_a_photo_as_timm_does_from_timms_file(name, tmp_path):
                      str(table)]) == 0
     with open(table) as file:
         (row,) = list(csv.DictReader(file))
+    assert [row[f"class_{rank}"] for rank in range(1, 6)] == _timm_top5(name)
     with np.load(VECTORS) as vectors:
         logits = vectors[f"{name}/photo_logits"][0].astype(np.float64)
     expected = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
-    top5 = np.argsort(-expected)[:5]
-    names = [label for _, label in imagenet_classes(1000)]
-    assert [row[f"class_{rank}"] for rank in range(1, 6)] == [names[index] for index in top5]
     with open(PHOTO, "rb") as file:
         scores = classifier.load(name, weights=weights).predict_encoded([file.read()])
     np.testing.assert_allclose(np.log(scores["probabilities"][0]), expected, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_pretrained_weights_download_from_the_hub_and_predict_the_photo(tmp_path):
+    """`--weights pretrained` fetches timm's `cvnets_in1k` file through huggingface_hub (here
+    from a loopback server answering as the Hub, HF_ENDPOINT), in a fresh process."""
+    pytest.importorskip("huggingface_hub")
+    name = "mobilevit_xxs"
+    weights = tmp_path / "model.safetensors"
+    save_file(seeded_state(keys_of(name)), str(weights))
+    served_path = f"/timm/{name}.cvnets_in1k/resolve/main/model.safetensors"
+    table = tmp_path / "top5.csv"
+    with serving() as server:
+        server.files[served_path] = weights.read_bytes()
+        server.headers[served_path] = {"X-Repo-Commit": "0" * 40, "ETag": '"mobilevit-xxs"'}
+        done = subprocess.run(
+            [sys.executable, "-m", "vit", "predict", PHOTO, "--model", f"{name}.cvnets_in1k",
+             "--weights", "pretrained", "--output", str(table)],
+            env=dict(vit_env(), HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hf"),
+                     HF_HUB_OFFLINE="0"), cwd=tmp_path, capture_output=True, text=True,
+            timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert server.gets(served_path) == 1
+    with open(table) as file:
+        (row,) = list(csv.DictReader(file))
+    assert [row[f"class_{rank}"] for rank in range(1, 6)] == _timm_top5(name)
 
 
 @pytest.mark.slow

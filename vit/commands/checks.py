@@ -26,7 +26,7 @@ def check_model(model: str, weights: str | None = None,
     """
     if weights:
         check_model_name(model)
-        check_weights_reference(weights)
+        check_weights_reference(weights, model)
     else:
         check_model_path(model, extensions)
 

@@ -179,7 +179,7 @@ def check(args: argparse.Namespace) -> None:
     and value, the model and weight names, the run options and the data specs."""
     preset = command_line.resolve_preset(args)
     command_line.run_options(args)
-    check_weights_reference(preset.finetune.weights)
+    check_weights_reference(preset.finetune.weights, preset.model.architecture)
     command_line.check_data_specs(preset)
 
 

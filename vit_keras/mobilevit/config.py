@@ -106,8 +106,10 @@ VARIANTS = {config.name: config for config in (
     _v2(1.5, "v2 1.5, 10.6 M, 80.4%"), _v2(1.75, "v2 1.75, 14.3 M, 80.9%"),
     _v2(2.0, "v2 2.0, 18.4 M, 81.2%"),
 )}
-# The tag of timm's released weights of every variant ('mobilevit_xs.cvnets_in1k').
+# The tag of timm's released weights of every variant ('mobilevit_xs.cvnets_in1k'), and the
+# weights argument that fetches them.
 WEIGHTS_TAG = "cvnets_in1k"
+PRETRAINED = "pretrained"
 SHORT_NAMES = {"xxs": "mobilevit_xxs", "xs": "mobilevit_xs", "s": "mobilevit_s",
                **{f"v2-{name[-3:]}": name for name in VARIANTS if name.startswith("mobilevitv2")}}
 

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 from safetensors.numpy import load_file
 
-from vit_keras.mobilevit.config import HEADS, get_config
+from vit_keras.mobilevit.config import HEADS, PRETRAINED, WEIGHTS_TAG, get_config
 from vit_keras.mobilevit.model import MobileViT
 from vit_keras.pretrained.sources import weights_file
 
@@ -168,8 +168,8 @@ def load_mobilevit_weights(model, weights: str, skip_head: bool | None = None) -
     Raises:
         ValueError: a file of another variant or kind, each tensor named.
     """
-    reference = f"hf://timm/{model.mobilevit_config.name}.cvnets_in1k" \
-        if weights == "pretrained" else weights
+    reference = f"hf://timm/{model.mobilevit_config.name}.{WEIGHTS_TAG}" \
+        if weights == PRETRAINED else weights
     path = weights_file(reference)
     keras_file = path.endswith(".keras")
     state = _keras_state(path, model) if keras_file else read_state(path)

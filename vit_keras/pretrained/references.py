@@ -7,20 +7,25 @@ from __future__ import annotations
 import os
 
 from vit_keras import families
+from vit_keras.mobilevit.config import PRETRAINED, timm_name
 from vit_keras.pretrained import registry
 
 
-def check_weights_reference(weights: str | None) -> None:
-    """A `--weights` that is no URL, `hf://` reference, released or family weight name must be
-    a file or folder that exists (checked before anything is imported or downloaded).
+def check_weights_reference(weights: str | None, architecture: str | None = None) -> None:
+    """A `--weights` that is no URL, `hf://` reference, released or family weight name (or
+    'pretrained' for a MobileViT `architecture`: timm's file) must be a file or folder that
+    exists (checked before anything is imported or downloaded).
 
     Raises:
         ValueError: naming what was given and what is accepted.
     """
     if not weights or "://" in weights or registry.is_weight_name(weights):
         return
+    if weights == PRETRAINED and architecture and timm_name(architecture):
+        return
     if families.weights_file_reference(weights) or os.path.exists(os.path.expanduser(weights)):
         return
     raise ValueError(f"--weights {weights!r} is no file, and no weight name: expected a name "
-                     "from `vit weights list`, an https:// URL, hf://ORG/REPO or a file "
-                     "(.npz, .safetensors, .pth, .keras) or keras-hub preset folder")
+                     "from `vit weights list` ('pretrained' for a MobileViT), an https:// URL, "
+                     "hf://ORG/REPO or a file (.npz, .safetensors, .pth, .keras) or keras-hub "
+                     "preset folder")
