@@ -75,7 +75,12 @@ def main(argv=None) -> int:
     print("| timm model (random weights, seed 0) | compared | timm | ours | agreement |")
     print("|---|---|---|---|---|")
     disagreements = 0
-    for path in sorted(glob.glob(os.path.join(args.models, "*.json"))):
+    records = sorted(glob.glob(os.path.join(args.models, "*.json")))
+    if not records:
+        print(f"FAILED: no <model>.json in {args.models}: expected the folder that "
+              "tools/make_transform_references.py --models wrote")
+        return 1
+    for path in records:
         with open(path) as handle:
             record = json.load(handle)
         weights = path[:-len(".json")] + ".safetensors"

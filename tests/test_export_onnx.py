@@ -148,8 +148,9 @@ def test_int8_files(tiny_onnx, tiny_config, tmp_path):
 def test_static_int8_calibrates_in_groups_where_the_images_tensors_are_large(
         tiny_onnx, tiny_config, tmp_path, monkeypatch):
     """ONNX Runtime holds every calibrated tensor of every image at once (a MobileViT at 256 px
-    ran out of 24 GiB on 300 images): past the byte budget the images go in equal groups whose
-    histograms merge, and the file is as good."""
+    ran out of 24 GiB on 300 images): past the byte budget the images go in equal groups as
+    large as fit, whose histograms merge (the rest, under a group, left out), and the file is
+    as good."""
     import onnx
 
     model, float_path, _ = tiny_onnx
@@ -157,17 +158,18 @@ def test_static_int8_calibrates_in_groups_where_the_images_tensors_are_large(
     assert per_image > 4 * tiny_config.hidden_size * tiny_config.num_layers
     assert onnx_quantize.calibration_group(per_image, 32) == 32
     monkeypatch.setattr(onnx_quantize, "CALIBRATION_BYTES_AT_ONCE", 9 * per_image)
-    assert onnx_quantize.calibration_group(per_image, 32) == 8  # equal groups: 32 = 4 x 8
-    assert onnx_quantize.calibration_group(per_image, 31) == 1  # a prime count: one at a time
+    assert onnx_quantize.calibration_group(per_image, 32) == 9
+    with pytest.raises(ValueError, match="at least one calibration image"):
+        onnx_quantize.calibration_group(per_image, 0)
     ranges = []
     set_range = onnx_quantize._Calibration.set_range
     monkeypatch.setattr(onnx_quantize._Calibration, "set_range", lambda self, start_index,
                         end_index: ranges.append((start_index, end_index)) or
                         set_range(self, start_index, end_index))
     path = str(tmp_path / "grouped.onnx")
-    onnx_quantize.quantize(float_path, path, "int8",
-                           representative_data=random_pixels(tiny_config, batch=32, seed=3))
-    assert ranges == [(0, 8), (8, 16), (16, 24), (24, 32)]
+    report = onnx_quantize.quantize(float_path, path, "int8", representative_data=random_pixels(
+        tiny_config, batch=32, seed=3))
+    assert ranges == [(0, 9), (9, 18), (18, 27)] and report["calibration_images"] == 27
     pixels = random_pixels(tiny_config, batch=16, seed=4)
     expected = _keras_logits(model, pixels)
     error = np.abs(export.ONNXModel(path)(pixels) - expected).max()

@@ -80,8 +80,9 @@ def test_the_feature_model_gives_the_five_stages_maps():
 def test_names_and_checkpoints_of_another_variant_are_refused():
     assert get_config("v2-100").name == "mobilevitv2_100"
     assert get_config("mobilevit_xs.cvnets_in1k").name == "mobilevit_xs"  # timm's tagged name
-    with pytest.raises(ValueError, match="unknown MobileViT 'mobilevit_xs.in22k'"):
-        get_config("mobilevit_xs.in22k")
+    for wrong in ("mobilevit_xs.in22k", "mobilevit_xs."):
+        with pytest.raises(ValueError, match=f"unknown MobileViT '{wrong}'"):
+            get_config(wrong)
     with pytest.raises(ValueError, match="unknown MobileViT 'mobilevit_xxl'; expected one of"):
         get_config("mobilevit_xxl")
     model = MobileViT(get_config("mobilevit_xxs", image_size=64))
@@ -98,7 +99,7 @@ def test_names_and_checkpoints_of_another_variant_are_refused():
 
 @pytest.mark.slow  # a conversion and its check, about 5 s each
 @pytest.mark.parametrize("name, min_agreement", [("mobilevit_xxs", 0.9),
-                                                 ("mobilevitv2_050", 0.0)])
+                                                 ("mobilevitv2_050", None)])
 def test_the_int8_tflite_file_is_full_integer_and_names_keras_classes(name, min_agreement,
                                                                       tmp_path):
     """Builtin operators only (the export refuses a file with float operators left), run by
@@ -113,12 +114,15 @@ def test_the_int8_tflite_file_is_full_integer_and_names_keras_classes(name, min_
     images = np.random.default_rng(3).uniform(0, 255, (48, 64, 64, 3)).astype(np.float32)
     report = tflite(model, str(tmp_path / "model_int8.tflite"), quantization="int8",
                     representative_data=images[:32], verify_images=images[32:],
-                    min_agreement=min_agreement)
+                    min_agreement=min_agreement or 0.0)
     assert "QUANTIZE" in report["ops"] and "DEQUANTIZE" in report["ops"]
     assert not {"FlexDelegate", "CUSTOM"} & set(report["ops"])
     logits = TFLiteModel(str(tmp_path / "model_int8.tflite"), num_threads=1)(images[32:])
-    assert np.mean(logits.argmax(-1) == np.asarray(model(images[32:] / 255.0)).argmax(-1)) \
-        >= min_agreement
+    assert logits.shape == (16, 1000)  # the plain interpreter runs it
+    if min_agreement is not None:
+        agreement = np.mean(logits.argmax(-1) == np.asarray(model(images[32:] / 255.0))
+                            .argmax(-1))
+        assert agreement >= min_agreement
 
 
 def test_the_latency_table_gives_each_versions_ratio_to_mobilenetv3_large():

@@ -32,10 +32,12 @@ from training import finetune, objective, run
 from training.presets import get_preset
 from training.presets.command_line import resolve_preset
 from vit import cli
+from vit.commands import train as train_command
 from vit_app.inference import classifier
 from vit_app.inference.server import ServeOptions, create_app
 from vit_keras import ViTConfig
 from vit_keras.mobilevit.config import PREPROCESSING
+from vit_keras.pretrained.references import check_weights_reference
 from vit_keras.pretrained.labels import imagenet_classes
 
 SIZE, CLASSES = 32, 10
@@ -59,6 +61,17 @@ def test_the_model_option_names_the_network_its_preprocessing_and_a_size_it_take
         objective.get_objective(resolve_preset(_train_args("--task", "segment", "--model",
                                                            "mobilevit_xxs")))
     assert objective.get_objective(preset).name == "classify"
+
+
+def test_pretrained_weights_are_timms_file_of_a_mobilevit_alone():
+    """Checked before anything is imported: `--weights pretrained` names timm's file for a
+    MobileViT; for a ViT it is no weight name."""
+    check_weights_reference("pretrained", "mobilevit_xs.cvnets_in1k")
+    train_command.check(_train_args("--model", "mobilevitv2_050", "--weights", "pretrained"))
+    with pytest.raises(ValueError, match=r"\('pretrained' for a MobileViT\)"):
+        check_weights_reference("pretrained", "B/16")
+    with pytest.raises(ValueError, match="'pretrained' is no file"):
+        train_command.check(_train_args("--weights", "pretrained"))
 
 
 def test_the_architecture_field_is_checked_and_round_trips():

@@ -19,6 +19,7 @@ from vit_keras import families
 from vit_keras import preprocessing as rules
 from vit_keras.mobilevit.config import PREPROCESSING as MOBILEVIT_RULES
 from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
+from vit_keras.mobilevit.config import timm_name
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 with open(os.path.join(DATA, "transform_references.json")) as handle:
@@ -42,8 +43,8 @@ def _expected(family: str, orientation: str) -> np.ndarray:
 
 def _rule_and_size(family: str):
     recorded = REFERENCES["families"][family]
-    name = recorded["model"].split(".")[0]
-    if name in MOBILEVIT_VARIANTS:
+    name = timm_name(recorded["model"])
+    if name:
         rule = MOBILEVIT_RULES[MOBILEVIT_VARIANTS[name].version]
     else:
         spec, tag = families.split_name(recorded["model"])

@@ -24,7 +24,8 @@ is calibrated by min/max instead, with a warning.
 ONNX Runtime's calibrator keeps every calibrated tensor of every image until it builds the
 histograms: a MobileViT v2 at 256 px holds tens of megabytes per image, and 300 images ran a
 24 GiB machine out of memory. Where the images' tensors exceed `CALIBRATION_BYTES_AT_ONCE`,
-they are calibrated in groups whose histograms merge (its `CalibStridedMinMax` option).
+they are calibrated in equal groups whose histograms merge (its `CalibStridedMinMax` option;
+the images past the last whole group, fewer than a group, are left out).
 
 Both files keep their int8 weights in 7 bits (`reduce_range`). ONNX Runtime's uint8 x int8
 kernels on x86 CPUs without VNNI (AVX2, AVX-512 before VNNI) add pairs of products in 16 bits,
@@ -63,9 +64,11 @@ class _Calibration:
         self._images = iter(images)
 
     def __len__(self) -> int:
+        """All the images (ONNX Runtime divides them into groups)."""
         return len(self._all)
 
     def set_range(self, start_index: int, end_index: int) -> None:
+        """The next group: images [start_index, end_index)."""
         self._images = iter(self._all[start_index:end_index])
 
     def get_next(self):
@@ -74,9 +77,16 @@ class _Calibration:
 
 
 def calibrated_bytes_per_image(model) -> int:
-    """The float32 bytes of one image's calibrated tensors in the ONNX `model`: the inputs
-    and outputs of its `STATIC_OPS` nodes other than weights, sized by shape inference (a
-    symbolic batch counts as 1)."""
+    """The float32 bytes of one image's calibrated tensors in an ONNX model.
+
+    Args:
+        model: the float `onnx.ModelProto`.
+
+    Returns:
+        The bytes of the inputs and outputs of its `STATIC_OPS` nodes other than weights, as
+        shape inference sizes them (a symbolic dimension counts as 1; a tensor inference
+        leaves unshaped counts as nothing, so the figure is a lower bound).
+    """
     import onnx
 
     inferred = onnx.shape_inference.infer_shapes(model)
@@ -90,11 +100,21 @@ def calibrated_bytes_per_image(model) -> int:
 
 
 def calibration_group(bytes_per_image: int, count: int) -> int:
-    """How many of `count` images to calibrate at a time: all, when their calibrated tensors
-    fit in `CALIBRATION_BYTES_AT_ONCE`; else the largest divisor of `count` that fits, at
-    least 1 (ONNX Runtime takes equal groups)."""
-    fitting = max(1, CALIBRATION_BYTES_AT_ONCE // bytes_per_image)
-    return max(size for size in range(1, min(fitting, count) + 1) if count % size == 0)
+    """How many images to calibrate at a time.
+
+    Args:
+        bytes_per_image: `calibrated_bytes_per_image` of the model.
+        count: the calibration images, at least 1.
+
+    Returns:
+        `count` when all their calibrated tensors fit in `CALIBRATION_BYTES_AT_ONCE`, else
+        as many as fit (at least 1). ONNX Runtime takes equal groups, so the caller keeps a
+        multiple of it.
+    """
+    if count < 1 or bytes_per_image < 1:
+        raise ValueError(f"expected at least one calibration image and a positive size, got "
+                         f"{count} images of {bytes_per_image} bytes")
+    return min(count, max(1, CALIBRATION_BYTES_AT_ONCE // bytes_per_image))
 
 
 def quantize(float_path: str, path: str, quantization: str, *, representative_data=None,
@@ -170,7 +190,11 @@ def _quantize_static(ort_quantization, float_path, staged, representative_data,
     input_name = model.graph.input[0].name
     sample = tuple(dim.dim_value for dim in model.graph.input[0].type.tensor_type.shape.dim[1:])
     images = list(calibration_images(representative_data, sample, limit))
+    if not images:
+        raise ValueError(f"ONNX int8 (static QDQ) needs at least one calibration image, got "
+                         f"none (num_calibration_images={limit})")
     group = calibration_group(calibrated_bytes_per_image(model), len(images))
+    images = images[:len(images) - len(images) % group]  # equal groups; under one group lost
 
     def run(method):
         ort_quantization.quantize_static(

@@ -123,10 +123,16 @@ PREPROCESSING = {
 
 
 def timm_name(name: str) -> str | None:
-    """The variant timm's `name` spells, with or without its weights' tag
-    ('mobilevit_xs', 'mobilevit_xs.cvnets_in1k' -> 'mobilevit_xs'); None for another name."""
-    variant, _, tag = name.partition(".")
-    return variant if variant in VARIANTS and tag in ("", WEIGHTS_TAG) else None
+    """The variant a timm name spells.
+
+    Args:
+        name: with or without its weights' tag: 'mobilevit_xs', 'mobilevit_xs.cvnets_in1k'.
+
+    Returns:
+        The variant ('mobilevit_xs'), or None for any other name.
+    """
+    variant, dot, tag = name.partition(".")
+    return variant if variant in VARIANTS and (not dot or tag == WEIGHTS_TAG) else None
 
 
 def get_config(name: str, **changes) -> MobileViTConfig:

@@ -13,8 +13,13 @@ from vit_keras.pretrained import registry
 
 def check_weights_reference(weights: str | None, architecture: str | None = None) -> None:
     """A `--weights` that is no URL, `hf://` reference, released or family weight name (or
-    'pretrained' for a MobileViT `architecture`: timm's file) must be a file or folder that
-    exists (checked before anything is imported or downloaded).
+    'pretrained' for a MobileViT: timm's file) must be a file or folder that exists (checked
+    before anything is imported or downloaded).
+
+    Args:
+        weights: the `--weights` argument (None or '': nothing to check).
+        architecture: the `--model` architecture it loads into, when known ('B/16',
+            'mobilevit_xs').
 
     Raises:
         ValueError: naming what was given and what is accepted.
