@@ -6,6 +6,13 @@ returns float32 logits, unless integer input/output is asked for. Full-integer f
 integer-only between their input and output conversions. The model is traced in its export
 forms (`vit_keras.fast_paths.export_forms`). Each written file is loaded back into the LiteRT interpreter
 and compared with the Keras model before `tflite` returns.
+
+Options of an int8 file: `float_ops` keeps named operators in float32 (e.g. `("BATCH_MATMUL",
+"SOFTMAX")`: LiteRT's int8 kernel for the attention's activation-by-activation matmul is not
+accelerated by XNNPACK and is slower than float on x86/ARM CPUs); by default the file is
+full-integer and the export fails if any operator is left in float. `per_channel=False` gives
+one weight scale per tensor instead of per output channel: 12 bytes smaller per channel, which
+matters only for small models, and less accurate.
 """
 
 from __future__ import annotations
@@ -60,9 +67,8 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
     """Converts `model` to a `.tflite` file that runs on LiteRT with builtin operators only.
 
     Args:
-        model: a Keras image classifier taking [batch, H, W, 3]; mixed-precision models are
-            converted in float32; a final `Activation` layer (e.g. softmax) is dropped so the
-            file returns logits.
+        model: a Keras image classifier taking [batch, H, W, 3], converted in float32; a
+            final `Activation` layer (e.g. softmax) is dropped: the file returns logits.
         path: destination `.tflite` file, written atomically (temporary file + rename).
         quantization: None (float32), 'fp16' (float16 weights), 'dynamic_int8' (int8 weights,
             float activations) or 'int8' (full-integer weights and activations, calibrated on
@@ -71,26 +77,17 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
             such batches, e.g. a few hundred training images); required for 'int8'.
         io_type: 'float32' (default, same contract as every other format), or 'int8'/'uint8'
             input and output tensors; integer I/O needs quantization='int8'.
-        batch_size: the file's fixed batch size (1 is what devices run, and the fastest);
-            None makes it dynamic.
+        batch_size: the file's fixed batch size (1, what devices run); None makes it dynamic.
         num_calibration_images: at most this many images of `representative_data` calibrate.
-        verify_images: float32 images [N, H, W, 3] in 0..255 to compare the file with Keras on,
-            held-out images of the model's task; given, the file must reach `min_agreement`.
-            Default: up to 32 images of `representative_data`, else 8 random images, whose
-            agreement is reported but not enforced.
+        verify_images: held-out float32 images [N, H, W, 3] in 0..255 on which the file must
+            reach `min_agreement`. Default: up to 32 images of `representative_data`, else 8
+            random images, whose agreement is reported but not enforced.
         include_preprocessing: map 0..255 to [-1, 1] inside the graph.
-        float_ops: with quantization='int8', TFLite operator names to keep in float32 (e.g.
-            `("BATCH_MATMUL", "SOFTMAX")`: LiteRT's int8 kernel for the attention's
-            activation-by-activation matmul is not accelerated by XNNPACK and is slower than
-            float on x86/ARM CPUs). Empty (default) = full-integer: the export fails if any
-            operator is left in float.
-        per_channel: with 'int8', one weight scale per output channel (default, the accurate
-            choice); False = one per weight tensor, smaller by 12 bytes per channel, which
-            matters only for small models.
-        keep_tensor_names: keep the graph's tensor names (for Netron or debugging); by default
-            they are dropped, which LiteRT does not need (inputs and outputs are found by index).
-        image_size: (height, width) of the file's input, for a model taking any size (devices
-            need static shapes); None: its training size.
+        float_ops: with 'int8', TFLite operator names kept in float32 (module docstring);
+            empty (default): full-integer.
+        per_channel: with 'int8', a weight scale per output channel (default) or per tensor.
+        keep_tensor_names: keep the graph's tensor names (for Netron or debugging).
+        image_size: (height, width) of the input of a model taking any size; None: its own.
         min_agreement: the fraction of `verify_images` on which the file must name Keras'
             class; None: 0.999 for float32/fp16 files, 0.98 for int8 ones
             (`vit_keras.export.agreement`).
@@ -118,6 +115,14 @@ def tflite(model: keras.Model, path: str, *, quantization: str | None = None,
         model, logits_model, path, quantization, representative_data, io_type, batch_size,
         num_calibration_images, include_preprocessing, tuple(float_ops), per_channel,
         keep_tensor_names)
+    return _published(path, content, report, logits_model, quantization, representative_data,
+                      verify_images, include_preprocessing, min_agreement, on_low_agreement)
+
+
+def _published(path, content, report, logits_model, quantization, representative_data,
+               verify_images, include_preprocessing, min_agreement, on_low_agreement) -> dict:
+    """The converted file checked against Keras and written (`tflite`'s arguments): held to its
+    bar on `verify_images`, or only reported on calibration or random images."""
     bar = (quantization, min_agreement, on_low_agreement, _advice(quantization))
     if verify_images is None:  # reported, not enforced
         bar, verify_images = None, verification_images(representative_data,
