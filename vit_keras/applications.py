@@ -128,8 +128,8 @@ def create_model(variant: str, **kwargs) -> keras.Model:
     """
     if families.is_family_name(variant):
         return create_family_model(variant, **kwargs)
-    if mobilevit_name(variant):
-        return _mobilevit(mobilevit_name(variant), **kwargs)
+    if mobilevit := mobilevit_name(variant):
+        return _mobilevit(mobilevit, **kwargs)
     key = variant_name(variant)
     return (APPLICATIONS.get(key) or _application(key, "vit"))(**kwargs)
 

@@ -23,7 +23,6 @@ from training.presets.sections import (SECTIONS, Augment, Data, Finetune, Loop, 
                                            Optim, Schedule, all_sections, task_sections)
 from vit_keras import families, tasks
 from vit_keras.config import ARCHITECTURE_FIELDS, ViTConfig, get_variant
-from vit_keras.mobilevit.config import PREPROCESSING as MOBILEVIT_PREPROCESSING
 from vit_keras.mobilevit.config import MIN_IMAGE_SIZE as MOBILEVIT_MIN_SIZE
 from vit_keras.mobilevit.config import VARIANTS as MOBILEVIT_VARIANTS
 from vit_keras.mobilevit.config import timm_name as mobilevit_name
@@ -191,11 +190,9 @@ class Preset:
         of its patch size. A MobileViT of timm ('mobilevit_xs', 'mobilevitv2_100') sets
         `model.architecture`, its preprocessing (timm's: [0, 1], bicubic) and a square image
         size of at least 32 px (its five stride-2 stages)."""
-        if mobilevit_name(name):  # a convolutional network: its name is its shape
-            name = mobilevit_name(name)
-            version = MOBILEVIT_VARIANTS[name].version
-            values = {"model.architecture": name,
-                      "data.preprocessing": MOBILEVIT_PREPROCESSING[version]}
+        if variant := mobilevit_name(name):  # a convolutional network: its name is its shape
+            values = {"model.architecture": variant,
+                      "data.preprocessing": MOBILEVIT_VARIANTS[variant].preprocessing}
             if min(self.model.image_hw) < MOBILEVIT_MIN_SIZE or \
                     self.model.image_hw[0] != self.model.image_hw[1]:
                 values["model.image_size"] = max(MOBILEVIT_MIN_SIZE, *self.model.image_hw)

@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
 def complexity_table(variant: str, image_sizes, batch_size: int = 1) -> str:
     """The `--complexity` report: one row per resolution of `variant` (a MobileViT's
     measured on its graph, for one image)."""
-    if mobilevit_name(variant):
-        variant = mobilevit_name(variant)
+    if mobilevit := mobilevit_name(variant):
+        variant = mobilevit
         costs = [network_cost.measured_cost(vit_keras.create_mobilevit(variant,
                                                                        image_size=size))
                  for size in image_sizes]

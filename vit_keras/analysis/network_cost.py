@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from vit_keras import keras_compat
+
 
 @dataclasses.dataclass(frozen=True)
 class MeasuredCost:
@@ -40,15 +42,13 @@ def measured_cost(model) -> MeasuredCost:
         A `MeasuredCost`.
     """
     import tensorflow as tf  # the library runs on JAX and PyTorch without it
-    from tensorflow.python.framework.convert_to_constants import \
-        convert_variables_to_constants_v2
 
     shape = tuple(model.inputs[0].shape[1:])
     if None in shape:
         raise ValueError(f"measured_cost needs a model of one fixed input size, got {shape}")
     function = tf.function(lambda images: model(images, training=False))
     concrete = function.get_concrete_function(tf.TensorSpec((1, *shape), tf.float32))
-    graph = convert_variables_to_constants_v2(concrete).graph
+    graph = keras_compat.freeze_concrete_function(concrete).graph
     options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
     flops = int(tf.compat.v1.profiler.profile(graph, options=options).total_float_ops)

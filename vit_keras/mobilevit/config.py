@@ -59,6 +59,11 @@ class MobileViTConfig:
             raise ValueError(f"expected image_size >= 32 and num_classes >= 0, got "
                              f"{self.image_size} and {self.num_classes}")
 
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """timm's pretrained config of the version (`PREPROCESSING`)."""
+        return PREPROCESSING[self.version]
+
     def replace(self, **changes) -> "MobileViTConfig":
         """A copy with `changes` (e.g. `num_classes=10`, `image_size=224`)."""
         return dataclasses.replace(self, **changes)

@@ -15,7 +15,7 @@ from vit_keras.core.initializers import PACKAGE
 from vit_keras.core.layers import EncoderBlock
 from vit_keras.core.model import ConfiguredModel
 from vit_keras.core.normalization import GroupNorm, LayerNorm
-from vit_keras.mobilevit.config import HEADS, PATCH, PREPROCESSING, MobileViTConfig, \
+from vit_keras.mobilevit.config import HEADS, PATCH, MobileViTConfig, \
     get_config, make_divisible
 from vit_keras.mobilevit.layers import BilinearResize, FoldPatches, LinearSelfAttention, \
     UnfoldPatches
@@ -183,7 +183,7 @@ class MobileViT(ConfiguredModel, keras.Model):
                                      num_classes=max(config.num_classes, 1))
         # Under the name every export and command reads (`preprocessing_of`).
         self.vit_preprocessing = Preprocessing.from_dict(preprocessing) if preprocessing \
-            else PREPROCESSING[config.version]
+            else config.preprocessing
         self.stage_outputs = [tensor._keras_history[0].name for tensor in stages]
 
     def head_layers(self) -> list:

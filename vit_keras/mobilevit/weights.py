@@ -12,6 +12,7 @@ import keras
 import numpy as np
 from safetensors.numpy import load_file
 
+from vit_keras.checkpoints.assign import assign
 from vit_keras.mobilevit.config import HEADS, PRETRAINED, WEIGHTS_TAG, get_config
 from vit_keras.mobilevit.model import MobileViT
 from vit_keras.pretrained.sources import weights_file
@@ -198,15 +199,11 @@ def _keras_state(path: str, model) -> dict[str, np.ndarray]:
 
 
 def _assign_by_path(model, state: dict, skip_head: bool, path: str) -> None:
-    for variable in model.weights:
-        if skip_head and variable.path.startswith("head_fc"):
-            continue
-        value = state.get(variable.path)
-        if value is None or value.shape != tuple(variable.shape):
-            raise ValueError(f"{path}: {variable.path} is "
-                             f"{'missing' if value is None else value.shape}, the model's "
-                             f"{tuple(variable.shape)}")
-        variable.assign(value.astype(variable.dtype))
+    """All or nothing, every problem listed (`checkpoints.assign`)."""
+    targets = {variable.path: variable for variable in model.weights
+               if not (skip_head and variable.path.startswith("head_fc"))}
+    assign({name: state[name] for name in targets if name in state}, targets,
+           f"{path} does not fit {model.name}")
 
 
 def create_mobilevit(name: str, weights: str | None = None, num_classes: int | None = None,
